@@ -1,0 +1,187 @@
+"""Making a student: a few evenly spaced layers cut from the teacher, or a fresh
+smaller model of the teacher's architecture.
+
+Cutting keeps the embeddings, the final norm and the output head, so the
+student starts in the teacher's representation space and its first
+distillation steps are spent repairing the missing layers, not relearning the
+vocabulary. Both paths write an ordinary ``save_pretrained`` folder with the
+teacher's tokenizer, loadable by plain ``transformers``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from destila.models import load_causal_lm, load_tokenizer
+
+# Where each supported family keeps its decoder layers in the state dict.
+# Other families may well work, but they are refused until a test covers them.
+LAYER_PREFIXES = {
+    "llama": "model.layers",
+    "mistral": "model.layers",
+    "qwen2": "model.layers",
+    "qwen3": "model.layers",
+    "gpt2": "transformer.h",
+}
+
+
+def evenly_spaced_layers(total: int, keep: int) -> list[int]:
+    """Indices of ``keep`` layers spread over ``range(total)``, first and last included.
+
+    >>> evenly_spaced_layers(30, 6)
+    [0, 6, 12, 17, 23, 29]
+    """
+    if not 1 <= keep <= total:
+        raise ValueError(f"layers: expected an integer between 1 and the teacher's {total} layers, found {keep}")
+    if keep == 1:
+        return [total - 1]
+    return [round(i * (total - 1) / (keep - 1)) for i in range(keep)]
+
+
+def _supported_prefix(config) -> str:
+    prefix = LAYER_PREFIXES.get(config.model_type)
+    if prefix is None:
+        raise ValueError(
+            f"student init: model type {config.model_type!r} is not supported for layer cutting; "
+            f"supported: {', '.join(sorted(LAYER_PREFIXES))}. Use --config to build a fresh student instead."
+        )
+    return prefix
+
+
+def cut_student(teacher, layers: int):
+    """A new model with ``layers`` of the teacher's decoder layers (evenly spaced), all else copied.
+
+    Naive equivalent: ``copy.deepcopy(teacher)`` then delete the other layers
+    from its ``ModuleList`` and fix ``num_hidden_layers`` (and any per-layer
+    config lists such as ``layer_types``) to match.
+    """
+    from transformers import AutoModelForCausalLM
+
+    config = teacher.config
+    prefix = _supported_prefix(config)
+    total = config.num_hidden_layers
+    kept = evenly_spaced_layers(total, layers)
+
+    student_config = config.__class__.from_dict(config.to_dict())
+    student_config.num_hidden_layers = layers
+    # Per-layer settings (e.g. Qwen's layer_types) must follow the kept layers.
+    for key, value in list(vars(student_config).items()):
+        if isinstance(value, list) and len(value) == total and key != "architectures":
+            setattr(student_config, key, [value[i] for i in kept])
+
+    student = AutoModelForCausalLM.from_config(student_config)
+    pattern = re.compile(rf"^{re.escape(prefix)}\.(\d+)\.")
+    new_index = {old: new for new, old in enumerate(kept)}
+    state = {}
+    for key, tensor in teacher.state_dict().items():
+        match = pattern.match(key)
+        if match is None:
+            state[key] = tensor
+        elif int(match.group(1)) in new_index:
+            state[f"{prefix}.{new_index[int(match.group(1))]}.{key[match.end():]}"] = tensor
+    missing, unexpected = student.load_state_dict(state, strict=False)
+    # Tied heads appear as "missing" (they share the embedding) and are fine.
+    tied = {k for k in missing if k.endswith("lm_head.weight")} if config.tie_word_embeddings else set()
+    if set(missing) - tied or unexpected:
+        raise RuntimeError(f"student init: weights did not map cleanly (missing {missing}, unexpected {unexpected})")
+    student.tie_weights()
+    return student, kept
+
+
+def parse_config_overrides(items: list[str]) -> dict:
+    """``--config`` values: a JSON file, a JSON object, or ``key=value`` pairs (values parsed as JSON when they can be)."""
+    overrides: dict = {}
+    for item in items:
+        path = Path(item)
+        if item.endswith(".json") and path.is_file():
+            overrides.update(json.loads(path.read_text()))
+        elif item.lstrip().startswith("{"):
+            try:
+                overrides.update(json.loads(item))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"config: expected a JSON object, found {item!r} ({err})") from err
+        elif "=" in item:
+            key, raw = item.split("=", 1)
+            try:
+                overrides[key.strip()] = json.loads(raw)
+            except json.JSONDecodeError:
+                overrides[key.strip()] = raw
+        else:
+            raise ValueError(f"config: expected a .json file, a JSON object or key=value, found {item!r}")
+    return overrides
+
+
+def fresh_student(teacher, overrides: dict, seed: int = 0):
+    """A randomly initialised model of the teacher's architecture with ``overrides`` applied to its config."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = teacher.config.__class__.from_dict(teacher.config.to_dict())
+    known = set(config.to_dict()) | set(getattr(config, "attribute_map", {}))
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(
+            f"config: {config.model_type} has no field(s) {', '.join(unknown)}; "
+            f"known fields include {', '.join(sorted(k for k in known if not k.startswith('_'))[:40])}"
+        )
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    if config.vocab_size != teacher.config.vocab_size:
+        raise ValueError(
+            f"config: vocab_size must stay {teacher.config.vocab_size} (the teacher's tokenizer), "
+            f"found {config.vocab_size}"
+        )
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config)
+
+
+def init_student(
+    teacher: str,
+    out: str | Path,
+    *,
+    layers: int | None = None,
+    config_overrides: dict | None = None,
+    gguf_file: str | None = None,
+    seed: int = 0,
+) -> dict:
+    """Write a student folder (weights, config, tokenizer); return a summary dict.
+
+    Exactly one of ``layers`` (cut from the teacher) or ``config_overrides``
+    (fresh model) must be given. Refuses to overwrite a non-empty folder.
+    """
+    if (layers is None) == (config_overrides is None):
+        raise ValueError("student init: give either --layers N (cut from the teacher) or --config (fresh model)")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"student init: {out} exists and is not empty; choose a new folder")
+    model = load_causal_lm(teacher, gguf_file=gguf_file)
+    tokenizer = load_tokenizer(teacher, gguf_file=gguf_file)
+    if layers is not None:
+        student, kept = cut_student(model, layers)
+        summary = {"method": "cut", "kept_layers": kept}
+    else:
+        student = fresh_student(model, config_overrides, seed=seed)
+        summary = {"method": "fresh", "overrides": config_overrides}
+    # Written under a temporary name, then renamed: an interrupted init never
+    # leaves a folder that looks like a student but lacks weights.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        student.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        os.replace(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    summary.update(
+        out=str(out),
+        teacher_parameters=sum(p.numel() for p in model.parameters()),
+        student_parameters=sum(p.numel() for p in student.parameters()),
+        teacher_layers=model.config.num_hidden_layers,
+        student_layers=student.config.num_hidden_layers,
+    )
+    return summary
