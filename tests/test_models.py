@@ -35,3 +35,15 @@ def test_soft_capped_head_is_refused(tiny_llama_dir):
     model.config.final_logit_softcapping = 30.0
     with pytest.raises(ValueError, match="final_logit_softcapping"):
         check_plain_head(model)
+
+
+def test_final_hidden_states_through_forward_match_the_decoder(tiny_model_dir):
+    from destila.models import final_hidden_states
+
+    model = load_causal_lm(str(tiny_model_dir))
+    ids = torch.randint(0, model.config.vocab_size, (2, 9))
+    hidden = final_hidden_states(model, ids)
+    with torch.no_grad():
+        expected = decoder_of(model)(ids).last_hidden_state
+    torch.testing.assert_close(hidden.detach(), expected)
+    assert hidden.requires_grad  # part of the graph: the loss can train the decoder

@@ -177,6 +177,41 @@ def decoder_of(model):
     return decoder
 
 
+def final_hidden_states(model, input_ids, **kwargs):
+    """``[B, T, H]`` hidden states that feed the output head, for ``input_ids [B, T]``.
+
+    Naive equivalent: ``decoder_of(model)(input_ids).last_hidden_state``. We go
+    through ``model.forward`` instead (with the head applied to no position,
+    via ``logits_to_keep``) so that wrappers such as DistributedDataParallel
+    see an ordinary forward and synchronise gradients; a forward hook on the
+    decoder captures its output.
+    """
+    import inspect
+
+    import torch
+
+    inner = getattr(model, "module", model)  # DDP and friends keep the model in .module
+    if "logits_to_keep" not in inspect.signature(inner.forward).parameters:
+        if inner is not model:
+            raise ValueError(
+                f"model: {type(inner).__name__}.forward has no logits_to_keep argument, so its hidden "
+                "states cannot be taken through a distributed wrapper; train it in one process"
+            )
+        return decoder_of(inner)(input_ids=input_ids, use_cache=False, **kwargs).last_hidden_state
+    captured = {}
+
+    def keep_output(_module, _args, output):
+        captured["hidden"] = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+
+    handle = decoder_of(inner).register_forward_hook(keep_output)
+    try:
+        nothing = torch.empty(0, dtype=torch.long, device=input_ids.device)
+        model(input_ids=input_ids, logits_to_keep=nothing, use_cache=False, **kwargs)
+    finally:
+        handle.remove()
+    return captured["hidden"]
+
+
 def output_head(model):
     """``(weight [V, H], bias [V] or None)`` of the model's output projection."""
     head = model.get_output_embeddings()
