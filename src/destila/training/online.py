@@ -1,0 +1,97 @@
+"""Online distillation, the baseline the cache is measured against.
+
+The teacher runs on every batch. ``online_loss="dense"`` is the paper's
+online setting: full ``[N, V]`` teacher and student distributions and a plain
+full-vocabulary divergence. ``online_loss="topk"`` takes the teacher's top-K
+on the fly (chunk by chunk, as the cache writer does) and feeds the very same
+loss as offline training, so the two differ only in where the top-K comes from.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from destila.cache.topk import teacher_topk
+from destila.models import check_plain_head, decoder_of, output_head
+
+
+def full_vocab_divergence(student_logits, teacher_logits, divergence: str, beta: float = 0.5, temperature: float = 1.0):
+    """Per-row divergence ``D(p‖q)`` over the whole vocabulary, ``[N, V] × [N, V] -> [N]``.
+
+    ``p = softmax(teacher_logits / T)``, ``q = softmax(student_logits / T)``,
+    both in float32. The same definitions as the bucket divergences of
+    :mod:`destila.losses`, applied to every token instead of K+1 buckets.
+    """
+    log_q = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    log_p = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
+    p, q = log_p.exp(), log_q.exp()
+
+    def kl(probs, log_a, log_b):  # Σ a·(log a − log b), with 0·log 0 = 0
+        return torch.where(probs > 0, probs * (log_a - log_b), 0.0).sum(-1)
+
+    if divergence == "forward_kl":
+        return kl(p, log_p, log_q)
+    if divergence == "reverse_kl":
+        return kl(q, log_q, log_p)
+    if divergence == "jsd":
+        log_m = torch.logaddexp(log_p + torch.log(torch.tensor(beta)), log_q + torch.log(torch.tensor(1 - beta)))
+        return beta * kl(p, log_p, log_m) + (1 - beta) * kl(q, log_q, log_m)
+    if divergence == "tvd":
+        return 0.5 * (p - q).abs().sum(-1)
+    raise ValueError(f"divergence: expected forward_kl, reverse_kl, jsd or tvd, found {divergence!r}")
+
+
+def dense_online_loss(
+    student_logits, teacher_logits, labels, *, divergence="forward_kl", beta=0.5, temperature=1.0,
+    soft_weight=1.0, hard_weight=0.0, num_items=None, ignore_index=-100,
+):
+    """``(loss, stats)`` with the normalisation of :func:`destila.distill_loss`.
+
+    ``student_logits``, ``teacher_logits`` ``[N, V]``; ``labels`` ``[N]``.
+    ``loss = Σ_valid (soft·T²·D + hard·CE) / n``, n = ``num_items`` or the
+    number of valid rows (≥ 1); ``stats`` holds the detached sums ``soft``,
+    ``hard``, ``rows`` and ``agree`` (student argmax = teacher argmax).
+    """
+    valid = labels != ignore_index
+    divergence_rows = full_vocab_divergence(student_logits, teacher_logits, divergence, beta, temperature)
+    ce_rows = F.cross_entropy(student_logits.float(), labels.clamp_min(0), reduction="none")
+    zero = torch.zeros((), device=student_logits.device)
+    soft = torch.where(valid, divergence_rows, zero).sum()
+    hard = torch.where(valid, ce_rows, zero).sum()
+    n = torch.as_tensor(num_items if num_items is not None else valid.sum(), device=soft.device).clamp_min(1)
+    loss = (soft_weight * temperature**2 * soft + hard_weight * hard) / n
+    agree = (student_logits.argmax(-1) == teacher_logits.argmax(-1)) & valid
+    stats = {"soft": soft.detach(), "hard": hard.detach(), "rows": valid.sum().float(), "agree": agree.sum().float()}
+    return loss, stats
+
+
+class OnlineTeacher:
+    """The teacher, frozen, producing targets for a batch of ``input_ids [B, T]``."""
+
+    def __init__(self, model, mode: str, top_k: int = 100, temperature: float = 1.0, chunk_size: int = 1024):
+        check_plain_head(model)
+        self.model = model.eval().requires_grad_(False)
+        self.mode, self.top_k, self.temperature, self.chunk_size = mode, top_k, temperature, chunk_size
+
+    def to(self, device):
+        self.model.to(device)
+        return self
+
+    @torch.no_grad()
+    def targets(self, input_ids) -> dict:
+        """``{"teacher_logits" [B, T, V]}`` (dense) or the cache's top-K fields (topk)."""
+        weight, bias = output_head(self.model)
+        hidden = decoder_of(self.model)(input_ids=input_ids, use_cache=False).last_hidden_state
+        if self.mode == "dense":
+            logits = hidden.float() @ weight.float().T
+            return {"teacher_logits": logits if bias is None else logits + bias.float()}
+        batch, length, _ = hidden.shape
+        ids, logprobs, tail = teacher_topk(
+            hidden.reshape(batch * length, -1), weight, bias, self.top_k, self.temperature, self.chunk_size
+        )
+        return {
+            "topk_ids": ids.reshape(batch, length, -1),
+            "topk_logprobs": logprobs.reshape(batch, length, -1),
+            "tail_logmass": tail.reshape(batch, length),
+        }
