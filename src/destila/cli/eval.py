@@ -1,5 +1,56 @@
-"""`destila eval`: placeholder until its issue lands."""
+"""`destila eval`: models side by side on held-out data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
 
 
 def register(subparsers) -> None:
-    subparsers.add_parser("eval", help="(not built yet)")
+    evaluate = subparsers.add_parser(
+        "eval",
+        help="compare models on held-out data (perplexity, agreement and KL to the teacher, speed, size, memory)",
+        description="Each model is evaluated in its own process. Ratios are to the first model (usually the teacher).",
+    )
+    evaluate.add_argument("models", nargs="+", metavar="MODEL", help="model folders, .gguf files or 'smollm2'")
+    source = evaluate.add_mutually_exclusive_group(required=True)
+    source.add_argument("--cache", help="a top-K cache: its tokens, and the top-K bucket KL to its teacher")
+    source.add_argument("--data", help="text data (.txt/.jsonl/.parquet, folder, or 'pydoc')")
+    evaluate.add_argument("--teacher", help="also compute the full-vocabulary KL and agreement with this teacher")
+    evaluate.add_argument("--eval-fraction", type=float, default=None,
+                          help="with --cache: evaluate only the part `destila train --eval-fraction F` held out")
+    evaluate.add_argument("--seq-len", type=int, default=512, help="with --data: tokens per sequence")
+    evaluate.add_argument("--max-tokens", type=int, default=16384, help="evaluate at most this many tokens")
+    evaluate.add_argument("--text-field", default="text")
+    evaluate.add_argument("--batch-size", type=int, default=4)
+    evaluate.add_argument("--prompt", default=None, help="prompt for the generation-speed sample")
+    evaluate.add_argument("--new-tokens", type=int, default=32, help="tokens generated for the speed measurement")
+    evaluate.add_argument("--device", default="cpu")
+    evaluate.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    evaluate.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from rich.console import Console
+
+    from destila.evaluation import DEFAULT_PROMPT, evaluate_models, render_table
+
+    indices = None
+    if args.eval_fraction is not None:
+        if args.cache is None:
+            raise ValueError("--eval-fraction: only meaningful with --cache")
+        from destila.cache import TopKCache
+        from destila.training.datasets import split_indices
+
+        indices = split_indices(len(TopKCache(args.cache)), args.eval_fraction)[1]
+    results = evaluate_models(
+        args.models, cache=args.cache, indices=indices, data=args.data, teacher=args.teacher,
+        seq_len=args.seq_len, max_tokens=args.max_tokens, text_field=args.text_field,
+        batch_size=args.batch_size, prompt=args.prompt or DEFAULT_PROMPT, new_tokens=args.new_tokens,
+        device=args.device,
+    )
+    Console().print(render_table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+        print(f"results written to {args.json}")
+    return 0
