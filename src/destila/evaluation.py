@@ -23,16 +23,17 @@ from destila.training.datasets import collate, next_token_labels
 from destila.training.online import full_vocab_divergence
 
 DEFAULT_PROMPT = "The `with` statement in Python"
-METRICS = (  # key, label, format, higher is better
-    ("perplexity", "perplexity", "{:.2f}", False),
+METRICS = (  # key, label, format, show the ratio to the first model
+    ("perplexity", "perplexity", "{:.2f}", True),
     ("accuracy", "next-token accuracy", "{:.1%}", True),
+    # Against itself the teacher's KL is 0 (up to float16 rounding): no ratio.
     ("kl_to_teacher", "KL to teacher (nats/token)", "{:.4f}", False),
     ("top1_agreement", "top-1 agreement with teacher", "{:.1%}", True),
-    ("parameters", "parameters", "{:,.0f}", None),
-    ("size_bytes", "size on disk (MB)", "{:.1f}", None),
+    ("parameters", "parameters", "{:,.0f}", True),
+    ("size_bytes", "size on disk (MB)", "{:.1f}", True),
     ("forward_tokens_per_second", "forward (tokens/s)", "{:,.0f}", True),
     ("generate_tokens_per_second", "generation (new tokens/s)", "{:,.1f}", True),
-    ("peak_bytes", "peak memory (MB)", "{:,.0f}", None),
+    ("peak_bytes", "peak memory (MB)", "{:,.0f}", True),
 )
 
 
@@ -115,11 +116,12 @@ def forward_tokens_per_second(model, input_ids, repeats: int = 3) -> float:
 def generate(model, tokenizer, prompt: str, new_tokens: int) -> tuple[str, float]:
     """Greedy continuation of ``prompt`` and the generation speed in new tokens/s."""
     inputs = tokenizer(prompt, return_tensors="pt").to(model.device)
-    options = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                   pad_token_id=tokenizer.eos_token_id)
-    seconds = _median_seconds(lambda: model.generate(**inputs, **options), repeats=2)
-    output = model.generate(**inputs, **options)[0, inputs.input_ids.shape[1]:]
-    return tokenizer.decode(output, skip_special_tokens=True), new_tokens / seconds
+    options = dict(do_sample=False, pad_token_id=tokenizer.eos_token_id)
+    model.generate(**inputs, max_new_tokens=2, **options)  # warm-up
+    start = time.perf_counter()
+    output = model.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **options)
+    seconds = time.perf_counter() - start
+    return tokenizer.decode(output[0, inputs.input_ids.shape[1]:], skip_special_tokens=True), new_tokens / seconds
 
 
 def size_on_disk(path: str | Path) -> int:
@@ -210,7 +212,7 @@ def evaluate_models(models: list[str], *, isolated: bool = True, timeout: float 
 def comparison_rows(results: list[dict]) -> list[tuple[str, list[str]]]:
     """``(label, cells)`` per metric: each model's value and its ratio to the first model's."""
     rows = []
-    for key, label, fmt, _ in METRICS:
+    for key, label, fmt, with_ratio in METRICS:
         if not any(r.get(key) is not None for r in results):
             continue
         base = results[0].get(key)
@@ -221,8 +223,8 @@ def comparison_rows(results: list[dict]) -> list[tuple[str, list[str]]]:
                 cells.append("–")
                 continue
             shown = value / 1e6 if key in ("size_bytes", "peak_bytes") else value
-            cell = fmt.format(shown)
-            if result is not results[0] and base not in (None, 0):
+            cell = fmt.format(shown).replace("-0.0000", "0.0000")
+            if with_ratio and result is not results[0] and base not in (None, 0):
                 cell += f" (×{value / base:.2f})"
             cells.append(cell)
         rows.append((label, cells))

@@ -26,3 +26,23 @@ class JsonlLogCallback(TrainerCallback):
         record = {"step": state.global_step, "epoch": state.epoch, "time": time.time(), **logs}
         with self.path.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
+
+
+class StopAfterSeconds(TrainerCallback):
+    """Stops training once ``seconds`` of training have passed, saving a checkpoint at that step.
+
+    For time-boxed runs (the demo): the number of steps reached is then
+    known, and another run can be given exactly as many.
+    """
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.start = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.monotonic() - self.start >= self.seconds:
+            control.should_training_stop = True
+            control.should_save = True

@@ -86,7 +86,7 @@ def train_student(
     Writes checkpoints and ``log.jsonl`` into ``out`` and, at the end, the
     student (safetensors, config, tokenizer) loadable with
     ``AutoModelForCausalLM.from_pretrained(out)``. Returns
-    ``{"train": Trainer metrics, "eval": held-out metrics or {}}``.
+    ``{"train": Trainer metrics, "steps": optimizer steps, "eval": held-out metrics or {}}``.
     """
     from transformers import AutoTokenizer
 
@@ -144,4 +144,4 @@ def train_student(
     result = trainer.train(resume_from_checkpoint=resume or None)
     metrics = trainer.evaluate() if eval_ids else {}
     trainer.save_model(str(out))  # weights, config and (processing_class) tokenizer
-    return {"train": result.metrics, "eval": metrics}
+    return {"train": result.metrics, "steps": result.global_step, "eval": metrics}
