@@ -85,6 +85,10 @@ class DistillationArguments(TrainingArguments):
             raise ValueError(f"online_top_k: expected a positive integer, found {self.online_top_k}")
         if self.remove_unused_columns:
             raise ValueError("remove_unused_columns: must stay False, the batches carry the teacher's top-K")
+        import torch
+
+        if not torch.cuda.is_available():
+            self.dataloader_pin_memory = False  # pinning needs an accelerator; on CPU it only warns
         super().__post_init__()
 
     def loss_options(self) -> dict:
