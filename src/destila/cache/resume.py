@@ -1,0 +1,186 @@
+"""Making a cache folder ready to write into: lock, refuse a different build, recover after a crash.
+
+A build may have been killed at any instant. What it leaves behind, and
+what the next build does with it:
+
+- a temporary file (``.shard-…tmp-PID``, ``.manifest.json.tmp-PID``):
+  deleted;
+- a shard renamed into place but not yet named in the manifest (killed
+  between the rename and the manifest update): deleted, its sequences are
+  computed again;
+- progress files of a multi-process build (``progress-rankR.json``): their
+  shards are merged into the manifest, then the files are deleted;
+- a shard named in the manifest whose file is missing or has the wrong size
+  (deleted by hand, say, after ``verify`` found it damaged): dropped from
+  the manifest, its sequences are computed again.
+
+Only rank 0 calls these functions, while it holds the folder's lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from destila.cache.format import (
+    CONTENT_FIELDS,
+    LOCK,
+    MANIFEST,
+    PROGRESS_PREFIX,
+    ShardInfo,
+    Manifest,
+    is_shard_file,
+    is_temporary,
+    read_manifest,
+    write_atomic,
+    write_manifest,
+)
+
+log = logging.getLogger("destila.cache")
+
+
+def lock_folder(folder: Path):
+    """Create ``folder`` if needed and take its exclusive lock; returns the open lock file.
+
+    The lock is an advisory ``flock``: the kernel drops it when the process
+    dies, even by SIGKILL, so a crashed build never leaves a stale lock.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / LOCK, "a+")
+    except OSError as err:
+        raise OSError(
+            err.errno, f"cannot create or write the cache folder {folder}: {err.strerror}; "
+            "choose a folder you can write to"
+        ) from err
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, concurrent builds are the user's problem
+        return handle
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ValueError(
+            f"another `destila cache build` is writing to {folder} (its lock {folder / LOCK} is held); "
+            "wait for it to finish or stop it first"
+        ) from None
+    return handle
+
+
+def existing_manifest(folder: Path) -> Manifest | None:
+    """The manifest already in ``folder``, or None for an empty or new folder.
+
+    A non-empty folder without a manifest is refused: it is not a cache, and
+    the build would delete files it does not own when cleaning strays.
+    """
+    if (folder / MANIFEST).is_file():
+        return read_manifest(folder)
+    foreign = sorted(p.name for p in folder.iterdir() if p.name != LOCK and not is_temporary(p.name))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (" …" if len(foreign) > 5 else "")
+        raise FileExistsError(
+            f"output: {folder} is not empty ({shown}) and holds no {MANIFEST}, so it is not a destila cache; "
+            "choose a new or empty folder"
+        )
+    return None
+
+
+def content_differences(old: dict, new: dict) -> list[str]:
+    """``field: cache has A, this build has B`` for every content field that differs."""
+    return [
+        f"{name}: cache has {old.get(name)!r}, this build has {new[name]!r}"
+        for name in CONTENT_FIELDS
+        if name in new and old.get(name) != new[name]
+    ]
+
+
+def refuse_different(old: Manifest, new: dict, folder: Path, context: dict[str, str]) -> None:
+    """Raise ``ValueError`` naming each differing field when ``new`` would change the cache's content.
+
+    ``context`` adds where the old and new inputs came from (teacher path,
+    data source) so that a differing fingerprint can be traced to its cause.
+    """
+    diffs = content_differences(old.content(), new)
+    if not diffs:
+        return
+    for key, value in context.items():
+        if getattr(old, key, value) != value:
+            diffs.append(f"({key}: cache was built from {getattr(old, key)!r}, this build uses {value!r})")
+    raise ValueError(
+        f"output: {folder} already holds a cache built with different arguments; "
+        + "; ".join(diffs)
+        + ". Rerun with the cache's arguments to resume it, or choose another output folder"
+    )
+
+
+def recover(folder: Path, manifest: Manifest) -> Manifest:
+    """Fold what a killed build left behind into ``manifest``, delete the rest, write it; returns it."""
+    shards = {s.name: s for s in manifest.shards}
+    for progress in sorted(folder.glob(f"{PROGRESS_PREFIX}*.json")):
+        try:
+            entries = json.loads(progress.read_text())["shards"]
+        except (OSError, ValueError, KeyError):
+            # Progress files are replaced atomically, so a damaged one was
+            # damaged after the fact; its shards become strays and are redone.
+            log.warning("ignoring unreadable progress file %s", progress.name)
+            continue
+        for entry in entries:
+            shards.setdefault(entry["name"], ShardInfo(**entry))
+    kept, seen = [], set()
+    for name, info in sorted(shards.items()):
+        path = folder / name
+        size = path.stat().st_size if path.is_file() else None
+        if size != info.bytes:
+            found = "missing" if size is None else f"{size} bytes instead of {info.bytes}"
+            log.warning("shard %s is %s: its %d sequences will be computed again", name, found, info.rows)
+            continue
+        indices = set(int(i) for i in info.indices())
+        if indices & seen:  # cannot happen with this writer; never let a sequence be stored twice
+            log.warning("shard %s repeats sequences stored elsewhere: dropped", name)
+            continue
+        seen |= indices
+        kept.append(info)
+    manifest.shards = kept
+    manifest.complete = covers_all(manifest)
+    write_manifest(folder, manifest)
+    named = {s.name for s in kept}
+    for path in folder.iterdir():
+        if is_temporary(path.name) and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        elif (is_shard_file(path.name) and path.name not in named) or is_temporary(path.name):
+            path.unlink()
+    for progress in folder.glob(f"{PROGRESS_PREFIX}*.json"):
+        progress.unlink()
+    return manifest
+
+
+def covers_all(manifest: Manifest) -> bool:
+    """True when the shards hold every sequence ``0 … sequences-1`` exactly once."""
+    import numpy as np
+
+    if manifest.stored_sequences != manifest.sequences:
+        return False
+    if not manifest.shards:
+        return manifest.sequences == 0
+    seen = np.concatenate([s.indices() for s in manifest.shards])
+    return bool(np.array_equal(np.sort(seen), np.arange(manifest.sequences)))
+
+
+def done_indices(manifest: Manifest) -> set[int]:
+    done: set[int] = set()
+    for shard in manifest.shards:
+        done.update(int(i) for i in shard.indices())
+    return done
+
+
+def write_progress(folder: Path, rank: int, shards: list[ShardInfo]) -> None:
+    import dataclasses
+
+    from destila.cache.format import progress_name
+
+    payload = {"rank": rank, "pid": os.getpid(), "shards": [dataclasses.asdict(s) for s in shards]}
+    write_atomic(folder / progress_name(rank), json.dumps(payload, indent=1).encode())

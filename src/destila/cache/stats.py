@@ -1,0 +1,132 @@
+"""``inspect_cache``: what a cache holds and what the teacher's distributions look like.
+
+The distribution statistics are per position (token), averaged over the
+stored positions (or the first ``max_sequences`` sequences):
+
+- ``topk_mass_mean``: mean of ``Σ_k p_k``, the share of the teacher's
+  probability the top-K keeps (1 − tail mass);
+- ``tail_logmass_percentiles``: percentiles of ``log(1 − Σ_k p_k)``;
+- ``entropy_topk_mean``: mean of ``−Σ_k p_k log p_k``, the part of the
+  teacher's entropy the top-K carries (a lower bound on the full entropy);
+- ``entropy_bucket_mean``: the same plus the tail bucket ``−p_R log p_R``,
+  the entropy of the K+1-bucket distribution the default loss compares.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from destila.cache.format import TOKENIZER_DIR, read_manifest
+
+PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
+
+
+def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
+    """A JSON-ready summary of the cache at ``path`` (works on an incomplete cache too)."""
+    import numpy as np
+    import torch
+    from safetensors import safe_open
+
+    path = Path(path).expanduser()
+    m = read_manifest(path)
+    shard_bytes = sum(s.bytes for s in m.shards)
+    stored_tokens = m.stored_sequences * m.seq_len
+    folder_bytes = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    summary = {
+        "path": str(path),
+        "complete": m.complete,
+        "sequences": m.sequences,
+        "stored_sequences": m.stored_sequences,
+        "tokens": m.tokens,
+        "seq_len": m.seq_len,
+        "top_k": m.top_k,
+        "vocab_size": m.vocab_size,
+        "temperature": m.temperature,
+        "logprob_dtype": m.logprob_dtype,
+        "shards": len(m.shards),
+        "shard_bytes": shard_bytes,
+        "folder_bytes": folder_bytes,
+        "bytes_per_token": shard_bytes / stored_tokens if stored_tokens else None,
+        "teacher": {
+            "name": m.teacher, "path": m.teacher_path, "gguf_file": m.teacher_gguf_file,
+            "architecture": m.teacher_architecture, "dtype": m.teacher_dtype,
+            "config_hash": m.teacher_config_hash, "weight_fingerprint": m.teacher_weight_fingerprint,
+        },
+        "tokenizer": {
+            "path": str(path / TOKENIZER_DIR), "class": _tokenizer_class(path / TOKENIZER_DIR),
+            "size": m.tokenizer_size, "eos_token_id": m.eos_token_id, "fingerprint": m.tokenizer_fingerprint,
+        },
+        "data": {"source": m.data_source, "text_field": m.text_field, "fingerprint": m.data_fingerprint},
+    }
+    tails, masses, entropy_topk, entropy_bucket, taken = [], [], [], [], 0
+    for shard in m.shards:
+        if max_sequences is not None and taken >= max_sequences:
+            break
+        rows = shard.rows if max_sequences is None else min(shard.rows, max_sequences - taken)
+        with safe_open(str(path / shard.name), framework="pt") as handle:
+            lp = handle.get_slice("topk_logprobs")[:rows].float().reshape(-1, m.top_k)
+            tail = handle.get_slice("tail_logmass")[:rows].reshape(-1)
+        p = lp.exp()
+        h_topk = -(p * lp).sum(-1)
+        p_tail = tail.exp()
+        # 0 · log 0 = 0 when the tail is empty (K = V)
+        h_tail = torch.where(p_tail > 0, -p_tail * tail, torch.zeros_like(tail))
+        masses.append(p.sum(-1).double().numpy())
+        tails.append(tail.numpy())
+        entropy_topk.append(h_topk.double().numpy())
+        entropy_bucket.append((h_topk + h_tail).double().numpy())
+        taken += rows
+    if taken:
+        tail_all = np.concatenate(tails)
+        finite = tail_all[np.isfinite(tail_all)]
+        summary["stats"] = {
+            "sequences": taken,
+            "positions": int(len(tail_all)),
+            "topk_mass_mean": float(np.concatenate(masses).mean()),
+            "tail_logmass_percentiles": (
+                {f"p{q}": float(v) for q, v in zip(PERCENTILES, np.percentile(finite, PERCENTILES))}
+                if len(finite) else None
+            ),
+            "tail_logmass_neg_inf": int(len(tail_all) - len(finite)),
+            "entropy_topk_mean": float(np.concatenate(entropy_topk).mean()),
+            "entropy_bucket_mean": float(np.concatenate(entropy_bucket).mean()),
+        }
+    return summary
+
+
+def _tokenizer_class(folder: Path) -> str | None:
+    try:
+        return json.loads((folder / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError):
+        return None
+
+
+def format_summary(summary: dict) -> str:
+    """The human-readable form printed by ``destila cache inspect``."""
+    lines = [
+        f"cache          {summary['path']}" + ("" if summary["complete"] else "  (INCOMPLETE)"),
+        f"sequences      {summary['stored_sequences']:,} of {summary['sequences']:,} × {summary['seq_len']} tokens "
+        f"= {summary['tokens']:,} tokens in {summary['shards']} shards",
+        f"top-K          K={summary['top_k']} of V={summary['vocab_size']:,}, log-probs {summary['logprob_dtype']}, "
+        f"temperature {summary['temperature']}",
+        f"disk           {summary['shard_bytes'] / 2**20:,.1f} MiB in shards"
+        + (f", {summary['bytes_per_token']:.1f} bytes/token" if summary["bytes_per_token"] else ""),
+        f"teacher        {summary['teacher']['name']} ({summary['teacher']['architecture']}, "
+        f"{summary['teacher']['dtype']}, weights {summary['teacher']['weight_fingerprint']})",
+        f"tokenizer      {summary['tokenizer']['class']} ({summary['tokenizer']['size']:,} tokens, "
+        f"fingerprint {summary['tokenizer']['fingerprint']}) in {summary['tokenizer']['path']}",
+        f"data           {summary['data']['source']} (field {summary['data']['text_field']!r}, "
+        f"fingerprint {summary['data']['fingerprint']})",
+    ]
+    stats = summary.get("stats")
+    if stats:
+        lines.append(f"top-K mass     mean Σp = {stats['topk_mass_mean']:.4f} over {stats['positions']:,} positions")
+        pct = stats["tail_logmass_percentiles"]
+        if pct:
+            lines.append("tail log-mass  " + "  ".join(f"{k} {v:.2f}" for k, v in pct.items()))
+        lines.append(
+            f"entropy        top-K {stats['entropy_topk_mean']:.3f} nats, with tail bucket "
+            f"{stats['entropy_bucket_mean']:.3f} nats (mean per position)"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,230 @@
+"""Real processes and real files: SIGKILL at several points then resume, a full disk, torchrun.
+
+Every build here runs ``python -m destila cache build`` in a subprocess with
+one thread, so its floating-point results are bit-for-bit those of the
+in-process reference build (also one thread, see conftest).
+"""
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import torch
+from conftest import make_tiny_model
+
+from destila.cache import TopKCache, build_cache, read_manifest, verify_cache
+
+ARGS = ["--seq-len", "64", "--max-tokens", "8000", "--top-k", "12", "--shard-size", "3", "--batch-size", "1"]
+KWARGS = dict(seq_len=64, max_tokens=8000, top_k=12, shard_size=3, batch_size=1, progress=False)
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+@pytest.fixture(scope="module")
+def slow_teacher(tmp_path_factory, tiny_tokenizer):
+    """A tiny Llama a bit wider than conftest's, so a build lasts long enough to be killed mid-way."""
+    path = tmp_path_factory.mktemp("slow-llama")
+    make_tiny_model("llama", len(tiny_tokenizer), layers=6, hidden=128).save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, slow_teacher):
+    path = tmp_path_factory.mktemp("reference") / "c"
+    build_cache(str(slow_teacher), "pydoc", path, **KWARGS)
+    return path
+
+
+def command(teacher, out, *extra):
+    return [sys.executable, "-m", "destila", "cache", "build", str(teacher), "pydoc", "-o", str(out), *ARGS, "--quiet", *extra]
+
+
+def recorded_shards(folder) -> int:
+    try:
+        return len(read_manifest(folder).shards)
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
+def run_and_kill(cmd, when, timeout=120.0) -> bool:
+    """Start ``cmd``; SIGKILL it as soon as ``when()`` is true. Returns False if it ended first."""
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if when():
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                return True
+            time.sleep(0.002)
+        return False
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def assert_same_cache(got, want):
+    a, b = read_manifest(got), read_manifest(want)
+    assert a.content() == b.content() and a.complete and b.complete
+    assert [(s.name, s.rows, s.sha256) for s in a.shards] == [(s.name, s.rows, s.sha256) for s in b.shards]
+    for i in range(a.sequences):
+        x, y = TopKCache(got)[i], TopKCache(want)[i]
+        assert all(torch.equal(x[k], y[k]) for k in x), i
+
+
+def kill_after(out, shards: int, delay: float):
+    """A ``when`` for :func:`run_and_kill`: ``delay`` seconds after ``shards`` shards are recorded."""
+    seen = {}
+
+    def when():
+        if recorded_shards(out) >= shards:
+            seen.setdefault("at", time.monotonic())
+            return time.monotonic() - seen["at"] >= delay
+        return False
+
+    return when
+
+
+def finish_and_compare(teacher, out, reference):
+    finished = subprocess.run(command(teacher, out), env=ENV, capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stderr
+    assert "resumed after" in finished.stdout
+    assert_same_cache(out, reference)
+
+
+def test_sigkill_mid_pass_then_resume_equals_an_uninterrupted_build(slow_teacher, reference, tmp_path):
+    out = tmp_path / "c"
+    total = len(read_manifest(reference).shards)
+    assert run_and_kill(command(slow_teacher, out), kill_after(out, total // 3, 0.02)), "ended before the kill"
+    assert 0 < recorded_shards(out) < total
+    finish_and_compare(slow_teacher, out, reference)
+
+
+@pytest.mark.slow
+def test_sigkill_at_several_points_then_resume_equals_an_uninterrupted_build(slow_teacher, reference, tmp_path):
+    out = tmp_path / "c"
+    total = len(read_manifest(reference).shards)
+    # right after the folder and manifest appear (tokenizer copy and model load under way)
+    assert run_and_kill(command(slow_teacher, out), lambda: (out / "manifest.json").exists())
+    # as soon as a shard is recorded, then at several moments a few milliseconds after one
+    points = ((1, 0.0), (total // 4, 0.005), (total // 2, 0.015), (3 * total // 4, 0.030), (total - 1, 0.0))
+    for shards, delay in points:
+        assert run_and_kill(command(slow_teacher, out), kill_after(out, shards, delay)), "ended before the kill"
+        assert 0 < recorded_shards(out) < total
+    finish_and_compare(slow_teacher, out, reference)
+
+
+def test_full_disk_is_a_clear_error_and_keeps_the_recorded_shards(slow_teacher, reference, tmp_path):
+    out = tmp_path / "c"
+    shutil.copytree(reference, out)
+    manifest = read_manifest(out)
+    kept = manifest.shards[:5]
+    manifest.shards, manifest.complete = kept, False
+    (out / "manifest.json").write_text(manifest.to_json())
+
+    def limit_file_size():  # files may not grow past 20 kB: a 48-sequence shard cannot be written
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write with EFBIG instead of killing
+
+    failed = subprocess.run(
+        command(slow_teacher, out, "--shard-size", "48"), env=ENV, capture_output=True, text=True,
+        preexec_fn=limit_file_size,
+    )
+    assert failed.returncode == 1, failed.stderr
+    assert "could not write to the cache folder" in failed.stderr and "intact" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    assert [s.sha256 for s in read_manifest(out).shards] == [s.sha256 for s in kept]
+    report = verify_cache(out)
+    assert len(report.faults) == 1 and "incomplete" in report.faults[0]  # every recorded shard is sound
+    assert not any(".tmp-" in p.name for p in out.iterdir())
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_unwritable_folder_is_a_clear_error_and_keeps_the_shards(slow_teacher, reference, tmp_path):
+    out = tmp_path / "c"
+    shutil.copytree(reference, out)
+    manifest = read_manifest(out)
+    (out / manifest.shards[-1].name).unlink()  # one shard to redo
+    os.chmod(out, 0o500)
+    try:
+        result = subprocess.run(command(slow_teacher, out), env=ENV, capture_output=True, text=True)
+    finally:
+        os.chmod(out, 0o700)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "cannot create or write the cache folder" in result.stderr or "could not write" in result.stderr
+    assert all((out / s.name).is_file() for s in manifest.shards[:-1])
+
+
+def test_torchrun_two_processes_equal_one_process(tiny_llama_dir, tmp_path):
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun not found next to the Python interpreter")
+    single = tmp_path / "one"
+    options = dict(seq_len=32, max_tokens=32 * 28, top_k=12, shard_size=4, batch_size=2, progress=False)
+    build_cache(str(tiny_llama_dir), "pydoc", single, **options)
+    double = tmp_path / "two"
+    result = subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "destila", "cache", "build", str(tiny_llama_dir),
+         "pydoc", "-o", str(double), "--seq-len", "32", "--max-tokens", str(32 * 28), "--top-k", "12",
+         "--shard-size", "4", "--batch-size", "2", "--quiet"],
+        env=ENV, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = read_manifest(single), read_manifest(double)
+    assert b.complete and a.content() == b.content()
+    # rank r took sequences r, r+2, …: shards hold strided sequences, 4 per shard
+    assert sorted(s.sequences[0][2] for s in b.shards) == [2] * len(b.shards)
+    assert verify_cache(double).ok and not list(double.glob("progress-rank*.json"))
+    one, two = TopKCache(single), TopKCache(double)
+    for i in range(len(one)):
+        x, y = one[i], two[i]
+        assert torch.equal(x["input_ids"], y["input_ids"]) and torch.equal(x["topk_ids"], y["topk_ids"])
+        torch.testing.assert_close(x["topk_logprobs"], y["topk_logprobs"], rtol=2.0**-10, atol=1e-5)
+        torch.testing.assert_close(x["tail_logmass"], y["tail_logmass"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_torchrun_killed_then_resumed_by_one_process(slow_teacher, reference, tmp_path):
+    """Progress files of a killed two-process build are merged by a one-process resume."""
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun not found next to the Python interpreter")
+    out = tmp_path / "c"
+    cmd = [torchrun, "--standalone", "--nproc-per-node", "2", *command(slow_teacher, out)[1:]]
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            progress = list(out.glob("progress-rank*.json")) if out.exists() else []
+            if len(progress) == 2:
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, "the two-process build ended before it could be killed"
+        # torchrun starts each rank in its own session: kill the agent and every rank, as a power cut would.
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        for member in family:
+            member.send_signal(signal.SIGKILL)
+        psutil.wait_procs(family, timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    stored = sum(len(json.loads(p.read_text())["shards"]) for p in out.glob("progress-rank*.json"))
+    assert stored >= 2 and recorded_shards(out) == 0  # recorded only in the progress files so far
+    finished = subprocess.run(command(slow_teacher, out), env=ENV, capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stderr
+    assert f"resumed after {stored * 3:,} stored" in finished.stdout
+    assert not list(out.glob("progress-rank*.json")) and verify_cache(out).ok
+    one, resumed = TopKCache(reference), TopKCache(out)
+    for i in range(len(one)):
+        x, y = one[i], resumed[i]
+        assert torch.equal(x["input_ids"], y["input_ids"])
+        torch.testing.assert_close(x["topk_logprobs"], y["topk_logprobs"], rtol=2.0**-10, atol=1e-5)
