@@ -1,0 +1,274 @@
+"""The output-head benchmark: peak memory and fwd+bwd time of each loss impl against sequence length.
+
+For each N in ``seq_lens``, and each impl plus the ``floor``, one fresh
+process (:func:`run_isolated`) builds the inputs (hidden ``[N, H]`` and the
+head ``[V, H]`` in ``dtype`` requiring grad, a cache-like top-K: int32 ids,
+float16 log-probs, float32 tail), runs one warm-up on the first
+``2·chunk_size`` rows, then times ``loss.backward()`` up to ``repeats`` times
+(stopping early once ``max_seconds`` of timed runs are spent) and reports
+the median. Peak memory is the process's peak above its baseline after
+imports, inputs included, the same way for every impl.
+
+The **floor** is the bare lm_head GEMMs of a forward+backward of the same
+shapes, over the same row chunks (``logits = h Wᵀ``, ``dh = G W``,
+``dW += Gᵀ h``, the logits buffer standing in for G), into buffers allocated
+per call as the fused loss allocates its own: the time no implementation of
+this loss can beat. It has its own row (memory and time, own process), and
+every impl's process also times it right after each of its own runs, so
+that ``ratio_to_floor`` compares two measurements taken under the same load.
+
+A configuration predicted not to fit ``memory_budget`` is reported
+``skipped`` without running; one that fails to allocate is ``oom``, and
+larger N for that impl are then ``skipped``. The sweep always goes on.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from destila.bench.isolated import run_isolated
+
+WORKER = "destila.bench.loss:loss_worker"
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# Float32 [N, V] arrays' worth of memory at dense's peak (log-softmax, dense
+# teacher grid, masks, gradients), measured with this sweep on CPU: +1.28 GiB
+# per 2048 rows at V = 32768, i.e. 4.8 grids, plus margin. Used only to skip what cannot fit.
+DENSE_GRIDS = 5.2
+
+
+@dataclass
+class LossBenchConfig:
+    """One sweep: shapes, impls, and how to measure. Defaults fit a 2-core, 24 GiB CPU machine."""
+
+    hidden: int = 512
+    vocab: int = 32768
+    top_k: int = 100
+    seq_lens: tuple[int, ...] = (2048, 4096, 8192, 16384, 32768, 65536)
+    impls: tuple[str, ...] = ("fused", "chunked", "dense")
+    dtype: str = "float32"
+    device: str = "cpu"
+    chunk_size: int = 2048
+    repeats: int = 3
+    max_seconds: float = 30.0
+    timeout: float = 1800.0
+    memory_budget: int | None = None
+    threads: int | None = None
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"dtype: expected one of {sorted(DTYPE_BYTES)}, found {self.dtype!r}")
+        unknown = [i for i in self.impls if i not in ("fused", "chunked", "dense")]
+        if unknown:
+            raise ValueError(f"impls: expected some of fused, chunked, dense, found {unknown}")
+        for name in ("hidden", "vocab", "top_k", "chunk_size", "repeats"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected a positive integer, found {getattr(self, name)}")
+        if self.top_k > self.vocab:
+            raise ValueError(f"top_k: expected ≤ vocab = {self.vocab}, found {self.top_k}")
+        if not self.seq_lens or min(self.seq_lens) < 1:
+            raise ValueError(f"seq_lens: expected positive lengths, found {list(self.seq_lens)}")
+
+
+def input_bytes(n: int, cfg: LossBenchConfig) -> int:
+    """Inputs and their gradients, O(N·(H+K)) + O(V·H): hidden, dh, weight, dW, ids, log-probs, tail."""
+    e = DTYPE_BYTES[cfg.dtype]
+    return 2 * n * cfg.hidden * e + 2 * cfg.vocab * cfg.hidden * e + n * cfg.top_k * (4 + 2) + n * 4
+
+
+def predicted_bytes(impl: str, n: int, cfg: LossBenchConfig) -> int:
+    """A generous estimate of a configuration's peak above baseline, to skip what cannot fit."""
+    e, v, h, k = DTYPE_BYTES[cfg.dtype], cfg.vocab, cfg.hidden, cfg.top_k
+    chunk = min(cfg.chunk_size, n)
+    base = input_bytes(n, cfg) + n * k * (8 + 4 + 1) * 2  # + cleaned targets (int64 ids, log-probs, masks)
+    float32_head = 0 if e == 4 else 2 * v * h * 4  # float32 copy of W and dW accumulator
+    if impl in ("fused", "floor"):
+        return base + chunk * v * 4 + float32_head
+    if impl == "chunked":
+        return base + 2 * n * v * e + chunk * v * 4
+    return base + int(DENSE_GRIDS * n * v * 4)
+
+
+def _make_inputs(n: int, hidden: int, vocab: int, top_k: int, dtype, device: str, seed: int):
+    """Random inputs generated on ``device`` in row blocks (no large temporaries left in the peak)."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    h = torch.empty(n, hidden, dtype=dtype, device=device)
+    w = torch.empty(vocab, hidden, dtype=dtype, device=device)
+    ids = torch.empty(n, top_k, dtype=torch.int32, device=device)
+    lp = torch.empty(n, top_k, dtype=torch.float16, device=device)
+    # Distinct ids per row without an [N, V] permutation: start + k·step mod V
+    # with step coprime to V visits K different tokens.
+    steps = torch.tensor([s for s in (1, 3, 5, 7, 11, 13, 17, 19, 23) if math.gcd(s, vocab) == 1], device=device)
+    offsets = torch.arange(top_k, device=device)
+    block = 4096
+    for start in range(0, max(n, vocab), block):
+        if start < vocab:
+            rows = min(block, vocab - start)
+            w[start:start + rows] = torch.randn(rows, hidden, device=device, generator=gen) / math.sqrt(hidden)
+        if start < n:
+            rows = min(block, n - start)
+            h[start:start + rows] = torch.randn(rows, hidden, device=device, generator=gen)
+            first = torch.randint(0, vocab, (rows, 1), device=device, generator=gen)
+            step = steps[torch.randint(0, len(steps), (rows, 1), device=device, generator=gen)]
+            ids[start:start + rows] = (first + step * offsets) % vocab
+            # Peaked teacher: the top-K holds 95% of the mass, the tail the rest.
+            logits = 2.0 * torch.randn(rows, top_k, device=device, generator=gen)
+            lp[start:start + rows] = torch.log_softmax(logits, dim=1) + math.log(0.95)
+    tail = torch.full((n,), math.log(0.05), device=device)
+    return h.requires_grad_(True), w.requires_grad_(True), ids, lp, tail
+
+
+def _floor_step(h, w, chunk: int) -> None:
+    """The three lm_head GEMMs of fwd+bwd over row chunks, into buffers allocated per call as fused does."""
+    import torch
+
+    with torch.no_grad():
+        rows, vocab = h.shape[0], w.shape[0]
+        chunk = min(chunk, rows)
+        logits = torch.empty(chunk, vocab, dtype=h.dtype, device=h.device)
+        dh, dw = torch.empty_like(h), torch.zeros_like(w)
+        for start in range(0, rows, chunk):
+            stop = min(start + chunk, rows)
+            g = logits[: stop - start]
+            torch.mm(h[start:stop], w.t(), out=g)
+            torch.mm(g, w, out=dh[start:stop])
+            dw.addmm_(g.t(), h[start:stop])
+
+
+def loss_worker(impl: str, seq_len: int, hidden: int, vocab: int, top_k: int, dtype: str, device: str,
+                chunk_size: int, repeats: int, max_seconds: float, seed: int = 0) -> dict:
+    """One configuration, run inside :func:`run_isolated`.
+
+    Each timed run of ``impl`` is followed by a timed run of the floor in the
+    same process, so that both see the same machine load (other processes
+    on a shared machine shift absolute times by tens of percent within
+    minutes). Peak memory counts the impl's runs only, inputs included.
+    """
+    import torch
+
+    from destila import distill_loss
+    from destila.bench.isolated import PeakMeter, active_meter
+
+    meter = active_meter() or PeakMeter(device)
+    h, w, ids, lp, tail = _make_inputs(seq_len, hidden, vocab, top_k, getattr(torch, dtype), device, seed)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def floor(rows: int) -> None:
+        _floor_step(h.detach()[:rows], w.detach(), chunk_size)
+
+    def loss(rows: int) -> None:
+        distill_loss(h[:rows], w, ids[:rows], lp[:rows], tail[:rows], impl=impl, chunk_size=chunk_size).backward()
+
+    run = floor if impl == "floor" else loss
+    paired = impl != "floor"
+
+    def timed(fn, rows: int) -> float:
+        h.grad = w.grad = None  # the previous run's gradients are not this run's memory
+        sync()
+        began = time.perf_counter()
+        fn(rows)
+        sync()
+        return time.perf_counter() - began
+
+    meter.restart_peak()
+    timed(run, min(seq_len, 2 * chunk_size))  # warm-up: allocator, kernels, code paths
+    peak = meter.peak()
+    if paired:
+        timed(floor, min(seq_len, 2 * chunk_size))
+    times: list[float] = []
+    floor_times: list[float] = []
+    while len(times) < repeats and (not times or sum(times) + sum(floor_times) < max_seconds):
+        meter.restart_peak()
+        times.append(timed(run, seq_len))
+        peak = max(peak, meter.peak())
+        if paired:
+            floor_times.append(timed(floor, seq_len))
+    floor_times = floor_times or times
+    gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
+    return {"times": times, "seconds": statistics.median(times), "repeats_done": len(times),
+            "floor_times": floor_times, "floor_seconds": statistics.median(floor_times), "peak_bytes": peak,
+            "threads": torch.get_num_threads(), "gpu": gpu}
+
+
+def run_loss_sweep(cfg: LossBenchConfig, on_row=None) -> list[dict]:
+    """Every (N, impl) configuration plus the floor, each in its own process. Rows as JSON-able dicts.
+
+    ``floor_seconds`` of an impl's row is the floor timed in that impl's own
+    process, interleaved with its runs; ``sweep_floor_seconds`` is the floor
+    row's own time (a separate process, at another moment).
+    """
+    rows: list[dict] = []
+    failed_at: dict[str, int] = {}
+    for n in cfg.seq_lens:
+        group = []
+        for impl in ("floor", *cfg.impls):
+            row = _run_one(impl, n, cfg, failed_at)
+            if row["status"] == "oom":
+                failed_at.setdefault(impl, n)
+            group.append(row)
+        sweep_floor = group[0]["seconds"] if group[0]["status"] == "ok" else None
+        for row in group:
+            row["sweep_floor_seconds"] = sweep_floor
+            ok = row["seconds"] and row["floor_seconds"]
+            row["ratio_to_floor"] = row["seconds"] / row["floor_seconds"] if ok else None
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+    return rows
+
+
+def _run_one(impl: str, n: int, cfg: LossBenchConfig, failed_at: dict) -> dict:
+    predicted = predicted_bytes(impl, n, cfg)
+    row = {"impl": impl, "seq_len": n, "hidden": cfg.hidden, "vocab": cfg.vocab, "top_k": cfg.top_k,
+           "dtype": cfg.dtype, "device": cfg.device, "chunk_size": cfg.chunk_size, "status": None,
+           "peak_bytes": None, "seconds": None, "times": None, "repeats_done": 0, "floor_seconds": None,
+           "floor_times": None,
+           "predicted_bytes": predicted, "input_bytes": input_bytes(n, cfg), "error": None, **cfg.extra}
+    if impl in failed_at:
+        return {**row, "status": "skipped", "error": f"oom at seq_len={failed_at[impl]}"}
+    if cfg.memory_budget is not None and predicted > cfg.memory_budget:
+        return {**row, "status": "skipped",
+                "error": f"predicted {predicted / 2**30:.1f} GiB > budget {cfg.memory_budget / 2**30:.1f} GiB"}
+    kwargs = dict(impl=impl, seq_len=n, hidden=cfg.hidden, vocab=cfg.vocab, top_k=cfg.top_k, dtype=cfg.dtype,
+                  device=cfg.device, chunk_size=cfg.chunk_size, repeats=cfg.repeats, max_seconds=cfg.max_seconds,
+                  seed=cfg.seed)
+    report = run_isolated(WORKER, kwargs, device=cfg.device, timeout=cfg.timeout, memory_limit=cfg.memory_budget,
+                          threads=cfg.threads)
+    result = report["result"] or {}
+    return {**row, "status": report["status"], "peak_bytes": report["peak_bytes"], "error": report["error"],
+            "seconds": result.get("seconds"), "times": result.get("times"),
+            "floor_seconds": result.get("floor_seconds"), "floor_times": result.get("floor_times"),
+            "repeats_done": result.get("repeats_done", 0), "threads": result.get("threads"),
+            "gpu": result.get("gpu"), "wall_seconds": report["wall_seconds"]}
+
+
+def summarise(rows: list[dict]) -> list[str]:
+    """The claims, as lines: fused vs floor (timed in fused's process) and vs dense (time), dense vs fused
+    (memory), fused's growth in N."""
+    ok = {(r["impl"], r["seq_len"]): r for r in rows if r["status"] == "ok"}
+    lines = []
+    for n in sorted({r["seq_len"] for r in rows}):
+        fused, dense = ok.get(("fused", n)), ok.get(("dense", n))
+        parts = [f"N={n}:"]
+        if fused and fused.get("ratio_to_floor"):
+            parts.append(f"fused/floor time {fused['ratio_to_floor']:.3f}")
+        if fused and dense:
+            parts.append(f"fused/dense time {fused['seconds'] / dense['seconds']:.3f}")
+            parts.append(f"dense/fused memory {dense['peak_bytes'] / fused['peak_bytes']:.1f}")
+        if len(parts) > 1:
+            lines.append("  ".join(parts))
+    fused_ns = sorted(n for (impl, n) in ok if impl == "fused")
+    starts = sorted({fused_ns[0], 4096} & set(fused_ns[:-1])) if len(fused_ns) >= 2 else []
+    for first in starts:  # the acceptance criterion is stated from 4K
+        lo, hi = ok[("fused", first)], ok[("fused", fused_ns[-1])]
+        grew, inputs = hi["peak_bytes"] - lo["peak_bytes"], hi["input_bytes"] - lo["input_bytes"]
+        per_nv = (hi["seq_len"] - lo["seq_len"]) * lo["vocab"] * 4
+        lines.append(f"fused peak {first}→{fused_ns[-1]}: +{grew / 2**20:.1f} MiB; inputs+grads grow "
+                     f"+{inputs / 2**20:.1f} MiB; one float32 N·V array would add {per_nv / 2**20:.0f} MiB")
+    return lines

@@ -1,0 +1,74 @@
+"""Benchmark rows on disk: the machine they ran on, JSON lines and CSV.
+
+Every row carries the machine, versions and command that produced it, so a
+results file read alone says how to reproduce it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import shlex
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict:
+    """Host, CPU, cores, RAM, Python/torch/destila versions, the command line and the time (UTC)."""
+    import psutil
+    import torch
+
+    from destila import __version__
+
+    return {
+        "host": platform.node(),
+        "cpu": _cpu_model(),
+        "cores": psutil.cpu_count(logical=True),
+        "ram_bytes": psutil.virtual_memory().total,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "destila": __version__,
+        "command": " ".join(shlex.quote(a) for a in [os.path.basename(sys.argv[0]), *sys.argv[1:]]),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_jsonl(rows: list[dict], path: str | os.PathLike) -> None:
+    """One JSON object per line."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_csv(rows: list[dict], path: str | os.PathLike) -> None:
+    """The same rows as CSV; columns in first-seen order, lists joined with ``;``."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ";".join(f"{x:.6g}" for x in v) if isinstance(v, list) else v
+                             for k, v in row.items()})

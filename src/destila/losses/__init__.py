@@ -1,0 +1,12 @@
+"""Distillation losses against a cached teacher top-K: dense reference, forward-chunked, fused.
+
+``distill_loss(..., impl="fused")`` is the point of the project: the student's
+lm_head runs inside the loss, chunk by chunk, so ``[N, V]`` logits never
+exist. See :func:`distill_loss` for shapes and maths, :class:`LossOptions`
+for the options.
+"""
+
+from destila.losses.api import DistillLoss, distill_loss
+from destila.losses.options import DIVERGENCES, IMPLS, TAILS, LossOptions
+
+__all__ = ["distill_loss", "DistillLoss", "LossOptions", "DIVERGENCES", "TAILS", "IMPLS"]

@@ -1,0 +1,188 @@
+"""The loss of one chunk of rows from its logits, and its logit gradient, in place.
+
+This is the maths of the project, written once: ``chunked`` feeds it slices
+of a full logit matrix, ``fused`` feeds it a buffer its lm_head GEMM has just
+filled. Both then turn the gradient left in the buffer into parameter
+gradients.
+
+Naive equivalent for one row, ``tail="bucket"``, forward KL (``s = z / T``)::
+
+    log_q  = log_softmax(s)                           # [V]
+    rest   = ones(V, bool); rest[ids] = False
+    lq     = cat([log_q[ids], logsumexp(log_q[rest])])
+    lp     = cat([topk_logprobs, tail_logmass])
+    D      = (lp.exp() * (lp - lq)).sum()
+    loss   = soft_weight * T**2 * D + hard_weight * (logsumexp(z) - z[label])
+
+Here no ``[C, V]`` temporary is made: the buffer is overwritten step by step
+(teacher tokens masked out, exponentials, gradient) and every other tensor is
+``[C]`` or ``[C, K]`` (the hard cross-entropy at T ≠ 1 adds one pass over
+~8 MiB row blocks). Masking the teacher tokens first means the rest
+bucket's mass is summed directly over its own tokens instead of as
+``1 − Σ q_k``, which cancels catastrophically when the top-K holds most of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from destila.losses.divergences import bucket_terms, teacher_topk_logprobs
+from destila.losses.inputs import Targets
+from destila.losses.options import LossOptions
+
+_NEG_INF = float("-inf")
+# Rows per block for the one step that needs a [rows, V] temporary (hard
+# cross-entropy at T ≠ 1): about 8 MiB of float32 at a time.
+_BLOCK_ELEMENTS = 1 << 21
+
+
+@dataclass
+class ChunkSums:
+    """Sums over the chunk's kept rows (0-dim tensors): Σ D, Σ CE (0 without labels), Σ agree."""
+
+    soft: Tensor
+    hard: Tensor
+    agree: Tensor
+
+
+@dataclass
+class TeacherBuckets:
+    """The teacher's side of a chunk's buckets (it does not involve the student).
+
+    lp, p, present ``[N, K+1]``: log-prob, probability and existence of the K
+    token buckets and the rest bucket (last column); fill ``[N, K]``: -inf
+    at real entries, +inf at padding; padding ``[N, K]``: not a real entry;
+    top1 ``[N, 1]``: position of the teacher's most likely entry; counted
+    ``[N]``: kept rows with a real entry.
+    """
+
+    targets: Targets
+    lp: Tensor
+    p: Tensor
+    present: Tensor
+    fill: Tensor
+    padding: Tensor
+    top1: Tensor
+    counted: Tensor
+
+
+def teacher_buckets(targets: Targets, options: LossOptions) -> TeacherBuckets:
+    """:class:`TeacherBuckets` for the rows of ``targets`` (one chunk: O(C·K) memory)."""
+    valid = targets.valid
+    lp = torch.cat([teacher_topk_logprobs(targets.logprobs, valid, options.tail), targets.tail_logmass[:, None]], 1)
+    present = torch.cat([valid, targets.has_rest[:, None]], 1)
+    p = torch.where(present, lp.exp(), 0.0)
+    fill = torch.where(valid, _NEG_INF, float("inf")).to(lp.dtype)
+    top1 = targets.logprobs.argmax(dim=1, keepdim=True)
+    return TeacherBuckets(targets, lp, p, present, fill, ~valid, top1, targets.keep & valid.any(dim=1))
+
+
+def chunk_loss_(scores: Tensor, teacher: TeacherBuckets, options: LossOptions, coef: Tensor, *,
+                want_grad: bool, want_hard: bool) -> ChunkSums:
+    """Loss sums of ``C`` rows; with ``want_grad``, ``scores`` ends up holding their logit gradient.
+
+    scores ``[C, V]`` float32/float64, contiguous: on entry ``s = z / T`` (the
+    student logits over the temperature); on return, if ``want_grad``,
+    ``G = ∂(Σ_r coef_r · loss_r)/∂z`` with ``loss_r = soft_weight·T²·D_r +
+    hard_weight·CE_r``, otherwise garbage. teacher: the chunk's rows of
+    :func:`teacher_buckets`. coef ``[C]``: each row's weight in the total, 0
+    for dropped rows (the caller passes ``keep / n``). want_hard: compute the
+    cross-entropy sum (needs labels), for the loss or for the statistics.
+    """
+    temperature = options.temperature
+    targets = teacher.targets
+    ids, keep = targets.ids, targets.keep
+    hard = want_hard and targets.labels is not None
+    s_topk = scores.gather(1, ids).masked_fill_(teacher.padding, _NEG_INF)
+    s_label = scores.gather(1, targets.labels[:, None]).squeeze(1) if hard else None
+
+    # Push the teacher's tokens to -inf so that what is left of each row is
+    # exactly the rest bucket. "amin" with +inf for padded entries leaves a
+    # real token alone even when a padded entry shares its (sanitised) id.
+    scores.scatter_reduce_(1, ids, teacher.fill, reduce="amin")
+    rest_max = scores.amax(dim=1)  # -inf when the top-K covers the vocabulary
+    shift = rest_max.clamp(min=torch.finfo(scores.dtype).min)  # finite, for an empty rest too
+    scores.sub_(shift[:, None]).exp_()  # e_j = exp(s_j − shift) on R, 0 on the teacher tokens
+    rest_sum = scores.sum(dim=1)
+    lse_rest = shift + rest_sum.log()
+    lse = torch.logaddexp(lse_rest, torch.logsumexp(s_topk, dim=1))
+    lq = torch.cat([s_topk, lse_rest[:, None]], 1).sub_(lse[:, None])  # student bucket log-probs [C, K+1]
+    terms, weights = bucket_terms(teacher.lp, lq, teacher.present, options.divergence, options.beta, p=teacher.p)
+    soft = (terms.sum(dim=1) * keep).sum()
+
+    # Student top-1 equals the teacher's top-1 iff that token's logit is the row maximum.
+    row_max = torch.maximum(rest_max, s_topk.amax(dim=1))
+    agree = (teacher.counted & (s_topk.gather(1, teacher.top1).squeeze(1) >= row_max)).sum().to(scores.dtype)
+
+    zero = scores.new_zeros(())
+    if not hard and not want_grad:
+        return ChunkSums(soft, zero, agree)
+
+    # G_j = tail_coef · e_j on R, topk_grad at the teacher tokens.
+    q_unit = torch.exp(shift - lse)  # q_j = e_j · q_unit on R
+    tail_coef = torch.zeros_like(lse)
+    topk_grad = torch.zeros_like(s_topk)
+    if want_grad and options.soft_weight > 0:
+        alpha = coef * (options.soft_weight * temperature)  # soft_weight · T² · (1/T) from s = z/T
+        gbar = weights.sum(dim=1)
+        w_rest = weights[:, -1] / rest_sum.clamp(min=1.0)  # q_j g_R = e_j · w_R / Σ e; Σ e ≥ 1 unless R is empty
+        tail_coef = alpha * (w_rest - q_unit * gbar)
+        topk_grad = alpha[:, None] * (weights[:, :-1] - lq[:, :-1].exp() * gbar[:, None])
+    beta_hard = coef * options.hard_weight
+
+    if not hard:
+        hard_sum = zero
+        scores.mul_(tail_coef[:, None])
+    elif temperature == 1.0:
+        # s = z: the cross-entropy's softmax is q itself, no extra pass.
+        hard_sum = ((lse - s_label) * keep).sum()
+        if want_grad:
+            scores.mul_((tail_coef + beta_hard * q_unit)[:, None])
+            topk_grad = topk_grad + beta_hard[:, None] * lq[:, :-1].exp()
+    else:
+        lse_z = _cross_entropy_at_t1_(scores, s_topk, shift, tail_coef, beta_hard, temperature, want_grad)
+        hard_sum = ((lse_z - temperature * s_label) * keep).sum()
+        if want_grad:
+            topk_grad = topk_grad + beta_hard[:, None] * torch.exp(temperature * s_topk - lse_z[:, None])
+    if want_grad:
+        scores.scatter_add_(1, ids, topk_grad.masked_fill_(teacher.padding, 0.0))
+        if hard and options.hard_weight > 0:
+            scores.scatter_add_(1, targets.labels[:, None], -beta_hard[:, None])
+    return ChunkSums(soft, hard_sum, agree)
+
+
+def total_loss(sums: ChunkSums, n: Tensor, options: LossOptions) -> Tensor:
+    """``(soft_weight·T²·Σ D + hard_weight·Σ CE) / n``; a zero weight drops its term (even an infinite one)."""
+    loss = torch.zeros((), dtype=n.dtype, device=n.device)
+    if options.soft_weight > 0:
+        loss = loss + (options.soft_weight * options.temperature ** 2) * sums.soft
+    if options.hard_weight > 0:
+        loss = loss + options.hard_weight * sums.hard
+    return loss / n
+
+
+def _cross_entropy_at_t1_(scores: Tensor, s_topk: Tensor, shift: Tensor, tail_coef: Tensor, beta_hard: Tensor,
+                          temperature: float, want_grad: bool) -> Tensor:
+    """``logsumexp(z)`` per row when the buffer holds ``e = exp(z/T − shift)`` on R (0 on the top-K).
+
+    ``exp(z_j − T·shift) = e_j^T``, so the rest of the row's mass at T = 1 is
+    ``Σ e^T``. With ``want_grad`` the buffer becomes ``tail_coef·e +
+    beta_hard·softmax(z)`` on R. Works on row blocks to bound the temporary.
+    """
+    rows, vocab = scores.shape
+    lse_z = torch.empty_like(shift)
+    head = torch.logsumexp(temperature * s_topk, dim=1)
+    block = max(1, _BLOCK_ELEMENTS // max(vocab, 1))
+    for start in range(0, rows, block):
+        stop = min(start + block, rows)
+        part = scores[start:stop]
+        powered = part.pow(temperature)
+        lse_z[start:stop] = torch.logaddexp(temperature * shift[start:stop] + powered.sum(dim=1).log(),
+                                            head[start:stop])
+        if want_grad:
+            scale = beta_hard[start:stop] * torch.exp(temperature * shift[start:stop] - lse_z[start:stop])
+            part.mul_(tail_coef[start:stop, None]).add_(powered.mul_(scale[:, None]))
+    return lse_z

@@ -1,0 +1,84 @@
+"""The loss options, validated once: what to compare, how, and with which implementation.
+
+``LossOptions`` is the one place where option names, defaults and their
+meaning live; :func:`destila.distill_loss` and :class:`destila.DistillLoss`
+both build one, so a typo or an out-of-range value fails before any tensor
+is touched, with a message that names the option.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+DIVERGENCES = ("forward_kl", "reverse_kl", "jsd", "tvd")
+TAILS = ("bucket", "renorm", "none")
+IMPLS = ("fused", "chunked", "dense")
+
+
+def _choice(name: str, value, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(
+            f"{name}: expected one of {', '.join(map(repr, allowed))}, found {value!r}; "
+            f"pick one of those (see help(destila.losses.LossOptions))"
+        )
+
+
+def _number(name: str, value, *, low: float, low_open: bool = False, high: float | None = None,
+            high_open: bool = False) -> float:
+    """``value`` as a float inside the given interval, or a ValueError that says which interval."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name}: expected a real number, found {value!r} ({type(value).__name__})")
+    value = float(value)
+    below = value <= low if low_open else value < low
+    above = high is not None and (value >= high if high_open else value > high)
+    if not math.isfinite(value) or below or above:
+        interval = ("(" if low_open else "[") + f"{low:g}, " + (f"{high:g}" if high is not None else "inf") + (
+            ")" if high_open or high is None else "]")
+        raise ValueError(f"{name}: expected a finite number in {interval}, found {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class LossOptions:
+    """Everything about the loss except the tensors. Validated in ``__post_init__``."""
+
+    divergence: str = field(default="forward_kl", metadata={
+        "help": "forward_kl Σ p log(p/q); reverse_kl Σ q log(q/p); jsd β·KL(p‖m)+(1−β)·KL(q‖m) "
+                "with m = βp+(1−β)q; tvd ½ Σ |p−q|. All over the buckets chosen by `tail`."})
+    beta: float = field(default=0.5, metadata={"help": "JSD mixing weight β in (0, 1); ignored otherwise."})
+    tail: str = field(default="bucket", metadata={
+        "help": "bucket: K teacher tokens + one bucket for the rest (a proper KL, ≤ the full one); "
+                "renorm: teacher renormalised over its top-K, no rest bucket (biased); "
+                "none: raw top-K teacher probabilities, no rest bucket (can go negative)."})
+    temperature: float = field(default=1.0, metadata={
+        "help": "Student logits are divided by T before the softmax; the soft term is scaled by T². "
+                "The teacher's log-probs are used as cached (apply T when building the cache)."})
+    soft_weight: float = field(default=1.0, metadata={"help": "Weight of the distillation term (≥ 0)."})
+    hard_weight: float = field(default=0.0, metadata={
+        "help": "Weight of the cross-entropy on `labels` at T = 1 (≥ 0); > 0 needs labels."})
+    ignore_index: int = field(default=-100, metadata={"help": "Label value marking a row to leave out."})
+    impl: str = field(default="fused", metadata={
+        "help": "fused: lm_head inside the loss, [chunk, V] memory; chunked: full logits once, loss "
+                "over row chunks; dense: full [N, V] grids through autograd (the reference)."})
+    chunk_size: int = field(default=2048, metadata={
+        "help": "Rows per chunk for fused and chunked: the [chunk, V] float32 buffer is their "
+                "largest allocation. Ignored by dense."})
+
+    def __post_init__(self) -> None:
+        _choice("divergence", self.divergence, DIVERGENCES)
+        _choice("tail", self.tail, TAILS)
+        _choice("impl", self.impl, IMPLS)
+        # frozen dataclass: normalise ints to floats through object.__setattr__
+        set_ = object.__setattr__
+        set_(self, "beta", _number("beta", self.beta, low=0.0, low_open=True, high=1.0, high_open=True))
+        set_(self, "temperature", _number("temperature", self.temperature, low=0.0, low_open=True))
+        set_(self, "soft_weight", _number("soft_weight", self.soft_weight, low=0.0))
+        set_(self, "hard_weight", _number("hard_weight", self.hard_weight, low=0.0))
+        if isinstance(self.ignore_index, bool) or not isinstance(self.ignore_index, int):
+            raise ValueError(f"ignore_index: expected an int, found {self.ignore_index!r}")
+        if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
+            raise ValueError(
+                f"chunk_size: expected a positive int (rows per chunk), found {self.chunk_size!r}; "
+                f"2048 (the default) was fastest on a 2-core CPU; smaller saves memory"
+            )

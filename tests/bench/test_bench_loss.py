@@ -1,0 +1,81 @@
+"""`destila bench loss` end to end on tiny shapes: rows, statuses, JSON, CSV and PNG."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from destila.bench.loss import LossBenchConfig, predicted_bytes
+from destila.cli.main import main
+
+KEYS = {"impl", "seq_len", "hidden", "vocab", "top_k", "dtype", "device", "status", "peak_bytes", "seconds",
+        "floor_seconds", "command", "torch", "cpu"}
+
+
+def test_tiny_sweep_through_the_cli(tmp_path, capsys):
+    shape = dict(hidden=32, vocab=256, top_k=4, chunk_size=32)
+    cfg = LossBenchConfig(**shape, seq_lens=(64, 128))
+    # A budget between dense's needs at 64 and at 128 rows: dense 128 is skipped.
+    budget = (predicted_bytes("dense", 64, cfg) + predicted_bytes("dense", 128, cfg)) // 2
+    out = {ext: tmp_path / f"loss.{ext}" for ext in ("jsonl", "csv", "png")}
+    with pytest.raises(SystemExit) as done:
+        main(["bench", "loss", "--hidden", "32", "--vocab", "256", "--top-k", "4", "--chunk-size", "32",
+              "--seq-lens", "64,128", "--impls", "fused,dense", "--repeats", "2",
+              "--memory-budget", str(budget / 2**30), "--json", str(out["jsonl"]), "--csv", str(out["csv"]),
+              "--plot", str(out["png"])])
+    assert done.value.code == 0
+    rows = [json.loads(line) for line in out["jsonl"].read_text().splitlines()]
+    assert [(r["impl"], r["seq_len"]) for r in rows] == [
+        ("floor", 64), ("fused", 64), ("dense", 64), ("floor", 128), ("fused", 128), ("dense", 128)]
+    assert all(KEYS <= set(r) for r in rows)
+    status = {(r["impl"], r["seq_len"]): r for r in rows}
+    assert status[("dense", 128)]["status"] == "skipped" and "budget" in status[("dense", 128)]["error"]
+    for key, row in status.items():
+        if key == ("dense", 128):
+            assert row["peak_bytes"] is None and row["seconds"] is None
+            continue
+        assert row["status"] == "ok", row
+        assert row["peak_bytes"] > 0 and row["seconds"] > 0 and row["repeats_done"] >= 1
+        assert row["sweep_floor_seconds"] == status[("floor", row["seq_len"])]["seconds"]
+        # Each impl's process times the floor after each of its own runs.
+        assert len(row["floor_times"]) == row["repeats_done"] and row["floor_seconds"] > 0
+        assert row["ratio_to_floor"] == pytest.approx(row["seconds"] / row["floor_seconds"])
+    with open(out["csv"]) as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == len(rows) and table[5]["status"] == "skipped"
+    assert out["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = capsys.readouterr().out
+    assert "skipped" in printed and "fused/floor time" in printed
+
+
+def test_oom_stops_larger_sizes_of_that_impl(monkeypatch):
+    """An impl that runs out of memory at N is not tried again at larger N."""
+    import destila.bench.loss as loss
+
+    calls = []
+
+    def fake_run_isolated(target, kwargs, **_):
+        calls.append((kwargs["impl"], kwargs["seq_len"]))
+        if kwargs["impl"] == "dense" and kwargs["seq_len"] >= 128:
+            return {"status": "oom", "peak_bytes": None, "error": "can't allocate memory", "result": None,
+                    "wall_seconds": 0.1}
+        return {"status": "ok", "peak_bytes": 1, "error": None, "wall_seconds": 0.1,
+                "result": {"seconds": 1.0, "times": [1.0], "repeats_done": 1, "floor_seconds": 0.5}}
+
+    monkeypatch.setattr(loss, "run_isolated", fake_run_isolated)
+    rows = loss.run_loss_sweep(loss.LossBenchConfig(hidden=8, vocab=64, top_k=2, seq_lens=(64, 128, 256),
+                                                    impls=("fused", "dense")))
+    assert ("dense", 256) not in calls
+    got = {(r["impl"], r["seq_len"]): r["status"] for r in rows}
+    assert got[("dense", 128)] == "oom" and got[("dense", 256)] == "skipped" and got[("fused", 256)] == "ok"
+
+
+def test_bad_arguments_are_errors(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["bench", "loss", "--seq-lens", "2K,lots"])
+    assert done.value.code == 2 and "2048 or 4K" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        main(["bench", "loss", "--impls", "fused,magic"])
+    assert done.value.code == 2 and "impls" in capsys.readouterr().err
