@@ -38,13 +38,14 @@ METRICS = (  # key, label, format, show the ratio to the first model
 
 
 @torch.no_grad()
-def quality_sums(model, batches, teacher=None, chunk_size: int = 1024) -> dict:
+def quality_sums(model, batches, teacher=None, chunk_size: int = 2048) -> dict:
     """Sums over the rows with a label, for ``batches`` of ``input_ids [B, L]``
     (plus the cache's top-K fields when evaluating against a cache).
 
     Returns ``rows``, ``nll`` (Σ −log q(label)), ``correct`` (argmax = label)
-    and, against a teacher or a cache, ``kl`` (Σ forward KL, full vocabulary
-    or top-K buckets) and ``agree`` (argmax = teacher's top-1). Naive
+    and, against a teacher or a cache, ``kl`` (Σ forward KL: over the full
+    vocabulary when ``teacher`` is given, else over the cache's top-K
+    buckets) and ``agree`` (argmax = teacher's top-1). Naive
     equivalent: full ``[N, V]`` logits of both models; here only
     ``chunk_size × V`` at a time.
     """
@@ -56,7 +57,7 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = 1024) -> dict:
         input_ids = batch["input_ids"]
         labels = next_token_labels(input_ids).flatten()
         hidden = decoder_of(model)(input_ids=input_ids, use_cache=False).last_hidden_state.flatten(0, 1)
-        if "topk_ids" in batch:
+        if "topk_ids" in batch and teacher is None:  # with the teacher at hand, its full KL replaces the top-K one
             _, stats = distill_loss(
                 hidden, weight, batch["topk_ids"].flatten(0, 1), batch["topk_logprobs"].flatten(0, 1),
                 batch["tail_logmass"].flatten(), labels,
@@ -135,7 +136,7 @@ def size_on_disk(path: str | Path) -> int:
 def evaluate_model(
     model: str, *, cache: str | None = None, indices: list[int] | None = None, data: str | list[str] | None = None,
     teacher: str | None = None, seq_len: int = 512, max_tokens: int | None = 16384, text_field: str = "text",
-    batch_size: int = 4, chunk_size: int = 1024, prompt: str = DEFAULT_PROMPT, new_tokens: int = 32,
+    batch_size: int = 4, chunk_size: int = 2048, prompt: str = DEFAULT_PROMPT, new_tokens: int = 32,
     device: str = "cpu",
 ) -> dict:
     """Every metric of one model (see the module docstring); a JSON-able dict.

@@ -12,6 +12,7 @@ from importlib import import_module
 
 BENCHES = {
     "loss": "destila.cli.bench:register_loss",
+    "e2e": "destila.cli.bench_e2e:register_e2e",
 }
 
 
@@ -24,7 +25,7 @@ def register(subparsers) -> None:
         getattr(import_module(module), func)(benches)
 
 
-def _int_list(text: str) -> tuple[int, ...]:
+def int_list(text: str) -> tuple[int, ...]:
     """``"2048,4K,64k"`` → ``(2048, 4096, 65536)``."""
     values = []
     for part in text.split(","):
@@ -47,7 +48,7 @@ def register_loss(benches) -> None:
     p.add_argument("--hidden", type=int, default=512, help="hidden size H")
     p.add_argument("--vocab", type=int, default=32768, help="vocabulary size V")
     p.add_argument("--top-k", type=int, default=100, help="teacher entries per row K")
-    p.add_argument("--seq-lens", type=_int_list, default="2K,4K,8K,16K,32K,64K", help="comma-separated N")
+    p.add_argument("--seq-lens", type=int_list, default="2K,4K,8K,16K,32K,64K", help="comma-separated N")
     p.add_argument("--impls", default="fused,chunked,dense", help="comma-separated impls (floor always runs)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--device", default="cpu", help="cpu or cuda[:i]")

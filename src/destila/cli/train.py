@@ -16,7 +16,7 @@ _LOSS_FLAGS = {
     "temperature": dict(type=float, default=1.0),
     "soft_weight": dict(type=float, default=1.0, help="weight of the divergence to the teacher"),
     "hard_weight": dict(type=float, default=0.0, help="weight of the cross-entropy on the next tokens"),
-    "chunk_size": dict(type=int, default=1024, help="rows per loss chunk"),
+    "chunk_size": dict(type=int, default=2048, help="rows per loss chunk"),
     "eval_fraction": dict(type=float, default=0.0, help="fraction of sequences held out for evaluation"),
     "online_loss": dict(choices=["dense", "topk"], default="dense",
                         help="online only: full-vocabulary loss, or top-K on the fly through the same loss"),

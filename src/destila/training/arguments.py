@@ -42,7 +42,7 @@ class DistillationArguments(TrainingArguments):
     temperature: float = field(default=1.0, metadata={"help": "softmax temperature T; the soft term is scaled by T²"})
     soft_weight: float = field(default=1.0, metadata={"help": "weight of the divergence to the teacher"})
     hard_weight: float = field(default=0.0, metadata={"help": "weight of the cross-entropy on the data's next tokens"})
-    chunk_size: int = field(default=1024, metadata={"help": "rows per chunk for the chunked and fused losses"})
+    chunk_size: int = field(default=2048, metadata={"help": "rows per chunk for the chunked and fused losses"})
     eval_fraction: float = field(
         default=0.0, metadata={"help": "fraction of the sequences held out for evaluation (0 disables)"}
     )

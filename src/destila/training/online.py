@@ -69,7 +69,7 @@ def dense_online_loss(
 class OnlineTeacher:
     """The teacher, frozen, producing targets for a batch of ``input_ids [B, T]``."""
 
-    def __init__(self, model, mode: str, top_k: int = 100, temperature: float = 1.0, chunk_size: int = 1024):
+    def __init__(self, model, mode: str, top_k: int = 100, temperature: float = 1.0, chunk_size: int = 2048):
         check_plain_head(model)
         self.model = model.eval().requires_grad_(False)
         self.mode, self.top_k, self.temperature, self.chunk_size = mode, top_k, temperature, chunk_size

@@ -1,0 +1,58 @@
+"""`destila bench e2e` on a tiny teacher: every method in its own process, same data, same seed."""
+
+import json
+
+import pytest
+
+from conftest import pydoc_texts
+from destila.bench.e2e import E2EConfig, break_even_runs, longest_fitting, run_e2e
+from destila.cli.main import main as cli
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in pydoc_texts(6)))
+    return path
+
+
+def test_offline_methods_agree_and_online_is_compared(tiny_llama_dir, corpus, tmp_path):
+    cfg = E2EConfig(teacher=str(tiny_llama_dir), student_layers=2, data=str(corpus), seq_len=32, batch_size=2,
+                    steps=3, top_k=16, learning_rate=3e-3, workdir=str(tmp_path))
+    result = run_e2e(cfg)
+    rows = {r["method"]: r for r in result["rows"]}
+    assert [r["status"] for r in result["rows"]] == ["ok"] * 4, result["rows"]
+    for method in ("dense", "chunked"):  # same sequences, same maths: only float rounding differs
+        assert rows[method]["final_loss"] == pytest.approx(rows["fused"]["final_loss"], rel=1e-4)
+        assert rows[method]["losses"] == pytest.approx(rows["fused"]["losses"], rel=1e-4)
+    for row in rows.values():
+        assert len(row["losses"]) == 3 and len(row["all_step_seconds"]) == 3 and row["peak_bytes"] > 0
+        assert row["tokens_per_second"] == pytest.approx(2 * 32 / row["step_seconds"])
+    assert rows["fused"]["loss_diff_vs_online"] == pytest.approx(rows["fused"]["final_loss"]
+                                                                 - rows["online"]["final_loss"])
+    assert result["cache"]["tokens"] == 3 * 2 * 32 and result["cache"]["seconds"] > 0
+
+
+def test_break_even_and_longest_fitting_arithmetic():
+    rows = [{"method": "online", "status": "ok", "step_seconds": 3.0},
+            {"method": "fused", "status": "ok", "step_seconds": 1.0}]
+    assert break_even_runs(20.0, rows, steps=5) == pytest.approx(2.0)  # 20 s cache / (5 × 2 s saved)
+    assert break_even_runs(20.0, rows[:1], steps=5) is None
+    sweep = [{"impl": "dense", "seq_len": 2048, "status": "ok"}, {"impl": "fused", "seq_len": 2048, "status": "ok"},
+             {"impl": "dense", "seq_len": 4096, "status": "oom"}, {"impl": "fused", "seq_len": 4096, "status": "ok"}]
+    assert longest_fitting(sweep) == {"dense": 2048, "fused": 4096}
+
+
+def test_cli_long_context_writes_json_csv_and_plot(tiny_llama_dir, tmp_path, capsys):
+    out = tmp_path / "long.json"
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["bench", "e2e", "--long-context", "--teacher", str(tiny_llama_dir), "--student-layers", "1",
+             "--seq-lens", "32", "--top-k", "8", "--workdir", str(tmp_path), "--json", str(out),
+             "--csv", str(tmp_path / "long.csv"), "--plot", str(tmp_path / "long.png")])
+    assert exit_info.value.code == 0
+    payload = json.loads(out.read_text())
+    assert [(r["impl"], r["seq_len"], r["status"]) for r in payload["rows"]] == [
+        (impl, 32, "ok") for impl in ("dense", "chunked", "fused")]
+    assert payload["longest"] == {"dense": 32, "chunked": 32, "fused": 32}
+    assert (tmp_path / "long.png").read_bytes()[:4] == b"\x89PNG"
+    assert "longest sequence that fits" in capsys.readouterr().out
