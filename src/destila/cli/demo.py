@@ -14,7 +14,7 @@ def register(subparsers) -> None:
     demo.add_argument("--minutes", type=float, default=10.0,
                       help="wall-clock budget; training time adapts to it (default: 10)")
     demo.add_argument("--layers", type=int, default=6, help="decoder layers of the student (default: 6)")
-    demo.add_argument("--train-tokens", type=int, default=65536, help="tokens cached for training")
+    demo.add_argument("--train-tokens", type=int, default=24576, help="tokens cached for training")
     demo.add_argument("--teacher", default="smollm2", help="teacher (default: the embedded SmolLM2-135M)")
     demo.set_defaults(func=run)
 
