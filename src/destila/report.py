@@ -54,6 +54,13 @@ _PLOTTED = (  # key, title, scale
 )
 
 
+def _bar_text(value: float) -> str:
+    """``1272`` → ``"1272"``, ``3.138`` → ``"3.14"``; float16 rounding noise around 0 → ``"0"``."""
+    if abs(value) < 5e-4:
+        return "0"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def plot_metrics(results: list[dict], names: list[str], path: str | Path) -> Path:
     """One bar chart per metric of the evaluation table, one bar per model."""
     import matplotlib
@@ -67,7 +74,7 @@ def plot_metrics(results: list[dict], names: list[str], path: str | Path) -> Pat
     for ax, (key, title, scale) in zip(axes, shown):
         values = [r[key] * scale for r in results]
         bars = ax.bar(names, values, color=colors[: len(values)])
-        ax.bar_label(bars, fmt="%.3g", fontsize=8)
+        ax.bar_label(bars, labels=[_bar_text(v) for v in values], fontsize=8)
         ax.set_title(title, fontsize=9)
         ax.tick_params(axis="x", labelrotation=20, labelsize=8)
     fig.tight_layout()
@@ -99,7 +106,9 @@ def write_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, 
         f"Prompt: `{results[0]['prompt']}`", "",
     ]
     for name, result in zip(names, results):
-        lines += [f"**{name}**:", "", "```text", result["sample"].strip() or "(empty)", "```", ""]
+        # A student early in training often repeats a newline; show it rather than an empty box.
+        sample = result["sample"].strip() or f"(whitespace only: {result['sample']!r})"
+        lines += [f"**{name}**:", "", "```text", sample, "```", ""]
     lines += ["## Time per stage", "", "| stage | seconds |", "|---|---:|"]
     lines += [f"| {stage} | {info['seconds']:.1f} |" for stage, info in stages.items()]
     lines += [f"| **total** | {sum(info['seconds'] for info in stages.values()):.1f} |", ""]

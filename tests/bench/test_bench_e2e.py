@@ -5,7 +5,7 @@ import json
 import pytest
 
 from conftest import pydoc_texts
-from destila.bench.e2e import E2EConfig, break_even_runs, longest_fitting, run_e2e
+from destila.bench.e2e import E2EConfig, break_even_runs, budget_status, longest_fitting, run_e2e
 from destila.cli.main import main as cli
 
 
@@ -41,6 +41,15 @@ def test_break_even_and_longest_fitting_arithmetic():
     sweep = [{"impl": "dense", "seq_len": 2048, "status": "ok"}, {"impl": "fused", "seq_len": 2048, "status": "ok"},
              {"impl": "dense", "seq_len": 4096, "status": "oom"}, {"impl": "fused", "seq_len": 4096, "status": "ok"}]
     assert longest_fitting(sweep) == {"dense": 2048, "fused": 4096}
+
+
+def test_a_step_that_completes_above_the_budget_did_not_fit():
+    done = {"status": "ok", "peak_bytes": 9 * 2**30, "error": None}
+    assert budget_status(done, 8 * 2**30, "cpu") == ("oom", "peak 9.00 GiB above the memory limit 8.00 GiB")
+    assert budget_status({**done, "peak_bytes": 7 * 2**30}, 8 * 2**30, "cpu") == ("ok", None)
+    assert budget_status(done, 8 * 2**30, "cuda") == ("ok", None)  # on GPU the card's memory is the limit
+    failed = {"status": "oom", "peak_bytes": None, "error": "DefaultCPUAllocator: not enough memory"}
+    assert budget_status(failed, 8 * 2**30, "cpu") == ("oom", failed["error"])
 
 
 def test_cli_long_context_writes_json_csv_and_plot(tiny_llama_dir, tmp_path, capsys):

@@ -283,14 +283,26 @@ def run_long_context(cfg: LongContextConfig, on_row=None) -> list[dict]:
                     dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
                 ), device=cfg.device, timeout=cfg.timeout, threads=cfg.threads,
                     memory_limit=None if cfg.device.startswith("cuda") else cfg.memory_budget)
-                row.update(status=run["status"], peak_bytes=run["peak_bytes"], error=run["error"],
+                status, error = budget_status(run, cfg.memory_budget, cfg.device)
+                row.update(status=status, peak_bytes=run["peak_bytes"], error=error,
                            seconds=(run["result"] or {}).get("seconds"))
-                if run["status"] != "ok":
+                if status != "ok":
                     stopped.add(impl)
             rows.append(row)
             if on_row:
                 on_row(row)
     return rows
+
+
+def budget_status(run: dict, budget: int, device: str) -> tuple[str, str | None]:
+    """``(status, error)`` of one long-context step: on CPU a step fits only if its peak is within ``budget``.
+
+    The child's address-space cap (``memory_limit``) keeps the machine safe but
+    has slack, so a step can complete a little above the budget; that is not fitting.
+    """
+    if run["status"] == "ok" and not device.startswith("cuda") and run["peak_bytes"] > budget:
+        return "oom", f"peak {run['peak_bytes'] / 2**30:.2f} GiB above the memory limit {budget / 2**30:.2f} GiB"
+    return run["status"], run["error"]
 
 
 def longest_fitting(rows: list[dict]) -> dict[str, int | None]:

@@ -90,8 +90,7 @@ def _run(args) -> int:
     if args.json:
         save_json(result, args.json)
     if args.csv:
-        write_csv([{k: v for k, v in r.items() if not isinstance(v, list)} | {"command": machine["command"]}
-                   for r in result["rows"]], args.csv)
+        write_csv([r | {"command": machine["command"]} for r in result["rows"]], args.csv)  # per-step lists joined
     if args.plot:
         plot_e2e(result, args.plot)
     return 0

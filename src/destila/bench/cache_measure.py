@@ -1,4 +1,4 @@
-"""Measurements behind the cache's acceptance figures (``python -m destila.cache.measure …``).
+"""Measurements behind the cache's acceptance figures (``python -m destila.bench.cache_measure …``).
 
 - ``pass``: the teacher pass with caching (``build_cache``: forward, chunked
   head, top-K, shard writes) against the bare forward ``model(ids).logits``
@@ -211,7 +211,7 @@ def measure_memory(args) -> None:
     """Each (mode, seq_len) in a fresh process, so one configuration's peak cannot hide another's."""
     for seq_len in args.seq_lens:
         for mode in args.modes:
-            cmd = [sys.executable, "-m", "destila.cache.measure", "memory-one", "--mode", mode, "--seq-len", str(seq_len),
+            cmd = [sys.executable, "-m", "destila.bench.cache_measure", "memory-one", "--mode", mode, "--seq-len", str(seq_len),
                    "--teacher", args.teacher, "--data", args.data, "--batch-size", str(args.batch_size),
                    "--batches", str(args.batches), "--top-k", str(args.top_k), "--chunk-size", str(args.chunk_size)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
@@ -292,7 +292,7 @@ def _teacher_folder(teacher: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m destila.cache.measure", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m destila.bench.cache_measure", description=__doc__.split("\n\n")[0])
     verbs = parser.add_subparsers(dest="verb", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--teacher", default="smollm2")
