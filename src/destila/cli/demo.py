@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 def register(subparsers) -> None:
+    from destila.demo import DemoSettings  # light: no torch at import
+
     demo = subparsers.add_parser(
         "demo",
         help="distil the embedded SmolLM2-135M on Python's docs, end to end, and write a report",
@@ -11,11 +13,14 @@ def register(subparsers) -> None:
         "→ evaluation → report. Rerun to resume; finished stages are skipped.",
     )
     demo.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
-    demo.add_argument("--minutes", type=float, default=10.0,
-                      help="wall-clock budget; training time adapts to it (default: 10)")
-    demo.add_argument("--layers", type=int, default=6, help="decoder layers of the student (default: 6)")
-    demo.add_argument("--train-tokens", type=int, default=24576, help="tokens cached for training")
-    demo.add_argument("--teacher", default="smollm2", help="teacher (default: the embedded SmolLM2-135M)")
+    demo.add_argument("--minutes", type=float, default=DemoSettings.minutes,
+                      help=f"wall-clock budget; training time adapts to it (default: {DemoSettings.minutes:g})")
+    demo.add_argument("--layers", type=int, default=DemoSettings.student_layers,
+                      help=f"decoder layers of the student (default: {DemoSettings.student_layers})")
+    demo.add_argument("--train-tokens", type=int, default=DemoSettings.train_tokens,
+                      help=f"tokens cached for training (default: {DemoSettings.train_tokens})")
+    demo.add_argument("--teacher", default=DemoSettings.teacher,
+                      help="teacher (default: the embedded SmolLM2-135M)")
     demo.set_defaults(func=run)
 
 
