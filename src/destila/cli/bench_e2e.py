@@ -6,7 +6,10 @@ import argparse
 
 
 def register_e2e(benches) -> None:
+    from destila.bench.e2e import E2EConfig, LongContextConfig  # light: no torch at import
     from destila.cli.bench import int_list
+
+    e2e, long = E2EConfig, LongContextConfig  # the defaults live in the configs
 
     p = benches.add_parser(
         "e2e", help="the paper's table: online vs offline dense/chunked/fused, each in its own process",
@@ -14,25 +17,27 @@ def register_e2e(benches) -> None:
                     "process baseline, median step time after warm-up, tokens/s, loss per step); the cache "
                     "build is reported apart. --long-context: one step per offline loss at growing lengths.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--teacher", default="smollm2", help="teacher (default: the embedded SmolLM2-135M)")
-    p.add_argument("--student", help="student folder (default: --student-layers cut from the teacher)")
-    p.add_argument("--student-layers", type=int, default=6)
-    p.add_argument("--data", default="pydoc")
-    p.add_argument("--seq-len", type=int, default=2048)
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--steps", type=int, default=6, help="training steps per method (the first is a warm-up)")
-    p.add_argument("--methods", default="online,dense,chunked,fused")
-    p.add_argument("--top-k", type=int, default=100)
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--teacher", default=e2e.teacher, help="teacher folder, .gguf file, or smollm2 (the embedded SmolLM2-135M)")
+    p.add_argument("--student", help="student folder; none: --student-layers cut from the teacher")
+    p.add_argument("--student-layers", type=int, default=e2e.student_layers,
+                   help="layers of the cut student")
+    p.add_argument("--data", default=e2e.data, help="text data, or pydoc")
+    p.add_argument("--seq-len", type=int, default=e2e.seq_len, help="tokens per sequence")
+    p.add_argument("--batch-size", type=int, default=e2e.batch_size, help="sequences per step")
+    p.add_argument("--steps", type=int, default=e2e.steps, help="training steps per method (the first is a warm-up)")
+    p.add_argument("--methods", default=",".join(e2e.methods), help="comma-separated methods")
+    p.add_argument("--top-k", type=int, default=e2e.top_k, help="teacher entries cached per position")
+    p.add_argument("--lr", type=float, default=e2e.learning_rate, help="learning rate")
+    p.add_argument("--device", default=e2e.device, help="cpu or cuda[:i]")
+    p.add_argument("--dtype", default=e2e.dtype, choices=["float32", "bfloat16"],
+                   help="bfloat16: mixed precision")
     p.add_argument("--gradient-checkpointing", action="store_true")
-    p.add_argument("--workdir", default="bench-e2e", help="student, cache and runs are kept here")
+    p.add_argument("--workdir", default=e2e.workdir, help="student, cache and runs are kept here")
     p.add_argument("--threads", type=int, default=None, help="torch threads per process")
     p.add_argument("--long-context", action="store_true",
                    help="instead: one training step of the student per offline loss at growing lengths")
-    p.add_argument("--seq-lens", type=int_list, default="2K,4K,8K,16K,32K", help="--long-context lengths")
-    p.add_argument("--memory-budget", type=float, default=8.0,
+    p.add_argument("--seq-lens", type=int_list, default=",".join(map(str, long.seq_lens)), help="--long-context lengths")
+    p.add_argument("--memory-budget", type=float, default=long.memory_budget / 2**30,
                    help="--long-context: GiB a step may use above its baseline on CPU")
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--csv", metavar="PATH")
