@@ -1,11 +1,16 @@
-"""The demo's code path end to end on a tiny random teacher and a few documents."""
+"""The demo: its time budget, its report's verdict, its plots' layout, and the pipeline end to end on a tiny teacher."""
 
 import json
 
+import pytest
 from rich.console import Console
+from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from conftest import pydoc_texts
-from destila.demo import Demo, DemoSettings, split_documents
+from destila.budget import StepBudget, split_seconds, steps_that_fit, tokens_that_fit
+from destila.demo import Demo, DemoSettings, split_documents, training_runs
+from destila.report import curves_figure, metrics_figure, verdict
+from destila.samples import distinct_words
 
 
 def test_split_holds_out_every_fifth_document():
@@ -13,25 +18,193 @@ def test_split_holds_out_every_fifth_document():
     assert held == ["4", "9"] and len(train) == 10
 
 
+def test_training_order_pairs_each_distilled_student_with_its_baseline():
+    assert training_runs(2) == [("distilled", 0), ("baseline", 0), ("distilled", 1), ("baseline", 1)]
+
+
+def test_distinct_words_ignores_whitespace_punctuation_and_case():
+    assert distinct_words("\n\n\n\n") == 0
+    assert distinct_words("open open open") == 1
+    assert distinct_words("Use `open()`, then read the file. The FILE") == 6
+
+
+# -- budget ---------------------------------------------------------------------------
+
+
+def test_budget_arithmetic():
+    assert steps_that_fit(100, 3.0, cap=400) == 33
+    assert steps_that_fit(100, 3.0, cap=20) == 20
+    assert steps_that_fit(-5, 3.0, cap=20) == 1  # a stage always makes one step
+    assert tokens_that_fit(60, 300, cap=24576, multiple=256, floor=1024) == 17920  # 18000 rounded down
+    assert tokens_that_fit(600, 300, cap=24576, multiple=256, floor=1024) == 24576
+    assert tokens_that_fit(1, 300, cap=24576, multiple=256, floor=1024) == 1024
+    assert split_seconds(660, 180, 2) == 240
+    assert split_seconds(100, 180, 2) == 0
+    with pytest.raises(ValueError, match="seconds_per_step"):
+        steps_that_fit(10, 0, cap=5)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def drive(budget: StepBudget, clock: FakeClock, seconds_per_step, first_step_seconds: float = 0.0):
+    """Run ``budget`` as the Trainer would until it stops training; returns the steps made."""
+    args = TrainingArguments(output_dir="unused", report_to="none")
+    state, control = TrainerState(), TrainerControl()
+    budget.on_train_begin(args, state, control)
+    while not control.should_training_stop:
+        assert state.global_step < 1000, "the budget never stopped training"
+        clock.now += seconds_per_step(state.global_step) + (first_step_seconds if state.global_step == 0 else 0)
+        state.global_step += 1
+        budget.on_step_end(args, state, control)
+    return state.global_step
+
+
+def test_step_budget_stops_at_the_last_step_that_fits_and_reports_the_real_target():
+    clock = FakeClock()
+    # 100 s, 3 s per step, a slow first step (warm-up, not counted in the rate); first guess 50.
+    budget = StepBudget(clock.now + 100, cap=400, guess=50, clock=clock, progress=False)
+    steps = drive(budget, clock, lambda step: 3.0, first_step_seconds=7.0)
+    # Ends by the deadline: 10 s for the first step, then 3 s each: 1 + 30 steps.
+    assert steps == budget.target == 31 and clock.now <= 1000 + 100
+    assert budget.history[0] == (0, 50) and budget.history[-1][1] == 31
+
+
+def test_step_budget_resizes_down_when_steps_slow_down_and_honours_the_cap():
+    clock = FakeClock()
+    slowing = StepBudget(clock.now + 100, cap=400, clock=clock, progress=False)
+    steps = drive(slowing, clock, lambda step: 2.0 if step < 10 else 6.0)
+    assert clock.now - 1000 <= 100 + 6.0 and steps < 50  # never more than one (slow) step late
+    assert [target for _, target in slowing.history] != sorted(t for _, t in slowing.history)  # re-sized down
+    clock = FakeClock()
+    capped = StepBudget(clock.now + 1000, cap=12, clock=clock, progress=False)
+    assert drive(capped, clock, lambda step: 1.0) == 12
+
+
+# -- report ---------------------------------------------------------------------------
+
+
+def _result(ppl, agree, tokens=8160, params=50e6):
+    return {"perplexity": ppl, "top1_agreement": agree, "tokens": tokens, "accuracy": 0.3, "kl_to_teacher": 1.0,
+            "parameters": params, "size_bytes": 4 * params, "forward_tokens_per_second": 700.0,
+            "generate_tokens_per_second": 20.0, "peak_bytes": 9e8}
+
+
+def _trained(steps, tokens):
+    return {"steps": steps, "tokens": tokens}
+
+
+def test_verdict_states_the_winner_in_numbers_at_equal_steps():
+    results = {"teacher": _result(15.0, 1.0), "distilled": _result(90.0, 0.41), "baseline": _result(300.0, 0.22)}
+    trained = {"distilled": _trained(60, 61440), "baseline": _trained(60, 61440)}
+    text = verdict(results, trained, held_out_documents=45, cache_tokens=24576, seconds=600, minutes=11)
+    first = text.split("\n\n")[0]
+    assert "**90.0**" in first and "6.0× the teacher's 15.0" in first and "**300.0**" in first
+    assert "both after 60 steps (61,440 training tokens each)" in first
+    assert "**41.0%** vs **22.0%**" in first and "better on both" in first
+    assert "8,160 held-out tokens (45 documents" in text and "2.5 times" in text
+    assert "10.0 min of its 11-minute budget" in text and "shared CPU" in text
+
+
+def test_verdict_says_when_the_baseline_got_fewer_steps_and_gives_the_seed_spread():
+    results = {"teacher": _result(15.0, 1.0), "distilled": _result(90.0, 0.41), "baseline": _result(80.0, 0.30),
+               "distilled-seed1": _result(96.5, 0.40), "baseline-seed1": _result(85.0, 0.29)}
+    trained = {"distilled": _trained(60, 61440), "baseline": _trained(41, 41984)}
+    text = verdict(results, trained, held_out_documents=45, cache_tokens=24576, seconds=600, minutes=11)
+    assert "only 41 (41,984 tokens) for the baseline" in text
+    assert "Mixed: the distilled student is better on agreement only." in text
+    assert "perplexity 90.0 and 96.5 distilled (spread 6.5) vs 80.0 and 85.0 baseline (spread 5.0)" in text
+
+
+def _overlaps(boxes):
+    return [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if a[1].overlaps(b[1])]
+
+
+def test_metrics_plot_is_a_grid_with_units_and_labels_that_do_not_overlap():
+    results = [_result(15.4, 1.0, params=134.5e6), _result(87.3, 0.412), _result(301.0, 0.221)]
+    results[0]["kl_to_teacher"] = -1e-6  # float16 rounding noise of the teacher against its own cache
+    fig = metrics_figure(results, ["teacher", "distilled", "baseline"])
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == 9
+    width, height = fig.get_size_inches()
+    assert height / width > 0.6  # a grid, not a strip
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    titles = {ax.get_title(): ax for ax in axes}
+    agreement = titles["top-1 agreement with the teacher"]
+    assert agreement.get_ylabel() == "% of tokens"
+    assert [t.get_text() for t in agreement.texts] == ["100.0%", "41.2%", "22.1%"]
+    assert [t.get_text() for t in titles["KL to the teacher (lower is better)"].texts][0] == "0"
+    for ax in axes:
+        assert ax.get_ylabel(), f"{ax.get_title()} has no unit"
+        texts = [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts]
+        texts += [(t.get_text(), t.get_window_extent(renderer)) for t in ax.get_xticklabels()]
+        texts.append((ax.get_title(), ax.title.get_window_extent(renderer)))
+        assert not _overlaps(texts), f"{ax.get_title()}: overlapping labels {_overlaps(texts)}"
+        # Every bar label lies inside its panel (room was left above the tallest bar).
+        inside = ax.get_window_extent(renderer)
+        for text in ax.texts:
+            box = text.get_window_extent(renderer)
+            assert inside.y0 - 1 <= box.y0 and box.y1 <= inside.y1 + 1, (ax.get_title(), text.get_text())
+    boxes = [("panel", ax.get_tightbbox(renderer)) for ax in axes]
+    assert not _overlaps(boxes)
+
+
+def test_training_curves_put_held_out_beside_training_in_a_grid():
+    train = [{"step": s, "kl": 3.0 / s, "ppl": 900.0 / s, "top1_agreement": 0.05 * s} for s in range(1, 11)]
+    held = [{"step": s, "eval_kl": 3.2 / s, "eval_ppl": 1000.0 / s, "eval_top1_agreement": 0.04 * s}
+            for s in (5, 10)]
+    fig = curves_figure({"distilled": (train, held), "baseline": (train, held)}, held_out_tokens=1020)
+    axes = fig.axes
+    assert len(axes) == 6
+    assert [ax.get_ylabel() for ax in axes[:3]] == ["nats/token", "perplexity (log scale)", "% of tokens"]
+    assert "held-out (1,020 tokens)" in axes[4].get_title() and axes[4].get_yscale() == "log"
+    assert list(axes[5].lines[0].get_ydata()) == pytest.approx([20.0, 40.0])
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    page = fig.bbox
+    for ax in axes:  # titles inside the figure, panels apart
+        box = ax.title.get_window_extent(renderer)
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and box.y1 <= page.y1, ax.get_title()
+    assert not _overlaps([("panel", ax.get_tightbbox(renderer)) for ax in axes])
+
+
+# -- the pipeline ---------------------------------------------------------------------
+
+
 def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
     settings = DemoSettings(
         teacher=str(tiny_llama_dir), seq_len=32, train_tokens=32 * 48, eval_tokens=32 * 8, top_k=8,
-        student_layers=2, batch_size=4, max_steps=6, minutes=30, new_tokens=4,
+        student_layers=[0, 3], batch_size=4, max_steps=6, minutes=30, new_tokens=4, eval_every=3,
+        eval_curve_sequences=2, eval_reserve_seconds=5,
     )
     console = Console(record=True, width=120)
     state = Demo(tmp_path, settings, texts=pydoc_texts(12), console=console).run()
-    assert list(state) == ["teacher", "cache", "student", "distill", "baseline", "evaluate"]
-    assert state["distill"]["steps"] == state["baseline"]["steps"] == 6
+    assert list(state) == ["teacher", "cache", "student", "distilled", "baseline", "evaluate"]
+    assert state["distilled"]["steps"] == state["baseline"]["steps"] == 6
+    assert state["distilled"]["tokens"] == 6 * 4 * 32
+    assert state["cache"]["train_tokens"] == 32 * 48 and state["cache"]["held_out_tokens"] == 32 * 8
     report = json.loads((tmp_path / "report.json").read_text())
     assert [r["model"] for r in report["results"]] == ["teacher", "distilled", "baseline"]
     teacher, distilled, baseline = report["results"]
     assert teacher["top1_agreement"] == 1.0
     for student in (distilled, baseline):
         assert student["parameters"] < teacher["parameters"] and student["kl_to_teacher"] > 0
-    assert len(report["training"]["distilled (KL to teacher)"]) == 6
+        assert len(student["continuations"]) == 3
+    curves = report["training"]["distilled"]
+    assert [r["step"] for r in curves["train"]] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in curves["held_out"]] == [3, 6]
     markdown = (tmp_path / "report.md").read_text()
-    for section in ("Held-out comparison", "Generated text", "Time per stage", "Cache", "Settings"):
+    assert markdown.split("\n\n")[1].startswith("**Verdict.** Distillation reached held-out perplexity")
+    assert f"Scored on {distilled['tokens']:,} held-out tokens" in markdown
+    for section in ("Held-out comparison", "Training", "Generated text", "Time per stage", "Cache", "Settings"):
         assert f"## {section}" in markdown
+    assert markdown.count("### Prompt") == 3 and markdown.count(", sampled:") == 9
     for plot in ("training_curves.png", "metrics.png"):
         assert (tmp_path / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # A second run finds every stage done and only rewrites the report.

@@ -1,10 +1,17 @@
-"""`destila demo`: the whole pipeline on the embedded default, in about ten minutes on 2 CPU cores.
+"""`destila demo`: the whole pipeline on the embedded default, inside a wall-clock budget.
 
 Stages: teacher (SmolLM2-135M converted once from the bundled GGUF) → top-K
-cache of the training documents (and of the held-out ones, for evaluation) →
-student cut from the teacher → offline fused distillation → the same student
-trained with cross-entropy only for the same number of steps (the no-teacher
-baseline) → side-by-side evaluation → report.
+cache of the held-out documents, then of as many training tokens as the
+budget allows at the teacher's measured speed → student cut from the teacher
+→ offline fused distillation → the same student trained with cross-entropy
+only (the no-teacher baseline), for the same number of steps when there is
+time → side-by-side evaluation and continuations → report.
+
+Budget (``--minutes M``, the whole run): evaluation and the report get a
+fixed reserve; the teacher pass gets the share of the rest that lets each
+student see its cache about ``epochs`` times; the trainings share what is
+left, each stopped by :class:`destila.budget.StepBudget` at the last step
+that fits (measured seconds per step, re-sized every step).
 
 Every stage records itself in ``OUT/stages.json`` when it finishes; running
 the demo again skips finished stages and resumes an interrupted one (the
@@ -17,41 +24,61 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from destila.models import EMBEDDED
 
-PROMPT = "To open a file for reading in Python,"
+DEMO_PROMPTS = (
+    "To open a file for reading in Python,",
+    "A list comprehension is",
+    "The `with` statement",
+)
+
+# Seconds of student training per cached token ÷ seconds of teacher pass per token, for a
+# student of about a third of the teacher's layers with its embedding frozen. Only the first
+# guess of the plan: training re-sizes itself from its own measured speed (docs/demo.md).
+STUDENT_STEP_COST = 1.3
 
 
 @dataclass
 class DemoSettings:
-    """What the demo runs; the defaults fit about 10 minutes on 2 CPU cores."""
+    """What the demo runs; sized by measurement (docs/demo.md) to fit ``minutes`` on 2 CPU cores."""
 
     teacher: str = EMBEDDED
     holdout_every: int = 5  # every 5th document (sorted by name) is held out from training
     seq_len: int = 256
-    # Sized by measurement (README § The demo): with batch 8 and 64K cached tokens
-    # the teacher pass took 40% of the budget and training reached only 14 steps.
-    train_tokens: int = 24576  # cached tokens for training (96 sequences; ~2 epochs in the budget)
-    eval_tokens: int = 8192  # held-out tokens for evaluation
+    train_tokens: int = 24576  # at most this many cached training tokens (fewer when the budget is short)
+    eval_tokens: int = 8192  # held-out tokens cached and scored; never reduced by the budget
     top_k: int = 100
-    student_layers: int = 6
-    batch_size: int = 4  # more, smaller steps: early in training the number of updates matters most
-    learning_rate: float = 5e-4
-    max_steps: int = 400  # upper bound; the time budget usually stops training first
-    minutes: float = 10.0  # wall-clock budget of the whole demo (installation excluded)
-    eval_reserve_seconds: float = 150.0  # kept aside for evaluation and the report
+    student_layers: list[int] = field(default_factory=lambda: [*range(9), 28, 29])
+    freeze_embeddings: bool = True
+    batch_size: int = 4
+    learning_rate: float = 1e-3
+    warmup_steps: int = 5
+    max_steps: int = 400  # cap; the budget sets the real target
+    epochs: float = 2.0  # passes over the cached tokens the plan aims for
+    minutes: float = 11.0  # wall-clock budget of the whole demo (installation excluded)
+    eval_reserve_seconds: float = 180.0  # evaluation, continuations and the report
+    eval_every: int = 5  # held-out evaluation during training every this many steps
+    eval_curve_sequences: int = 4  # held-out sequences scored during training (the final table scores all)
+    seeds: int = 1  # with 2, every student is trained twice (seeds 0 and 1) and the report shows the spread
     new_tokens: int = 32
     cache_batch_size: int = 8
 
     def __post_init__(self):
-        for name in ("seq_len", "train_tokens", "eval_tokens", "top_k", "student_layers", "batch_size", "max_steps"):
+        for name in ("seq_len", "train_tokens", "eval_tokens", "top_k", "batch_size", "max_steps", "eval_every",
+                     "eval_curve_sequences", "seeds", "new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected a positive integer, found {getattr(self, name)}")
-        if self.minutes <= 0:
-            raise ValueError(f"minutes: expected a positive number, found {self.minutes}")
+        if not self.student_layers:
+            raise ValueError("student_layers: expected at least one teacher layer index")
+        for name in ("minutes", "epochs", "learning_rate"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}: expected a positive number, found {getattr(self, name)}")
+        if self.train_tokens < self.seq_len * self.batch_size:
+            raise ValueError(f"train_tokens: expected at least one batch ({self.seq_len * self.batch_size} "
+                             f"tokens), found {self.train_tokens}")
 
 
 def split_documents(texts: list[str], holdout_every: int) -> tuple[list[str], list[str]]:
@@ -61,11 +88,20 @@ def split_documents(texts: list[str], holdout_every: int) -> tuple[list[str], li
     return train, held
 
 
+def training_runs(seeds: int) -> list[tuple[str, int]]:
+    """``(kind, seed)`` in training order: for each seed, the distilled student then its baseline."""
+    return [(kind, seed) for seed in range(seeds) for kind in ("distilled", "baseline")]
+
+
+def run_name(kind: str, seed: int) -> str:
+    return kind if seed == 0 else f"{kind}-seed{seed}"
+
+
 class Demo:
     """The demo's stages over one output folder; see the module docstring."""
 
     def __init__(self, out: str | Path, settings: DemoSettings | None = None, texts: list[str] | None = None,
-                 console=None):
+                 console=None, clock=time.monotonic):
         from rich.console import Console
 
         self.out = Path(out)
@@ -73,9 +109,13 @@ class Demo:
         self.texts = texts
         self.console = console or Console()
         self.state_path = self.out / "stages.json"
-        self.started = time.monotonic()
+        self.clock = clock
+        self.started = clock()
 
     # -- bookkeeping --------------------------------------------------------------
+
+    def seconds_left(self) -> float:
+        return self.settings.minutes * 60 - (self.clock() - self.started)
 
     def _state(self) -> dict:
         return json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
@@ -87,9 +127,9 @@ class Demo:
             self.console.print(f"[green]✓[/green] {title}: done before ({state[name]['seconds']:.0f} s), skipped")
             return state[name]
         self.console.rule(f"[bold]{title}")
-        start = time.monotonic()
+        start = self.clock()
         info = run() or {}
-        info["seconds"] = time.monotonic() - start
+        info["seconds"] = self.clock() - start
         state = self._state()
         state[name] = info
         tmp = self.state_path.with_suffix(".tmp")
@@ -113,17 +153,37 @@ class Demo:
         return {"path": path}
 
     def caches(self, teacher: str) -> dict:
-        from destila.cache import build_cache, inspect_cache
+        """The held-out cache (fixed size), then a training cache sized from the teacher's measured speed."""
+        from destila.budget import split_seconds, tokens_that_fit
+        from destila.cache import build_cache, inspect_cache, read_manifest
 
         s = self.settings
         train, held = self._documents()
         common = dict(seq_len=s.seq_len, top_k=s.top_k, batch_size=s.cache_batch_size)
-        report = build_cache(teacher, train, self.out / "cache", max_tokens=s.train_tokens, **common)
-        build_cache(teacher, held, self.out / "cache-heldout", max_tokens=s.eval_tokens, **common)
+        start = self.clock()
+        held_report = build_cache(teacher, held, self.out / "cache-heldout", max_tokens=s.eval_tokens, **common)
+        held_seconds = self.clock() - start
+        # Wall-clock speed (loading and tokenising included): what the plan must pay per token.
+        teacher_speed = held_report.tokens / max(held_seconds, 1e-6)
+        # Cache T tokens (T / v seconds), then 2·seeds trainings over epochs·T tokens each, at
+        # STUDENT_STEP_COST times the teacher's cost per token: the cache gets this share.
+        trainings = 2 * s.seeds
+        cache_share = 1.0 / (1.0 + trainings * s.epochs * STUDENT_STEP_COST)
+        seconds = split_seconds(self.seconds_left(), s.eval_reserve_seconds, 1) * cache_share
+        minimum = s.seq_len * s.batch_size
+        planned = tokens_that_fit(seconds, teacher_speed, cap=s.train_tokens // s.seq_len * s.seq_len,
+                                  multiple=s.seq_len, floor=minimum)
+        try:  # resuming: keep the size the interrupted build was planned with
+            planned = read_manifest(self.out / "cache").max_tokens or planned
+        except (FileNotFoundError, ValueError):
+            pass
+        report = build_cache(teacher, train, self.out / "cache", max_tokens=planned, **common)
         summary = inspect_cache(self.out / "cache")
         return {
-            "train_tokens": summary["tokens"], "bytes_per_token": summary["bytes_per_token"],
-            "cache_mb": summary["folder_bytes"] / 1e6, "teacher_tokens_per_second": report.tokens_per_second,
+            "train_tokens": summary["tokens"], "planned_train_tokens": planned,
+            "held_out_tokens": held_report.tokens, "bytes_per_token": summary["bytes_per_token"],
+            "cache_mb": summary["folder_bytes"] / 1e6, "teacher_tokens_per_second": teacher_speed,
+            "teacher_pass_tokens_per_second": report.tokens_per_second,
             "documents_train": len(train), "documents_held_out": len(held),
         }
 
@@ -133,75 +193,93 @@ class Demo:
         path = self.out / "student-init"
         if (path / "config.json").exists():
             return {"path": str(path)}
-        summary = init_student(teacher, path, layers=self.settings.student_layers)
+        summary = init_student(teacher, path, layer_indices=self.settings.student_layers)
         return {"path": str(path), "kept_layers": summary["kept_layers"],
                 "student_parameters": summary["student_parameters"],
                 "teacher_parameters": summary["teacher_parameters"]}
 
-    def _train(self, student: str, name: str, max_steps: int, budget: float | None, **loss) -> dict:
+    def train(self, student: str, kind: str, seed: int, cap: int, trainings_left: int, guess: int | None) -> dict:
+        """One training, stopped by a :class:`StepBudget` at its share of the time left."""
+        from destila.budget import StepBudget, split_seconds
         from destila.training import DistillationArguments, train_student
-        from destila.training.callbacks import StopAfterSeconds
         from destila.training.run import last_complete_checkpoint
 
         s = self.settings
+        name = run_name(kind, seed)
         out = self.out / name
+        seconds = split_seconds(self.seconds_left(), s.eval_reserve_seconds, trainings_left)
+        budget = StepBudget(self.clock() + seconds, cap=cap, guess=guess, description=name, clock=self.clock)
+        loss = {"soft_weight": 1.0, "hard_weight": 0.0} if kind == "distilled" else \
+            {"soft_weight": 0.0, "hard_weight": 1.0}
         args = DistillationArguments(
-            output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=s.batch_size,
-            learning_rate=s.learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=5,
-            logging_steps=1, save_steps=20, save_total_limit=1, report_to="none", seed=0,
-            dataloader_num_workers=0, **loss,
+            output_dir=str(out), max_steps=cap, per_device_train_batch_size=s.batch_size,
+            learning_rate=s.learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=s.warmup_steps,
+            weight_decay=0.0, freeze_embeddings=s.freeze_embeddings,
+            logging_steps=1, eval_strategy="steps", eval_steps=s.eval_every, per_device_eval_batch_size=4,
+            save_steps=20, save_total_limit=1, report_to="none", seed=seed, dataloader_num_workers=0,
+            **loss,
         )
-        callbacks = (StopAfterSeconds(budget),) if budget else ()
         resume = last_complete_checkpoint(out) if out.exists() else None
-        result = train_student(student, out, args, cache=self.out / "cache", resume=resume, callbacks=callbacks)
-        return {"path": str(out), "steps": result["steps"], "train_seconds": result["train"].get("train_runtime")}
+        result = train_student(student, out, args, cache=self.out / "cache", resume=resume, callbacks=(budget,),
+                               eval_cache=self.out / "cache-heldout", eval_sequences=s.eval_curve_sequences)
+        return {"path": str(out), "kind": kind, "seed": seed, "steps": result["steps"], "cap": cap,
+                "planned_seconds": seconds, "step_targets": budget.history,
+                "tokens": result["steps"] * s.batch_size * s.seq_len,
+                "train_seconds": result["train"].get("train_runtime")}
 
-    def evaluate(self, models: list[str]) -> dict:
+    def evaluate(self, models: list[str], names: list[str]) -> dict:
         from destila.evaluation import evaluate_models, render_table
+        from destila.samples import continuations
 
         s = self.settings
         results = evaluate_models(models, cache=str(self.out / "cache-heldout"), max_tokens=s.eval_tokens,
-                                  prompt=PROMPT, new_tokens=s.new_tokens, batch_size=4)
-        table_results = [{**r, "model": name} for r, name in zip(results, ("teacher", "distilled", "baseline"))]
-        self.console.print(render_table(table_results, title="held-out comparison"))
+                                  prompt=DEMO_PROMPTS[0], new_tokens=s.new_tokens, batch_size=4)
+        self.console.print(render_table([{**r, "model": n} for r, n in zip(results, names)],
+                                        title="held-out comparison"))
+        for result, model in zip(results, models):
+            result["continuations"] = continuations(model, list(DEMO_PROMPTS), s.new_tokens)
         return {"results": results}
 
     # -- the whole run ------------------------------------------------------------------
 
     def run(self) -> dict:
-        from destila.cache import inspect_cache
-        from destila.report import read_training_log, write_report
+        from destila.report import write_report
 
         s = self.settings
         self.out.mkdir(parents=True, exist_ok=True)
-        teacher = self._stage("teacher", "1/7 teacher (converted once, then reused)", self.teacher)["path"]
-        self._stage("cache", "2/7 teacher pass: top-K cache of the training and held-out documents",
-                    lambda: self.caches(teacher))
-        student = self._stage("student", f"3/7 student: {s.student_layers} layers cut from the teacher",
+        teacher = self._stage("teacher", "teacher (converted once, then reused)", self.teacher)["path"]
+        cache = self._stage("cache", "teacher pass: top-K cache of the held-out, then the training documents",
+                            lambda: self.caches(teacher))
+        student = self._stage("student", f"student: teacher layers {s.student_layers}",
                               lambda: self.student(teacher))["path"]
-        left = s.minutes * 60 - (time.monotonic() - self.started) - s.eval_reserve_seconds
-        budget = max(30.0, left / 2)  # the baseline gets the same steps, so about the same time
-        distilled = self._stage(
-            "distill", f"4/7 offline fused distillation (about {budget / 60:.1f} min)",
-            lambda: self._train(student, "distilled", s.max_steps, budget, loss_impl="fused"),
-        )
-        baseline = self._stage(
-            "baseline", f"5/7 baseline: the same student, cross-entropy only, {distilled['steps']} steps",
-            lambda: self._train(student, "baseline", distilled["steps"], None, soft_weight=0.0, hard_weight=1.0),
-        )
-        evaluation = self._stage("evaluate", "6/7 evaluation on held-out documents",
-                                 lambda: self.evaluate([teacher, distilled["path"], baseline["path"]]))
-        self.console.rule("[bold]7/7 report")
+        runs = training_runs(s.seeds)
+        trained: dict[str, dict] = {}
+        # First guess of the steps that fit, from the teacher's measured speed; re-sized as training goes.
+        step_tokens = s.batch_size * s.seq_len
+        guess_seconds = step_tokens * STUDENT_STEP_COST / cache["teacher_tokens_per_second"]
+        cap = s.max_steps
+        for number, (kind, seed) in enumerate(runs):
+            name = run_name(kind, seed)
+            left = len(runs) - number
+            seconds = max(0.0, self.seconds_left() - s.eval_reserve_seconds) / left
+            guess = max(1, min(cap, int(seconds / guess_seconds)))
+            what = "KL to the teacher's top-K" if kind == "distilled" else "cross-entropy only, no teacher"
+            trained[name] = self._stage(
+                name, f"train {name} ({what}): ≤ {cap} steps in {seconds / 60:.1f} min",
+                lambda kind=kind, seed=seed, cap=cap, left=left, guess=guess:
+                    self.train(student, kind, seed, cap, left, guess),
+            )
+            # Every later student gets at most the steps of the first: same steps when there is time.
+            cap = min(cap, trained[run_name("distilled", 0)]["steps"])
+        names = ["teacher", *trained]
+        models = [teacher, *(info["path"] for info in trained.values())]
+        evaluation = self._stage("evaluate", "evaluation on held-out documents, continuations",
+                                 lambda: self.evaluate(models, names))
+        self.console.rule("[bold]report")
         state = self._state()
-        cache = inspect_cache(self.out / "cache")
         write_report(
             self.out, settings=asdict(s), stages={k: {"seconds": v["seconds"]} for k, v in state.items()},
-            cache={"sequences": cache["sequences"], "tokens": cache["tokens"], "top_k": cache["top_k"],
-                   "bytes_per_token": round(cache["bytes_per_token"], 1),
-                   "size_mb": round(cache["folder_bytes"] / 1e6, 1)},
-            results=evaluation["results"], names=["teacher", "distilled", "baseline"],
-            runs={"distilled (KL to teacher)": read_training_log(Path(distilled["path"]) / "log.jsonl"),
-                  "baseline (cross-entropy only)": read_training_log(Path(baseline["path"]) / "log.jsonl")},
+            cache=cache, trained=trained, results=evaluation["results"], names=names,
             command=" ".join(shlex.quote(a) for a in ["destila", *sys.argv[1:]]) if sys.argv else "destila demo",
         )
         self.console.print(f"report: {self.out / 'report.md'} (plots: training_curves.png, metrics.png)")

@@ -1,119 +1,264 @@
 """The demo's report: ``report.md``, ``report.json`` and two PNG plots.
 
 Pure functions of the results already computed; nothing here runs a model.
+The first paragraph of ``report.md`` is the verdict in numbers
+(:func:`verdict`); the plots are grids with units (:func:`plot_training_curves`,
+:func:`plot_metrics`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from destila.evaluation import markdown_table
 
-
-def read_training_log(path: str | Path) -> list[dict]:
-    """The training records of a ``log.jsonl`` (the last one per step; evaluation records dropped)."""
-    records = {}
-    for line in Path(path).read_text().splitlines():
-        record = json.loads(line)
-        if "loss" in record:
-            records[record["step"]] = record
-    return [records[step] for step in sorted(records)]
-
-
-def plot_training_curves(runs: dict[str, list[dict]], path: str | Path) -> Path:
-    """KL to the teacher and cross-entropy against steps, one line per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for name, records in runs.items():
-        steps = [r["step"] for r in records]
-        axes[0].plot(steps, [r["kl"] for r in records], label=name)
-        axes[1].plot(steps, [r["ce"] for r in records], label=name)
-    axes[0].set(title="KL to the teacher (top-K buckets, training batches)", xlabel="step", ylabel="nats/token")
-    axes[1].set(title="cross-entropy on the next token", xlabel="step", ylabel="nats/token")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
-
-
-_PLOTTED = (  # key, title, scale
-    ("perplexity", "held-out perplexity (lower is better)", 1.0),
-    ("top1_agreement", "top-1 agreement with the teacher", 100.0),
-    ("kl_to_teacher", "KL to the teacher (nats/token)", 1.0),
-    ("forward_tokens_per_second", "forward throughput (tokens/s)", 1.0),
-    ("parameters", "parameters (millions)", 1e-6),
-    ("peak_bytes", "peak memory (MB)", 1e-6),
+NOISE_NOTE = (
+    "Speeds (tokens/s, seconds per stage) were measured on whatever else the machine was running; on a shared "
+    "CPU they vary by 2× or more from run to run. Compare them within this report, not across reports."
 )
 
 
-def _bar_text(value: float) -> str:
-    """``1272`` → ``"1272"``, ``3.138`` → ``"3.14"``; float16 rounding noise around 0 → ``"0"``."""
-    if abs(value) < 5e-4:
-        return "0"
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+def read_training_log(path: str | Path) -> tuple[list[dict], list[dict]]:
+    """``(training, held_out)`` records of a ``log.jsonl``, each the last one logged per step."""
+    train, held = {}, {}
+    for line in Path(path).read_text().splitlines():
+        record = json.loads(line)
+        if "loss" in record:
+            train[record["step"]] = record
+        elif "eval_kl" in record:
+            held[record["step"]] = record
+    return [train[s] for s in sorted(train)], [held[s] for s in sorted(held)]
 
 
-def plot_metrics(results: list[dict], names: list[str], path: str | Path) -> Path:
-    """One bar chart per metric of the evaluation table, one bar per model."""
-    import matplotlib
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    shown = [(k, t, s) for k, t, s in _PLOTTED if all(r.get(k) is not None for r in results)]
-    fig, axes = plt.subplots(1, len(shown), figsize=(3.2 * len(shown), 3.6))
-    colors = ["#4c72b0", "#55a868", "#c44e52", "#8172b2", "#ccb974"]
-    for ax, (key, title, scale) in zip(axes, shown):
-        values = [r[key] * scale for r in results]
-        bars = ax.bar(names, values, color=colors[: len(values)])
-        ax.bar_label(bars, labels=[_bar_text(v) for v in values], fontsize=8)
-        ax.set_title(title, fontsize=9)
-        ax.tick_params(axis="x", labelrotation=20, labelsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def _spread(values: list[float], fmt) -> str:
+    return " and ".join(fmt(v) for v in values)
+
+
+def verdict(results: dict[str, dict], trained: dict[str, dict], *, held_out_documents: int, cache_tokens: int,
+            seconds: float, minutes: float) -> str:
+    """The report's first paragraph: who won, by how much, after how many steps and tokens.
+
+    ``results``: evaluation results by name (``teacher``, ``distilled``, ``baseline`` and, with two seeds,
+    ``distilled-seed1``, ``baseline-seed1``); ``trained``: the training summaries by the same names
+    (``steps``, ``tokens``).
+    """
+    teacher, distilled, baseline = results["teacher"], results["distilled"], results["baseline"]
+    d_steps, b_steps = trained["distilled"]["steps"], trained["baseline"]["steps"]
+    d_ppl, b_ppl = distilled["perplexity"], baseline["perplexity"]
+    d_agree, b_agree = distilled["top1_agreement"], baseline["top1_agreement"]
+    wins = [d_ppl < b_ppl, d_agree > b_agree]
+    outcome = ("The distilled student is better on both." if all(wins) else
+               "The baseline is better on both." if not any(wins) else
+               f"Mixed: the distilled student is better on {'perplexity' if wins[0] else 'agreement'} only.")
+    if d_steps == b_steps:
+        steps = f"both after {d_steps} steps ({trained['distilled']['tokens']:,} training tokens each)"
+    else:
+        steps = (f"after {d_steps} steps ({trained['distilled']['tokens']:,} tokens) for the distilled student "
+                 f"but only {b_steps} ({trained['baseline']['tokens']:,} tokens) for the baseline, whose share of "
+                 "the time budget ran out first; the training curves compare them step for step")
+    text = [
+        f"**Verdict.** Distillation reached held-out perplexity **{d_ppl:.1f}** "
+        f"({d_ppl / teacher['perplexity']:.1f}× the teacher's {teacher['perplexity']:.1f}) against "
+        f"**{b_ppl:.1f}** for the same student trained on the same data without the teacher "
+        f"(cross-entropy only), {steps}; top-1 agreement with the teacher **{_pct(d_agree)}** vs "
+        f"**{_pct(b_agree)}**. {outcome}",
+        f"Scored on {distilled['tokens']:,} held-out tokens ({held_out_documents} documents that training never "
+        f"saw); the training cache holds {cache_tokens:,} tokens, so each student saw it "
+        f"{trained['distilled']['tokens'] / cache_tokens:.1f} times.",
+    ]
+    seeded = sorted(name for name in results if name.startswith("distilled-seed"))
+    if seeded:
+        d_all = [results["distilled"], *(results[n] for n in seeded)]
+        b_all = [results["baseline"], *(results[n.replace("distilled", "baseline")] for n in seeded)]
+        d_range = [r["perplexity"] for r in d_all]
+        b_range = [r["perplexity"] for r in b_all]
+        text.append(
+            f"Over {len(d_all)} seeds (data order): perplexity {_spread(d_range, '{:.1f}'.format)} distilled "
+            f"(spread {max(d_range) - min(d_range):.1f}) vs {_spread(b_range, '{:.1f}'.format)} baseline "
+            f"(spread {max(b_range) - min(b_range):.1f}); agreement "
+            f"{_spread([r['top1_agreement'] for r in d_all], _pct)} vs "
+            f"{_spread([r['top1_agreement'] for r in b_all], _pct)}."
+        )
+    text.append(f"The run took {seconds / 60:.1f} min of its {minutes:g}-minute budget. {NOISE_NOTE}")
+    return "\n\n".join(text)
+
+
+def _figure(rows: int, cols: int, width: float, height: float):
+    """A figure and its ``[rows][cols]`` axes, drawn off-screen (no pyplot state, nothing to close)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(rows, cols, squeeze=False)
+
+
+def _save(fig, path: str | Path) -> Path:
+    fig.savefig(path, dpi=100)
     return Path(path)
 
 
-def write_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, results: list[dict],
-                 names: list[str], runs: dict[str, list[dict]], command: str) -> dict:
+_CURVES = (  # key in the training log, key in the held-out log, title, unit, scale, log axis
+    ("kl", "eval_kl", "KL to the teacher", "nats/token", 1.0, False),
+    ("ppl", "eval_ppl", "perplexity", "perplexity (log scale)", 1.0, True),
+    ("top1_agreement", "eval_top1_agreement", "top-1 agreement with the teacher", "% of tokens", 100.0, False),
+)
+
+
+def curves_figure(runs: dict[str, tuple[list[dict], list[dict]]], held_out_tokens: int | None = None):
+    """A 2×3 grid: KL, perplexity, agreement (columns) on training batches and on held-out data (rows)."""
+    fig, axes = _figure(2, 3, 13, 7.5)
+    where = f"held-out ({held_out_tokens:,} tokens)" if held_out_tokens else "held-out"
+    for row, label in enumerate(("training batches", where)):
+        for col, (train_key, held_key, title, unit, scale, log) in enumerate(_CURVES):
+            ax = axes[row][col]
+            for name, (train, held) in runs.items():
+                records, key = (train, train_key) if row == 0 else (held, held_key)
+                points = [(r["step"], r[key] * scale) for r in records if r.get(key) is not None]
+                if points:
+                    ax.plot(*zip(*points), label=name, marker="o" if row == 1 else None, markersize=3)
+            ax.set_title(f"{title}\n{label}", fontsize=10)
+            ax.set_xlabel("optimizer step")
+            ax.set_ylabel(unit)
+            if log:
+                ax.set_yscale("log")
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_training_curves(runs: dict[str, tuple[list[dict], list[dict]]], path: str | Path,
+                         held_out_tokens: int | None = None) -> Path:
+    """:func:`curves_figure` saved as a PNG."""
+    return _save(curves_figure(runs, held_out_tokens), path)
+
+
+_PLOTTED = (  # key, title, unit, scale, log axis
+    ("perplexity", "held-out perplexity (lower is better)", "perplexity (log scale)", 1.0, True),
+    ("accuracy", "next-token accuracy", "% of tokens", 100.0, False),
+    ("top1_agreement", "top-1 agreement with the teacher", "% of tokens", 100.0, False),
+    ("kl_to_teacher", "KL to the teacher (lower is better)", "nats/token", 1.0, False),
+    ("parameters", "parameters", "millions", 1e-6, False),
+    ("size_bytes", "size on disk", "MB", 1e-6, False),
+    ("forward_tokens_per_second", "forward speed", "tokens/s", 1.0, False),
+    ("generate_tokens_per_second", "generation speed", "new tokens/s", 1.0, False),
+    ("peak_bytes", "peak memory", "MB", 1e-6, False),
+)
+
+
+def _bar_text(value: float, unit: str) -> str:
+    """``1272.4`` → ``"1272"``, ``3.138`` → ``"3.14"``, ``47.23`` (%) → ``"47.2%"``; float16 noise at 0 → ``"0"``."""
+    if abs(value) < 5e-4:
+        return "0"
+    if unit.startswith("%"):
+        return f"{value:.1f}%"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def metrics_figure(results: list[dict], names: list[str]):
+    """A 3×3 grid of bar charts, one per metric of the evaluation table, one bar per model, values on the bars."""
+    shown = [m for m in _PLOTTED if all(r.get(m[0]) is not None for r in results)]
+    cols = 3
+    rows = math.ceil(len(shown) / cols)
+    fig, axes = _figure(rows, cols, 13, 3.6 * rows)
+    colors = ["#4c72b0", "#55a868", "#c44e52", "#8172b2", "#ccb974", "#64b5cd"]
+    for ax, (key, title, unit, scale, log) in zip(axes.flat, shown):
+        # Float16 rounding noise around 0 (the teacher's KL to its own cache) would draw a tiny
+        # negative bar whose label lands below the axis, on the tick label.
+        values = [0.0 if abs(r[key] * scale) < 5e-4 else r[key] * scale for r in results]
+        bars = ax.bar(range(len(values)), values, color=[colors[i % len(colors)] for i in range(len(values))])
+        ax.bar_label(bars, labels=[_bar_text(v, unit) for v in values], fontsize=8, padding=2)
+        ax.set_xticks(range(len(values)), names, fontsize=8, rotation=15 if len(names) > 3 else 0)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(unit)
+        top = max(values) if values else 1.0
+        if log:
+            ax.set_yscale("log")
+            ax.set_ylim(max(min(v for v in values if v > 0) / 2, 1e-3), top * 3)
+        else:
+            ax.set_ylim(0, (top if top > 0 else 1.0) * 1.2)  # room for the labels above the bars
+        ax.grid(axis="y", alpha=0.3)
+    for ax in list(axes.flat)[len(shown):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_metrics(results: list[dict], names: list[str], path: str | Path) -> Path:
+    """:func:`metrics_figure` saved as a PNG."""
+    return _save(metrics_figure(results, names), path)
+
+
+def _text_block(text: str) -> list[str]:
+    # A student early in training often repeats a newline; show it rather than an empty box.
+    shown = text.strip() or f"(whitespace only: {text!r})"
+    return ["```text", shown.replace("```", "'''"), "```"]
+
+
+def continuation_lines(results: list[dict], names: list[str]) -> list[str]:
+    """Markdown: per prompt, each model's greedy and sampled continuation."""
+    from destila.samples import distinct_words
+
+    lines = []
+    prompts = [row["prompt"] for row in results[0].get("continuations", [])]
+    for number, prompt in enumerate(prompts):
+        lines += [f"### Prompt {number + 1}: `{prompt}`", ""]
+        for name, result in zip(names, results):
+            row = result["continuations"][number]
+            lines += [f"**{name}**, greedy ({distinct_words(row['greedy'])} distinct words):", "",
+                      *_text_block(row["greedy"]), "", f"**{name}**, sampled:", "", *_text_block(row["sampled"]), ""]
+    return lines
+
+
+def write_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, trained: dict[str, dict],
+                 results: list[dict], names: list[str], command: str) -> dict:
     """Write ``report.md``, ``report.json``, ``training_curves.png`` and ``metrics.png`` into ``out``."""
     out = Path(out)
-    curves = plot_training_curves(runs, out / "training_curves.png")
+    runs = {name: read_training_log(Path(info["path"]) / "log.jsonl") for name, info in trained.items()}
+    curve_tokens = settings["eval_curve_sequences"] * (settings["seq_len"] - 1)
+    curves = plot_training_curves(runs, out / "training_curves.png", held_out_tokens=curve_tokens)
     metrics = plot_metrics(results, names, out / "metrics.png")
     named = [{**r, "model": name} for r, name in zip(results, names)]
-    report = {"command": command, "settings": settings, "stages": stages, "cache": cache, "results": named,
-              "training": {name: records for name, records in runs.items()}}
+    by_name = dict(zip(names, results))
+    total = sum(info["seconds"] for info in stages.values())
+    summary = verdict(by_name, trained, held_out_documents=cache["documents_held_out"],
+                      cache_tokens=cache["train_tokens"], seconds=total, minutes=settings["minutes"])
+    report = {"command": command, "verdict": summary, "settings": settings, "stages": stages, "cache": cache,
+              "trained": trained, "results": named,
+              "training": {name: {"train": train, "held_out": held} for name, (train, held) in runs.items()}}
     (out / "report.json").write_text(json.dumps(report, indent=2))
-    lines = [
-        "# destila demo report", "",
-        f"Command: `{command}`", "",
-        "## Held-out comparison", "",
-        "Ratios are to the teacher. KL and agreement are measured against the teacher's cached top-K "
-        "distributions on documents that training never saw.", "",
-        markdown_table(named), "",
-        "## Training curves", "", f"![training curves]({curves.name})", "",
-        f"![metrics]({metrics.name})", "",
-        "## Generated text (greedy, same prompt)", "",
-        f"Prompt: `{results[0]['prompt']}`", "",
-    ]
-    for name, result in zip(names, results):
-        # A student early in training often repeats a newline; show it rather than an empty box.
-        sample = result["sample"].strip() or f"(whitespace only: {result['sample']!r})"
-        lines += [f"**{name}**:", "", "```text", sample, "```", ""]
-    lines += ["## Time per stage", "", "| stage | seconds |", "|---|---:|"]
+    lines = ["# destila demo report", "", summary, "", f"Command: `{command}`", "",
+             "## Held-out comparison", "",
+             "Ratios are to the teacher. KL and agreement are measured against the teacher's cached top-K "
+             "distributions on documents that training never saw.", "",
+             markdown_table(named), "", f"![metrics]({metrics.name})", "",
+             "## Training", "",
+             "| student | loss | steps | training tokens | step targets (at step → target) | seconds |",
+             "|---|---|---:|---:|---|---:|"]
+    for name, info in trained.items():
+        loss = "KL to the teacher's top-K" if info["kind"] == "distilled" else "cross-entropy only"
+        targets = ", ".join(f"{step}→{target}" for step, target in info["step_targets"])
+        lines.append(f"| {name} | {loss} | {info['steps']} | {info['tokens']:,} | {targets} | {info['seconds']:.0f} |")
+    lines += ["", f"Held-out curves score the first {settings['eval_curve_sequences']} held-out sequences "
+              f"({curve_tokens:,} tokens) every {settings['eval_every']} steps; the table above scores all of them.",
+              "", f"![training curves]({curves.name})", "",
+              "## Generated text", "",
+              f"{settings['new_tokens']} new tokens per prompt; sampled at temperature 0.8, top-p 0.95, seeded.", ""]
+    lines += continuation_lines(results, names)
+    lines += ["## Time per stage", "", f"Budget: {settings['minutes']:g} min. {NOISE_NOTE}", "",
+              "| stage | seconds |", "|---|---:|"]
     lines += [f"| {stage} | {info['seconds']:.1f} |" for stage, info in stages.items()]
-    lines += [f"| **total** | {sum(info['seconds'] for info in stages.values()):.1f} |", ""]
+    lines += [f"| **total** | {total:.1f} |", ""]
     lines += ["## Cache", "", "| | |", "|---|---:|"]
-    lines += [f"| {key} | {value} |" for key, value in cache.items()]
+    lines += [f"| {key} | {value:.1f} |" if isinstance(value, float) else f"| {key} | {value} |"
+              for key, value in cache.items() if key != "seconds"]
     lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
     lines += [f"| {key} | {value} |" for key, value in settings.items()]
     (out / "report.md").write_text("\n".join(lines) + "\n")

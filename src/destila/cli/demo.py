@@ -3,31 +3,47 @@
 from __future__ import annotations
 
 
+def parse_layer_list(text: str) -> list[int]:
+    """``"0-8,28,29"`` → ``[0, 1, ..., 8, 28, 29]``; ValueError naming the expected form otherwise."""
+    kept = []
+    try:
+        for part in text.split(","):
+            low, dash, high = part.strip().partition("-")
+            kept += list(range(int(low), int(high) + 1)) if dash else [int(low)]
+    except ValueError:
+        raise ValueError(f"--layers: expected teacher layer indices like 0-8,28,29, found {text!r}") from None
+    return kept
+
+
 def register(subparsers) -> None:
     from destila.demo import DemoSettings  # light: no torch at import
 
+    defaults = DemoSettings()
+    layers = ",".join(str(i) for i in defaults.student_layers)
     demo = subparsers.add_parser(
         "demo",
         help="distil the embedded SmolLM2-135M on Python's docs, end to end, and write a report",
         description="cache build → student init → offline fused distillation → cross-entropy-only baseline "
-        "→ evaluation → report. Rerun to resume; finished stages are skipped.",
+        "→ evaluation → report, all inside --minutes. Rerun to resume; finished stages are skipped.",
     )
     demo.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
-    demo.add_argument("--minutes", type=float, default=DemoSettings.minutes,
-                      help=f"wall-clock budget; training time adapts to it (default: {DemoSettings.minutes:g})")
-    demo.add_argument("--layers", type=int, default=DemoSettings.student_layers,
-                      help=f"decoder layers of the student (default: {DemoSettings.student_layers})")
-    demo.add_argument("--train-tokens", type=int, default=DemoSettings.train_tokens,
-                      help=f"tokens cached for training (default: {DemoSettings.train_tokens})")
-    demo.add_argument("--teacher", default=DemoSettings.teacher,
-                      help="teacher (default: the embedded SmolLM2-135M)")
+    demo.add_argument("--minutes", type=float, default=defaults.minutes,
+                      help="wall-clock budget of the whole run; the cache size and the training steps are sized "
+                      f"from measured speed to fit it (default: {defaults.minutes:g})")
+    demo.add_argument("--layers", default=layers,
+                      help=f"teacher layers the student keeps, e.g. 0-8,28,29 (default: {layers})")
+    demo.add_argument("--train-tokens", type=int, default=defaults.train_tokens,
+                      help=f"at most this many cached training tokens (default: {defaults.train_tokens})")
+    demo.add_argument("--seeds", type=int, default=defaults.seeds,
+                      help="train every student with this many seeds and report the spread (default: 1)")
+    demo.add_argument("--teacher", default=defaults.teacher, help="teacher (default: the embedded SmolLM2-135M)")
     demo.set_defaults(func=run)
 
 
 def run(args) -> int:
     from destila.demo import Demo, DemoSettings
 
-    settings = DemoSettings(teacher=args.teacher, minutes=args.minutes, student_layers=args.layers,
-                            train_tokens=args.train_tokens)
+    settings = DemoSettings(teacher=args.teacher, minutes=args.minutes, student_layers=parse_layer_list(args.layers),
+                            train_tokens=args.train_tokens, seeds=args.seeds)
     Demo(args.out, settings).run()
     return 0

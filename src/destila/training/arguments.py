@@ -52,6 +52,12 @@ class DistillationArguments(TrainingArguments):
                   "topk (teacher top-K computed on the fly, then the same loss as from a cache)"},
     )
     online_top_k: int = field(default=100, metadata={"help": "online topk only: K"})
+    freeze_embeddings: bool = field(
+        default=False,
+        metadata={"help": "keep the input embedding and the output head fixed (tied or not): the head's "
+                  "weight gradient (one [V, H] GEMM per step) and its optimizer state are skipped, and the "
+                  "student keeps the teacher's vocabulary geometry"},
+    )
     allow_tokenizer_mismatch: bool = field(
         default=False,
         metadata={"help": "train although the student's tokenizer differs from the cache's "

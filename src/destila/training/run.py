@@ -80,6 +80,8 @@ def train_student(
     text_field: str = "text",
     resume: bool | str | None = None,
     callbacks: tuple = (),
+    eval_cache: str | Path | None = None,
+    eval_sequences: int | None = None,
 ) -> dict:
     """Train ``student`` from ``cache`` (offline) or from ``teacher`` on ``data`` (online).
 
@@ -87,6 +89,11 @@ def train_student(
     student (safetensors, config, tokenizer) loadable with
     ``AutoModelForCausalLM.from_pretrained(out)``. Returns
     ``{"train": Trainer metrics, "steps": optimizer steps, "eval": held-out metrics or {}}``.
+
+    Held-out data: ``args.eval_fraction`` of the training source, or
+    ``eval_cache`` (a cache of other documents, its first ``eval_sequences``
+    sequences), evaluated every ``args.eval_steps`` when
+    ``args.eval_strategy="steps"`` and once at the end.
     """
     from transformers import AutoTokenizer
 
@@ -99,7 +106,12 @@ def train_student(
     args = args or DistillationArguments(output_dir=str(out))
     if Path(args.output_dir).resolve() != out.resolve():
         raise ValueError(f"train: args.output_dir is {args.output_dir} but out is {out}; they must agree")
+    if eval_cache is not None and (args.eval_fraction > 0 or cache is None):
+        raise ValueError("train: an eval cache goes with offline training (a cache) and eval_fraction 0")
     model = load_causal_lm(student)
+    if args.freeze_embeddings:
+        model.get_input_embeddings().requires_grad_(False)
+        output_head(model)[0].requires_grad_(False)
     online = None
     if cache is not None:
         from destila.cache import TopKCache
@@ -127,21 +139,37 @@ def train_student(
             temperature=args.temperature, chunk_size=args.chunk_size,
         )
     train_ids, eval_ids = split_indices(len(source), args.eval_fraction)
+    eval_dataset = Subset(source, eval_ids) if eval_ids else None
+    if eval_cache is not None:
+        from destila.cache import TopKCache
+
+        held_out = TopKCache(eval_cache)
+        if held_out.manifest.tokenizer_fingerprint != source.manifest.tokenizer_fingerprint:
+            raise ValueError(f"train: the eval cache {eval_cache} was built with another tokenizer than the "
+                             "training cache; build both with the same teacher")
+        eval_dataset = Subset(held_out, range(min(len(held_out), eval_sequences or len(held_out))))
     trainer = DistillationTrainer(
         model=model,
         args=args,
         train_dataset=Subset(source, train_ids),
-        eval_dataset=Subset(source, eval_ids) if eval_ids else None,
+        eval_dataset=eval_dataset,
         data_collator=collate,
         processing_class=tokenizer,
         teacher=online,
         callbacks=[JsonlLogCallback(out / LOG_FILE), *callbacks],
     )
+    if any(getattr(callback, "shows_progress", False) for callback in callbacks):
+        # A callback draws its own bar (e.g. destila.budget.StepBudget, whose total is the real
+        # step target); the Trainer's would count toward max_steps, or print every log line.
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.remove_callback(ProgressCallback)
+        trainer.remove_callback(PrinterCallback)
     if resume is True:
         resume = last_complete_checkpoint(out)
         if resume is None:
             print(f"train: no complete checkpoint in {out}; starting from the beginning")
     result = trainer.train(resume_from_checkpoint=resume or None)
-    metrics = trainer.evaluate() if eval_ids else {}
+    metrics = trainer.evaluate() if eval_dataset is not None else {}
     trainer.save_model(str(out))  # weights, config and (processing_class) tokenizer
     return {"train": result.metrics, "steps": result.global_step, "eval": metrics}
