@@ -65,7 +65,7 @@ def layer_choices(total: int, keep: int) -> dict[str, list[int]]:
 def layers(out: Path, keeps: list[int], sequences: int) -> None:
     """Perplexity before any training, on the first ``sequences`` TRAINING sequences (choosing
     layers on the held-out documents would leak them into the choice)."""
-    from destila.evaluation import metrics_from_sums, quality_sums
+    from destila.eval.quality import metrics_from_sums, quality_sums
     from destila.models import embedded_teacher_dir, load_causal_lm
     from destila.student import cut_student
 
@@ -89,7 +89,7 @@ def layers(out: Path, keeps: list[int], sequences: int) -> None:
 
 
 def train(out: Path, args) -> None:
-    from destila.evaluation import evaluate_model
+    from destila.eval import evaluate_model
     from destila.models import embedded_teacher_dir
     from destila.student import init_student
     from destila.training import DistillationArguments, train_student

@@ -228,7 +228,7 @@ class Demo:
                 "train_seconds": result["train"].get("train_runtime")}
 
     def evaluate(self, models: list[str], names: list[str]) -> dict:
-        from destila.evaluation import evaluate_models, render_table
+        from destila.eval import evaluate_models, render_table
         from destila.samples import continuations
 
         s = self.settings

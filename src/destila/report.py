@@ -12,7 +12,8 @@ import json
 import math
 from pathlib import Path
 
-from destila.evaluation import markdown_table
+from destila.eval import markdown_table
+from destila.training.callbacks import read_training_log
 
 NOISE_NOTE = (
     "Speeds (tokens/s, seconds per stage) were measured on whatever else the machine was running; on a shared "
@@ -20,16 +21,9 @@ NOISE_NOTE = (
 )
 
 
-def read_training_log(path: str | Path) -> tuple[list[dict], list[dict]]:
+def read_logs(path: str | Path) -> tuple[list[dict], list[dict]]:
     """``(training, held_out)`` records of a ``log.jsonl``, each the last one logged per step."""
-    train, held = {}, {}
-    for line in Path(path).read_text().splitlines():
-        record = json.loads(line)
-        if "loss" in record:
-            train[record["step"]] = record
-        elif "eval_kl" in record:
-            held[record["step"]] = record
-    return [train[s] for s in sorted(train)], [held[s] for s in sorted(held)]
+    return read_training_log(path), read_training_log(path, prefix="eval")
 
 
 def _pct(value: float) -> str:
@@ -221,7 +215,7 @@ def write_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, 
                  results: list[dict], names: list[str], command: str) -> dict:
     """Write ``report.md``, ``report.json``, ``training_curves.png`` and ``metrics.png`` into ``out``."""
     out = Path(out)
-    runs = {name: read_training_log(Path(info["path"]) / "log.jsonl") for name, info in trained.items()}
+    runs = {name: read_logs(Path(info["path"]) / "log.jsonl") for name, info in trained.items()}
     curve_tokens = settings["eval_curve_sequences"] * (settings["seq_len"] - 1)
     curves = plot_training_curves(runs, out / "training_curves.png", held_out_tokens=curve_tokens)
     metrics = plot_metrics(results, names, out / "metrics.png")

@@ -1,4 +1,4 @@
-"""Trainer callbacks: every logged step as one JSON line in the output folder."""
+"""Trainer callbacks: every logged step as one JSON line in the output folder (and its reader)."""
 
 from __future__ import annotations
 
@@ -46,3 +46,15 @@ class StopAfterSeconds(TrainerCallback):
         if time.monotonic() - self.start >= self.seconds:
             control.should_training_stop = True
             control.should_save = True
+
+
+def read_training_log(path: str | Path, prefix: str = "") -> list[dict]:
+    """The training records of a ``log.jsonl`` (the last one per step; evaluation records dropped), or
+    with ``prefix="eval"`` the evaluation records (keys ``eval_kl``, ``eval_ppl``, ...) instead."""
+    key = f"{prefix}_loss" if prefix else "loss"
+    records = {}
+    for line in Path(path).read_text().splitlines():
+        record = json.loads(line)
+        if key in record:
+            records[record["step"]] = record
+    return [records[step] for step in sorted(records)]
