@@ -43,11 +43,12 @@ def prepare(out: Path, train_tokens: int) -> None:
     s = DemoSettings()
     train, held = split_documents(pydoc_texts(), s.holdout_every)
     teacher = str(embedded_teacher_dir())
-    common = dict(seq_len=s.seq_len, top_k=s.top_k, batch_size=s.cache_batch_size)
+    # Small shards: an interrupted build keeps what it wrote and resumes there.
+    common = dict(seq_len=s.seq_len, top_k=s.top_k, batch_size=s.cache_batch_size, shard_size=16)
+    build_cache(teacher, held, out / "cache-heldout", max_tokens=s.eval_tokens, **common)
     start = time.monotonic()
     report = build_cache(teacher, train, out / "cache", max_tokens=train_tokens, **common)
     seconds = time.monotonic() - start
-    build_cache(teacher, held, out / "cache-heldout", max_tokens=s.eval_tokens, **common)
     print(json.dumps({"train_tokens": train_tokens, "teacher_seconds": round(seconds, 1),
                       "teacher_tokens_per_second": round(report.tokens_per_second, 1), "load": os.getloadavg()[0]}))
 
@@ -88,8 +89,24 @@ def layers(out: Path, keeps: list[int], sequences: int) -> None:
                               "start_accuracy": round(metrics["accuracy"], 4)}), flush=True)
 
 
+def score(model_path: Path, cache: Path) -> dict:
+    """Held-out perplexity, agreement and KL over the whole held-out cache, and the greedy continuation of
+    the demo's first prompt (the demo's evaluation without its speed measurements)."""
+    from destila.cache import TopKCache
+    from destila.eval.quality import metrics_from_sums, quality_sums
+    from destila.models import load_causal_lm
+    from destila.samples import continuations
+    from destila.training.datasets import collate
+
+    source = TopKCache(cache)
+    items = [source[i] for i in range(min(len(source), DemoSettings.eval_tokens // DemoSettings.seq_len))]
+    model = load_causal_lm(str(model_path))
+    metrics = metrics_from_sums(quality_sums(model, [collate(items[i:i + 4]) for i in range(0, len(items), 4)]))
+    metrics["sample"] = continuations(str(model_path), [DEMO_PROMPTS[0]], 32)[0]["greedy"]
+    return metrics
+
+
 def train(out: Path, args) -> None:
-    from destila.eval import evaluate_model
     from destila.models import embedded_teacher_dir
     from destila.student import init_student
     from destila.training import DistillationArguments, train_student
@@ -109,14 +126,12 @@ def train(out: Path, args) -> None:
     result = train_student(str(run / "init"), run / "trained", targs, cache=out / "cache")
     seconds = time.monotonic() - start
     load_after = os.getloadavg()[0]
-    evaluation = evaluate_model(str(run / "trained"), cache=str(out / "cache-heldout"),
-                                max_tokens=DemoSettings.eval_tokens, prompt=DEMO_PROMPTS[0], new_tokens=32)
+    evaluation = score(run / "trained", out / "cache-heldout")
     tokens = result["steps"] * args.batch * DemoSettings.seq_len
     record = {
         "name": args.name, "layers": kept, "steps": result["steps"], "batch": args.batch, "lr": args.lr,
         "schedule": args.schedule, "warmup": args.warmup, "freeze_embeddings": args.freeze,
         "soft_weight": args.soft_weight, "hard_weight": args.hard_weight, "seed": args.seed,
-        "parameters": evaluation["parameters"],
         "train_seconds": round(seconds, 1), "train_tokens_per_second": round(tokens / seconds, 1),
         "seconds_per_step": round(seconds / max(result["steps"], 1), 2),
         "load_before": load_before, "load_after": load_after,
@@ -134,7 +149,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare")
     p.add_argument("out", type=Path)
-    p.add_argument("--train-tokens", type=int, default=49152)
+    p.add_argument("--train-tokens", type=int, default=DemoSettings.train_tokens)
     p = sub.add_parser("layers")
     p.add_argument("out", type=Path)
     p.add_argument("--keep", type=int, nargs="+", default=[10])

@@ -8,7 +8,8 @@ only (the no-teacher baseline), for the same number of steps when there is
 time → side-by-side evaluation and continuations → report.
 
 Budget (``--minutes M``, the whole run): evaluation and the report get a
-fixed reserve; the teacher pass gets the share of the rest that lets each
+reserve (``eval_reserve_seconds``, scaled up when the teacher's measured
+speed shows a slower machine); the teacher pass gets the share of the rest that lets each
 student see its cache about ``epochs`` times; the trainings share what is
 left, each stopped by :class:`destila.budget.StepBudget` at the last step
 that fits (measured seconds per step, re-sized every step).
@@ -39,6 +40,9 @@ DEMO_PROMPTS = (
 # student of about a third of the teacher's layers with its embedding frozen. Only the first
 # guess of the plan: training re-sizes itself from its own measured speed (docs/demo.md).
 STUDENT_STEP_COST = 1.3
+# The teacher's tokens/s (wall clock, loading included) on 2 quiet CPU cores; the evaluation
+# reserve is scaled by how much slower the teacher runs in this run (a loaded machine).
+QUIET_TEACHER_TOKENS_PER_SECOND = 300.0
 
 
 @dataclass
@@ -59,7 +63,7 @@ class DemoSettings:
     max_steps: int = 400  # cap; the budget sets the real target
     epochs: float = 2.0  # passes over the cached tokens the plan aims for
     minutes: float = 11.0  # wall-clock budget of the whole demo (installation excluded)
-    eval_reserve_seconds: float = 180.0  # evaluation, continuations and the report
+    eval_reserve_seconds: float = 180.0  # evaluation, continuations and the report, on a quiet machine
     eval_every: int = 5  # held-out evaluation during training every this many steps
     eval_curve_sequences: int = 4  # held-out sequences scored during training (the final table scores all)
     seeds: int = 1  # with 2, every student is trained twice (seeds 0 and 1) and the report shows the spread
@@ -167,9 +171,10 @@ class Demo:
         teacher_speed = held_report.tokens / max(held_seconds, 1e-6)
         # Cache T tokens (T / v seconds), then 2·seeds trainings over epochs·T tokens each, at
         # STUDENT_STEP_COST times the teacher's cost per token: the cache gets this share.
+        reserve = s.eval_reserve_seconds * max(1.0, QUIET_TEACHER_TOKENS_PER_SECOND / teacher_speed)
         trainings = 2 * s.seeds
         cache_share = 1.0 / (1.0 + trainings * s.epochs * STUDENT_STEP_COST)
-        seconds = split_seconds(self.seconds_left(), s.eval_reserve_seconds, 1) * cache_share
+        seconds = split_seconds(self.seconds_left(), reserve, 1) * cache_share
         minimum = s.seq_len * s.batch_size
         planned = tokens_that_fit(seconds, teacher_speed, cap=s.train_tokens // s.seq_len * s.seq_len,
                                   multiple=s.seq_len, floor=minimum)
@@ -183,6 +188,7 @@ class Demo:
             "train_tokens": summary["tokens"], "planned_train_tokens": planned,
             "held_out_tokens": held_report.tokens, "bytes_per_token": summary["bytes_per_token"],
             "cache_mb": summary["folder_bytes"] / 1e6, "teacher_tokens_per_second": teacher_speed,
+            "eval_reserve_seconds": reserve,
             "teacher_pass_tokens_per_second": report.tokens_per_second,
             "documents_train": len(train), "documents_held_out": len(held),
         }
@@ -198,7 +204,8 @@ class Demo:
                 "student_parameters": summary["student_parameters"],
                 "teacher_parameters": summary["teacher_parameters"]}
 
-    def train(self, student: str, kind: str, seed: int, cap: int, trainings_left: int, guess: int | None) -> dict:
+    def train(self, student: str, kind: str, seed: int, cap: int, trainings_left: int, guess: int | None,
+              reserve: float) -> dict:
         """One training, stopped by a :class:`StepBudget` at its share of the time left."""
         from destila.budget import StepBudget, split_seconds
         from destila.training import DistillationArguments, train_student
@@ -207,7 +214,7 @@ class Demo:
         s = self.settings
         name = run_name(kind, seed)
         out = self.out / name
-        seconds = split_seconds(self.seconds_left(), s.eval_reserve_seconds, trainings_left)
+        seconds = split_seconds(self.seconds_left(), reserve, trainings_left)
         budget = StepBudget(self.clock() + seconds, cap=cap, guess=guess, description=name, clock=self.clock)
         loss = {"soft_weight": 1.0, "hard_weight": 0.0} if kind == "distilled" else \
             {"soft_weight": 0.0, "hard_weight": 1.0}
@@ -258,16 +265,17 @@ class Demo:
         step_tokens = s.batch_size * s.seq_len
         guess_seconds = step_tokens * STUDENT_STEP_COST / cache["teacher_tokens_per_second"]
         cap = s.max_steps
+        reserve = cache["eval_reserve_seconds"]
         for number, (kind, seed) in enumerate(runs):
             name = run_name(kind, seed)
             left = len(runs) - number
-            seconds = max(0.0, self.seconds_left() - s.eval_reserve_seconds) / left
+            seconds = max(0.0, self.seconds_left() - reserve) / left
             guess = max(1, min(cap, int(seconds / guess_seconds)))
             what = "KL to the teacher's top-K" if kind == "distilled" else "cross-entropy only, no teacher"
             trained[name] = self._stage(
                 name, f"train {name} ({what}): ≤ {cap} steps in {seconds / 60:.1f} min",
                 lambda kind=kind, seed=seed, cap=cap, left=left, guess=guess:
-                    self.train(student, kind, seed, cap, left, guess),
+                    self.train(student, kind, seed, cap, left, guess, reserve),
             )
             # Every later student gets at most the steps of the first: same steps when there is time.
             cap = min(cap, trained[run_name("distilled", 0)]["steps"])
