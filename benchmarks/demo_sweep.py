@@ -1,10 +1,11 @@
 """Short demo configurations, measured: how should `destila demo` spend its minutes?
 
-Three sub-commands over one folder (the teacher and the caches are built once):
+Sub-commands over one folder (the teacher and the caches are built once):
 
     python benchmarks/demo_sweep.py prepare OUT            # train cache + the demo's held-out cache
     python benchmarks/demo_sweep.py layers OUT --keep 10   # starting perplexity of layer choices (no training)
     python benchmarks/demo_sweep.py train OUT --name NAME --layers 0-8,29 --steps 40 [--lr ...]
+    python benchmarks/demo_sweep.py table OUT              # sweep.jsonl as a Markdown table
 
 ``train`` appends one JSON line per run to ``OUT/sweep.jsonl``: the configuration,
 steps, training seconds and tokens/s, the 1-minute load average before and
@@ -144,6 +145,20 @@ def train(out: Path, args) -> None:
     print(json.dumps(record))
 
 
+def table(out: Path) -> None:
+    """The runs of ``OUT/sweep.jsonl`` as the Markdown table of docs/demo.md."""
+    print("| run | layers kept | embedding | lr | loss | steps | held-out ppl | agreement | KL | s/step | load | "
+          "greedy words |")
+    print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for line in (out / "sweep.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        loss = "KL" if r["hard_weight"] == 0 else ("CE" if r["soft_weight"] == 0 else "KL + CE")
+        load = f"{r['load_before']:.0f}–{r['load_after']:.0f}"
+        print(f"| {r['name']} | {len(r['layers'])}: {r['layers']} | {'frozen' if r['freeze_embeddings'] else 'trained'} "
+              f"| {r['lr']:g} | {loss} | {r['steps']} | {r['heldout_ppl']:.1f} | {100 * r['agreement']:.1f}% "
+              f"| {r['kl']:.2f} | {r['seconds_per_step']:.1f} | {load} | {r['distinct_words']} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -154,6 +169,8 @@ def main() -> None:
     p.add_argument("out", type=Path)
     p.add_argument("--keep", type=int, nargs="+", default=[10])
     p.add_argument("--sequences", type=int, default=8, help="training sequences scored (default: 8)")
+    p = sub.add_parser("table")
+    p.add_argument("out", type=Path)
     p = sub.add_parser("train")
     p.add_argument("out", type=Path)
     p.add_argument("--name", required=True)
@@ -170,6 +187,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "prepare":
         prepare(args.out, args.train_tokens)
+    elif args.command == "table":
+        table(args.out)
     elif args.command == "layers":
         layers(args.out, args.keep, args.sequences)
     else:
