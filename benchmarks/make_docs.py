@@ -265,8 +265,11 @@ def demo(report: dict) -> str:
     settings, stages = report["settings"], report["stages"]
     stage_line = ", ".join(f"{name} {info['seconds']:.0f} s" for name, info in stages.items())
     tokens = models[order[0]]["tokens"]
+    steps = ", ".join(f"{name} {sum('loss' in r for r in log)}"
+                      for name, log in report.get("training", {}).items())
     return "\n\n".join([
         render_rows(["held-out, " + f"{tokens:,} tokens"] + order, rows),
+        (f"Training steps: {steps}. " if steps else "") +
         f"Settings: seq-len {settings['seq_len']}, {settings['train_tokens']:,} cached training tokens, "
         f"K = {settings['top_k']}, {settings['student_layers']}-layer student, batch {settings['batch_size']}, "
         f"learning rate {settings['learning_rate']}, {settings['minutes']:g}-minute budget. "
