@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from destila.cache.topk import teacher_topk
+from destila.targets.head import teacher_topk
 from destila.models import check_plain_head, decoder_of, output_head
 
 
