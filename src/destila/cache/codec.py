@@ -91,7 +91,8 @@ def _from_planes(buffer: bytes, offset: int, count: int, width: int) -> tuple[np
 def _compress(payload: bytes, level: int) -> bytes:
     import zstandard
 
-    return zstandard.ZstdCompressor(level=level).compress(payload)
+    # The frame checksum (4 bytes) makes a damaged block fail to decode, even where no SHA-256 is checked.
+    return zstandard.ZstdCompressor(level=level, write_checksum=True).compress(payload)
 
 
 def _decompress(block: bytes) -> bytes:
