@@ -26,8 +26,7 @@ import torch
 
 from destila.cache.codec import BlockError, decode_sampled_row, decode_topk_row
 from destila.cache.format import Manifest, ShardInfo, schema_faults, shard_schema
-
-IGNORE_INDEX = -100
+from destila.losses.options import IGNORE_INDEX
 
 
 class ShardFormatError(ValueError):
