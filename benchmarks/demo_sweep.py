@@ -37,7 +37,8 @@ def parse_layers(text: str) -> list[int]:
 
 
 def prepare(out: Path, train_tokens: int) -> None:
-    from destila.cache import build_cache
+    from destila.cache import BuildSpec, build_cache
+    from destila.targets.spec import TargetSpec
     from destila.data import pydoc_texts
     from destila.models import embedded_teacher_dir
 
@@ -45,10 +46,10 @@ def prepare(out: Path, train_tokens: int) -> None:
     train, held = split_documents(pydoc_texts(), s.holdout_every)
     teacher = str(embedded_teacher_dir())
     # Small shards: an interrupted build keeps what it wrote and resumes there.
-    common = dict(seq_len=s.seq_len, top_k=s.top_k, batch_size=s.cache_batch_size, shard_size=16)
-    build_cache(teacher, held, out / "cache-heldout", max_tokens=s.eval_tokens, **common)
+    common = dict(seq_len=s.seq_len, targets=TargetSpec(top_k=s.top_k), batch_size=s.cache_batch_size, shard_size=16)
+    build_cache(BuildSpec(teacher, held, out / "cache-heldout", max_tokens=s.eval_tokens, **common))
     start = time.monotonic()
-    report = build_cache(teacher, train, out / "cache", max_tokens=train_tokens, **common)
+    report = build_cache(BuildSpec(teacher, train, out / "cache", max_tokens=train_tokens, **common))
     seconds = time.monotonic() - start
     print(json.dumps({"train_tokens": train_tokens, "teacher_seconds": round(seconds, 1),
                       "teacher_tokens_per_second": round(report.tokens_per_second, 1), "load": os.getloadavg()[0]}))

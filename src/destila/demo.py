@@ -159,13 +159,15 @@ class Demo:
     def caches(self, teacher: str) -> dict:
         """The held-out cache (fixed size), then a training cache sized from the teacher's measured speed."""
         from destila.budget import split_seconds, tokens_that_fit
-        from destila.cache import build_cache, inspect_cache, read_manifest
+        from destila.cache import BuildSpec, build_cache, inspect_cache, read_manifest
+        from destila.targets.spec import TargetSpec
 
         s = self.settings
         train, held = self._documents()
-        common = dict(seq_len=s.seq_len, top_k=s.top_k, batch_size=s.cache_batch_size)
+        common = dict(seq_len=s.seq_len, targets=TargetSpec(top_k=s.top_k), batch_size=s.cache_batch_size)
         start = self.clock()
-        held_report = build_cache(teacher, held, self.out / "cache-heldout", max_tokens=s.eval_tokens, **common)
+        held_report = build_cache(BuildSpec(teacher, held, self.out / "cache-heldout", max_tokens=s.eval_tokens,
+                                            **common))
         held_seconds = self.clock() - start
         # Wall-clock speed (loading and tokenising included): what the plan must pay per token.
         teacher_speed = held_report.tokens / max(held_seconds, 1e-6)
@@ -182,7 +184,7 @@ class Demo:
             planned = read_manifest(self.out / "cache").max_tokens or planned
         except (FileNotFoundError, ValueError):
             pass
-        report = build_cache(teacher, train, self.out / "cache", max_tokens=planned, **common)
+        report = build_cache(BuildSpec(teacher, train, self.out / "cache", max_tokens=planned, **common))
         summary = inspect_cache(self.out / "cache")
         return {
             "train_tokens": summary["tokens"], "planned_train_tokens": planned,
