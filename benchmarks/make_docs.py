@@ -265,13 +265,22 @@ def demo(report: dict) -> str:
     settings, stages = report["settings"], report["stages"]
     stage_line = ", ".join(f"{name} {info['seconds']:.0f} s" for name, info in stages.items())
     tokens = models[order[0]]["tokens"]
-    steps = ", ".join(f"{name} {sum('loss' in r for r in log)}"
-                      for name, log in report.get("training", {}).items())
+    if "trained" in report:  # the report of the budgeted demo: steps and tokens per student
+        steps = ", ".join(f"{name} {info['steps']} ({info['tokens']:,} tokens)"
+                          for name, info in report["trained"].items())
+        cached = report["cache"]["train_tokens"]
+    else:
+        steps = ", ".join(f"{name} {sum('loss' in r for r in log)}"
+                          for name, log in report.get("training", {}).items())
+        cached = settings["train_tokens"]
+    layers = settings["student_layers"]
+    layers = f"{len(layers)}-layer student (teacher layers {layers})" if isinstance(layers, list) else \
+        f"{layers}-layer student"
     return "\n\n".join([
         render_rows(["held-out, " + f"{tokens:,} tokens"] + order, rows),
         (f"Training steps: {steps}. " if steps else "") +
-        f"Settings: seq-len {settings['seq_len']}, {settings['train_tokens']:,} cached training tokens, "
-        f"K = {settings['top_k']}, {settings['student_layers']}-layer student, batch {settings['batch_size']}, "
+        f"Settings: seq-len {settings['seq_len']}, {cached:,} cached training tokens, "
+        f"K = {settings['top_k']}, {layers}, batch {settings['batch_size']}, "
         f"learning rate {settings['learning_rate']}, {settings['minutes']:g}-minute budget. "
         f"Time per stage: {stage_line}."])
 

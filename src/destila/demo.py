@@ -275,7 +275,7 @@ class Demo:
             guess = max(1, min(cap, int(seconds / guess_seconds)))
             what = "KL to the teacher's top-K" if kind == "distilled" else "cross-entropy only, no teacher"
             trained[name] = self._stage(
-                name, f"train {name} ({what}): ≤ {cap} steps in {seconds / 60:.1f} min",
+                name, f"train {name} ({what}): {seconds / 60:.1f} min, first estimate {guess} steps (at most {cap})",
                 lambda kind=kind, seed=seed, cap=cap, left=left, guess=guess:
                     self.train(student, kind, seed, cap, left, guess, reserve),
             )
