@@ -70,16 +70,18 @@ def test_step_budget_stops_at_the_last_step_that_fits_and_reports_the_real_targe
     # 100 s, 3 s per step, a slow first step (warm-up, not counted in the rate); first guess 50.
     budget = StepBudget(clock.now + 100, cap=400, guess=50, clock=clock, progress=False)
     steps = drive(budget, clock, lambda step: 3.0, first_step_seconds=7.0)
-    # Ends by the deadline: 10 s for the first step, then 3 s each: 1 + 30 steps.
-    assert steps == budget.target == 31 and clock.now <= 1000 + 100
-    assert budget.history[0] == (0, 50) and budget.history[-1][1] == 31
+    # The first step (10 s from the callback's creation) stands for the closing costs too: the
+    # steps end by 90 s: 10 s for the first step, then 3 s each: 1 + 26 steps (ending at 88 s).
+    assert budget.closing_seconds == 10.0
+    assert steps == budget.target == 27 and clock.now - 1000 <= 90
+    assert budget.history[0] == (0, 50) and budget.history[-1][1] == 27
 
 
 def test_step_budget_resizes_down_when_steps_slow_down_and_honours_the_cap():
     clock = FakeClock()
     slowing = StepBudget(clock.now + 100, cap=400, clock=clock, progress=False)
     steps = drive(slowing, clock, lambda step: 2.0 if step < 10 else 6.0)
-    assert clock.now - 1000 <= 100 + 6.0 and steps < 50  # never more than one (slow) step late
+    assert clock.now - 1000 <= 100 - 2.0 + 6.0 and steps < 50  # never more than one (slow) step late
     assert [target for _, target in slowing.history] != sorted(t for _, t in slowing.history)  # re-sized down
     clock = FakeClock()
     capped = StepBudget(clock.now + 1000, cap=12, clock=clock, progress=False)

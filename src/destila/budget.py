@@ -59,6 +59,12 @@ class StepBudget(TrainerCallback):
     between steps are counted. Until two steps are measured the target is
     ``guess`` (or ``cap``). ``history`` keeps every re-sizing as
     ``(step, target)``; ``target`` is the final one.
+
+    Closing a training (final evaluation, saving the model) costs time after
+    the last step; it is taken to cost what opening it did (loading the
+    model, building the Trainer, up to the end of the first step, measured
+    from this callback's creation), and the steps end that much before
+    ``deadline``.
     """
 
     shows_progress = True  # train_student then drops the Trainer's own bar, which counts toward max_steps
@@ -73,6 +79,8 @@ class StepBudget(TrainerCallback):
         self.history: list[tuple[int, int]] = []
         self.bar = None
         self._first = None  # (step, clock) at the end of the first step seen
+        self._created = clock()
+        self.closing_seconds = 0.0
 
     def seconds_per_step(self, step: int) -> float | None:
         """Measured seconds per step so far (``None`` before two steps)."""
@@ -84,7 +92,8 @@ class StepBudget(TrainerCallback):
         per_step = self.seconds_per_step(step)
         if per_step is None:
             return
-        target = max(step, min(self.cap, step + math.floor(max(0.0, self.deadline - self.clock()) / per_step)))
+        last_step_ends = self.deadline - self.closing_seconds
+        target = max(step, min(self.cap, step + math.floor(max(0.0, last_step_ends - self.clock()) / per_step)))
         if target != self.target:
             self.target = target
             self.history.append((step, target))
@@ -103,6 +112,7 @@ class StepBudget(TrainerCallback):
         step = state.global_step
         if self._first is None:
             self._first = (step, self.clock())
+            self.closing_seconds = self._first[1] - self._created
         self._resize(step)
         if self.bar is not None:
             self.bar.update(step - self.bar.n)
