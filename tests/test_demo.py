@@ -213,3 +213,20 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
     console = Console(record=True, width=120)
     Demo(tmp_path, settings, texts=pydoc_texts(12), console=console).run()
     assert console.export_text().count("done before") == 6
+
+
+def test_layer_lists_on_the_command_line():
+    from destila.cli.demo import format_layer_list, parse_layer_list
+
+    assert parse_layer_list("0-7,27-29") == [0, 1, 2, 3, 4, 5, 6, 7, 27, 28, 29]
+    assert format_layer_list([29, 0, 1, 2, 14]) == "0-2,14,29"
+    assert parse_layer_list(format_layer_list(DemoSettings().student_layers)) == DemoSettings().student_layers
+    with pytest.raises(ValueError, match="expected teacher layer indices like 0-7,27-29, found 'six'"):
+        parse_layer_list("six")
+
+
+def test_a_layer_the_teacher_lacks_is_refused_before_the_teacher_pass(tiny_llama_dir, tmp_path):
+    settings = DemoSettings(teacher=str(tiny_llama_dir), seq_len=32, train_tokens=32 * 8, student_layers=[0, 9])
+    with pytest.raises(ValueError, match="between 0 and 3 \\(the teacher has 4 layers\\), found \\[0, 9\\]"):
+        Demo(tmp_path, settings, texts=pydoc_texts(12), console=Console(record=True)).run()
+    assert not (tmp_path / "cache-heldout").exists()

@@ -55,7 +55,7 @@ class DemoSettings:
     train_tokens: int = 24576  # at most this many cached training tokens (fewer when the budget is short)
     eval_tokens: int = 8192  # held-out tokens cached and scored; never reduced by the budget
     top_k: int = 100
-    student_layers: list[int] = field(default_factory=lambda: [*range(9), 28, 29])
+    student_layers: list[int] = field(default_factory=lambda: [*range(8), 27, 28, 29])
     freeze_embeddings: bool = True
     batch_size: int = 4
     learning_rate: float = 1e-3
@@ -155,6 +155,17 @@ class Demo:
         s = self.settings
         path = str(embedded_teacher_dir()) if s.teacher == EMBEDDED else s.teacher
         return {"path": path}
+
+    def _check_layers(self, teacher: str) -> None:
+        from transformers import AutoConfig
+
+        from destila.student import check_layer_indices
+
+        try:
+            total = AutoConfig.from_pretrained(teacher).num_hidden_layers
+        except (OSError, ValueError, AttributeError):
+            return  # not a plain HF folder (hub id, GGUF): the student stage checks
+        check_layer_indices(self.settings.student_layers, total)
 
     def caches(self, teacher: str) -> dict:
         """The held-out cache (fixed size), then a training cache sized from the teacher's measured speed."""
@@ -257,6 +268,7 @@ class Demo:
         s = self.settings
         self.out.mkdir(parents=True, exist_ok=True)
         teacher = self._stage("teacher", "teacher (converted once, then reused)", self.teacher)["path"]
+        self._check_layers(teacher)  # before the teacher pass: a wrong --layers must not cost minutes
         cache = self._stage("cache", "teacher pass: top-K cache of the held-out, then the training documents",
                             lambda: self.caches(teacher))
         student = self._stage("student", f"student: teacher layers {s.student_layers}",

@@ -68,7 +68,7 @@ def cut_student(teacher, layers: int | None = None, indices: list[int] | None = 
     """A new model with some of the teacher's decoder layers, all else copied.
 
     Give ``layers`` (that many, evenly spaced) or ``indices`` (exactly those
-    teacher layers, e.g. ``[0, 1, ..., 8, 28, 29]``: the first ones and the
+    teacher layers, e.g. ``[0, 1, ..., 7, 27, 28, 29]``: the first ones and the
     last ones, which on SmolLM2 keeps the student's starting perplexity far
     lower than an even spread; see docs/demo.md).
 

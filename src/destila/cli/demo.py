@@ -4,22 +4,33 @@ from __future__ import annotations
 
 
 def parse_layer_list(text: str) -> list[int]:
-    """``"0-8,28,29"`` → ``[0, 1, ..., 8, 28, 29]``; ValueError naming the expected form otherwise."""
+    """``"0-7,27-29"`` → ``[0, 1, ..., 7, 27, 28, 29]``; ValueError naming the expected form otherwise."""
     kept = []
     try:
         for part in text.split(","):
             low, dash, high = part.strip().partition("-")
             kept += list(range(int(low), int(high) + 1)) if dash else [int(low)]
     except ValueError:
-        raise ValueError(f"--layers: expected teacher layer indices like 0-8,28,29, found {text!r}") from None
+        raise ValueError(f"--layers: expected teacher layer indices like 0-7,27-29, found {text!r}") from None
     return kept
+
+
+def format_layer_list(layers: list[int]) -> str:
+    """``[0, 1, ..., 7, 27, 28, 29]`` → ``"0-7,27-29"`` (the inverse of :func:`parse_layer_list`)."""
+    runs: list[list[int]] = []
+    for layer in sorted(layers):
+        if runs and layer == runs[-1][1] + 1:
+            runs[-1][1] = layer
+        else:
+            runs.append([layer, layer])
+    return ",".join(f"{low}-{high}" if high > low else str(low) for low, high in runs)
 
 
 def register(subparsers) -> None:
     from destila.demo import DemoSettings  # light: no torch at import
 
     defaults = DemoSettings()
-    layers = ",".join(str(i) for i in defaults.student_layers)
+    layers = format_layer_list(defaults.student_layers)
     demo = subparsers.add_parser(
         "demo",
         help="distil the embedded SmolLM2-135M on Python's docs, end to end, and write a report",
@@ -31,7 +42,7 @@ def register(subparsers) -> None:
                       help="wall-clock budget of the whole run; the cache size and the training steps are sized "
                       f"from measured speed to fit it (default: {defaults.minutes:g})")
     demo.add_argument("--layers", default=layers,
-                      help=f"teacher layers the student keeps, e.g. 0-8,28,29 (default: {layers})")
+                      help=f"teacher layers the student keeps, e.g. 0-5,29 (default: {layers})")
     demo.add_argument("--train-tokens", type=int, default=defaults.train_tokens,
                       help=f"at most this many cached training tokens (default: {defaults.train_tokens})")
     demo.add_argument("--seeds", type=int, default=defaults.seeds,
