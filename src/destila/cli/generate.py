@@ -2,18 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import MISSING, fields
-
-
-def _add_spec_flags(parser, spec_class) -> None:
-    """One ``--flag`` per field of the spec dataclass: its type, default and help, declared once there."""
-    for spec_field in fields(spec_class):
-        default = spec_field.default if spec_field.default is not MISSING else None
-        parser.add_argument(
-            "--" + spec_field.name.replace("_", "-"), dest=spec_field.name, type=type(default), default=default,
-            choices=spec_field.metadata.get("choices"),
-            help=f"{spec_field.metadata.get('help', '')} (default: {default})",
-        )
+from destila.cli.dataclass_flags import add_dataclass_flags, dataclass_from_args
 
 
 def register(subparsers) -> None:
@@ -30,7 +19,7 @@ def register(subparsers) -> None:
     parser.add_argument("teacher", metavar="TEACHER", help="HF model folder, hub id, .gguf file, or 'smollm2'")
     parser.add_argument("prompts", metavar="PROMPTS", help=".txt (one prompt per line), .jsonl, .json or .parquet")
     parser.add_argument("-o", "--output", required=True, metavar="OUT", help="JSON-lines file (created, or resumed)")
-    _add_spec_flags(parser, GenerateSpec)
+    add_dataclass_flags(parser, GenerateSpec)
     parser.add_argument("--prompt-field", default="prompt", help="field of text prompts (default: prompt)")
     parser.add_argument("--messages-field", default="messages", help="field of conversations (default: messages)")
     parser.add_argument("--gguf-file", help="GGUF file name inside the TEACHER folder")
@@ -43,7 +32,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from destila.generation import GenerateSpec, generate
 
-    spec = GenerateSpec(**{f.name: getattr(args, f.name) for f in fields(GenerateSpec)})
+    spec = dataclass_from_args(GenerateSpec, args)
     report = generate(
         args.teacher, args.prompts, args.output, spec, gguf_file=args.gguf_file, prompt_field=args.prompt_field,
         messages_field=args.messages_field, batch_size=args.batch_size, device=args.device, progress=not args.quiet,

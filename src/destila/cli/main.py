@@ -11,7 +11,7 @@ import argparse
 import sys
 from importlib import import_module
 
-COMMANDS = ["cache", "student", "train", "eval", "bench", "demo", "generate"]
+COMMANDS = ["cache", "student", "train", "eval", "bench", "demo", "generate", "recipe"]
 
 
 class UserError(Exception):
