@@ -1,8 +1,7 @@
 """Hidden-state distillation: pull chosen student layers towards chosen teacher layers.
 
-Layer ``i`` means the output of decoder layer ``i`` (0-based), i.e.
-``outputs.hidden_states[i + 1]`` in transformers (the last one after the
-final norm). A layer map pairs student layers with teacher layers:
+Layer ``i`` means the output of decoder layer ``i`` (0-based, before the
+final norm; see :mod:`destila.targets.layers`). A layer map pairs student layers with teacher layers:
 ``"auto"`` pairs student layer ``j`` of ``S`` with teacher layer
 ``evenly_spaced_layers(T, S)[j]`` (the layers ``destila student init`` keeps,
 so a cut student starts close to its targets), and ``"s0:t0,s1:t6"`` names
@@ -23,7 +22,7 @@ of the saved student.
 Naive equivalent::
 
     loss = mean over (s, t) in pairs of
-        ((proj[s](student_states[s + 1]) - teacher_states[t + 1]) ** 2).mean(-1)[mask].mean()
+        ((proj[s](student_layer_output[s]) - teacher_layer_output[t]) ** 2).mean(-1)[mask].mean()
 """
 
 from __future__ import annotations
