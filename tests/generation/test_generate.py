@@ -188,3 +188,24 @@ def test_killed_twice_then_resumed_equals_an_uninterrupted_run(teacher, tmp_path
     assert finished.returncode == 0, finished.stderr
     assert "resumed" in finished.stdout
     assert out.read_bytes() == want.read_bytes()
+
+
+def test_documented_commands(chat_teacher, tmp_path, monkeypatch):
+    """docs/techniques.md: generate from a conversation file, then cache the answers' text."""
+    from destila.cache import read_manifest
+    from destila.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    rows = [{"messages": [{"role": "user", "content": line}]} for line in prompt_lines(6)]
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    commands = [
+        f"destila generate {chat_teacher} prompts.jsonl -o answers.jsonl --max-new-tokens 128 "
+        "--temperature 0.7 --top-p 0.9 --num-return-sequences 2 --seed 0",
+        f"destila cache build {chat_teacher} answers.jsonl --text-field text --seq-len 256 -o cache-generated",
+    ]
+    for command in commands:
+        with pytest.raises(SystemExit) as done:
+            main(command.split()[1:])
+        assert done.value.code == 0, command
+    assert len((tmp_path / "answers.jsonl").read_text().splitlines()) == 12
+    assert read_manifest(tmp_path / "cache-generated").complete
