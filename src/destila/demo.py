@@ -130,7 +130,7 @@ class Demo:
                                 batch_size=s.batch_size, learning_rate=s.learning_rate, budget=budget, **loss)
 
     def evaluate(self, models: list[str]) -> dict:
-        from destila.evaluation import evaluate_models, render_table
+        from destila.eval import evaluate_models, render_table
 
         s = self.settings
         results = evaluate_models(models, cache=str(self.out / "cache-heldout"), max_tokens=s.eval_tokens,
@@ -156,7 +156,7 @@ class Demo:
         budget = max(30.0, left / 2)  # the baseline gets the same steps, so about the same time
         distilled = self._stage(
             "distill", f"4/7 offline fused distillation (about {budget / 60:.1f} min)",
-            lambda: self._train(student, "distilled", s.max_steps, budget, loss_impl="fused"),
+            lambda: self._train(student, "distilled", s.max_steps, budget, impl="fused"),
         )
         baseline = self._stage(
             "baseline", f"5/7 baseline: the same student, cross-entropy only, {distilled['steps']} steps",

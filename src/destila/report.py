@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from destila.evaluation import markdown_table
+from destila.eval import markdown_table
 
 
 def read_training_log(path: str | Path) -> list[dict]:

@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import make_tiny_model
 
-from destila.cache.topk import teacher_topk
+from destila.targets.head import teacher_topk
 from destila.models import decoder_of, output_head, tokenizer_fingerprint
 from destila.targets.mixture import check_shared_tokenizer, mixture_targets, mixture_topk
 

@@ -29,7 +29,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from destila.bench.isolated import run_isolated
+from destila.measure import run_isolated
 
 WORKER = "destila.bench.loss:loss_worker"
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -153,7 +153,7 @@ def loss_worker(impl: str, seq_len: int, hidden: int, vocab: int, top_k: int, dt
     import torch
 
     from destila import distill_loss
-    from destila.bench.isolated import PeakMeter, active_meter
+    from destila.measure import PeakMeter, active_meter
 
     meter = active_meter() or PeakMeter(device)
     h, w, ids, lp, tail = _make_inputs(seq_len, hidden, vocab, top_k, getattr(torch, dtype), device, seed)

@@ -105,7 +105,7 @@ class Recipe:
                                 learning_rate=s.learning_rate, seed=s.seed)
 
     def evaluate(self, models: list[str], names: list[str], held_out_cache: str) -> dict:
-        from destila.evaluation import evaluate_models, render_table
+        from destila.eval import evaluate_models, render_table
 
         s = self.settings
         results = evaluate_models(models, cache=held_out_cache, max_tokens=s.eval_tokens, prompt=PROMPT,

@@ -73,7 +73,7 @@ def mixture_topk(
     (normalised here). Returns ``topk_ids [N, K]`` int64, ``topk_logprobs
     [N, K]`` float32 sorted descending, normalised over the full vocabulary,
     and ``tail_logmass [N]`` float32 (``-inf`` when ``K = V``); the same
-    contract as :func:`destila.cache.topk.teacher_topk`, which this equals for
+    contract as :func:`destila.targets.head.teacher_topk`, which this equals for
     one teacher.
     """
     if len(hiddens) != len(heads) or not hiddens:
