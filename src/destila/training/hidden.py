@@ -28,8 +28,9 @@ PROJECTION_FILE = "hidden_projections.pt"
 class HiddenLossOptions:
     """The hidden-state term added to the distillation loss (off unless ``hidden_loss`` is set)."""
 
-    hidden_loss: str | None = field(default=None, metadata={"help": "mse or cosine: add a loss between student "
-                                                                    "and teacher layer outputs (default: off)"})
+    hidden_loss: str | None = field(default=None, metadata={
+        "help": "mse or cosine: add a loss between student and teacher layer outputs (None: off)",
+        "choices": list(HIDDEN_LOSSES)})
     hidden_weight: float = field(default=1.0, metadata={"help": "weight of the hidden-state loss"})
     layer_map: str = field(default="auto", metadata={
         "help": "auto (student layer j ↔ the teacher layer `student init` keeps as j; offline: the cached "
@@ -110,8 +111,14 @@ class HiddenDistillation:
                              "states nor an online teacher")
         return [captured[t] for t in self.teacher_layers]
 
-    def loss(self, captured: dict, inputs: dict, mask: torch.Tensor | None) -> torch.Tensor:
-        return self.weight * self.module([captured[s] for s in self.student_layers], self.teacher_states(inputs), mask)
+    def loss(self, captured: dict, inputs: dict, mask: torch.Tensor, num_items=None) -> torch.Tensor:
+        """``hidden_weight ×`` the mean over this batch's masked-in positions; with ``num_items`` (the
+        positions of the whole accumulated batch) the sum over them divided by it, as the KD term is, so
+        gradient accumulation weighs every position alike."""
+        mean = self.module([captured[s] for s in self.student_layers], self.teacher_states(inputs), mask)
+        if num_items is not None:
+            mean = mean * mask.sum() / torch.as_tensor(num_items, device=mean.device).clamp_min(1)
+        return self.weight * mean
 
     def save(self, folder: str | Path) -> None:
         torch.save(self.module.state_dict(), Path(folder) / PROJECTION_FILE)
