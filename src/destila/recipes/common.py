@@ -114,7 +114,8 @@ class Recipe:
         return {"results": results, "names": names}
 
     def report(self, evaluation: dict, cache: dict, trained: dict[str, str]) -> None:
-        from destila.report import read_training_log, write_report
+        from destila.report import write_report
+        from destila.training.callbacks import read_training_log
 
         state = self.log.state()
         command = " ".join(shlex.quote(a) for a in ["destila", *sys.argv[1:]]) if sys.argv[1:] else self.title
