@@ -85,3 +85,17 @@ def test_hidden_loss_needs_a_cache_with_hidden_states(narrow_student, tiny_cache
               "--hidden-loss", "mse", "--max_steps", "1"])
     assert done.value.code == 2
     assert "holds no teacher hidden states" in capsys.readouterr().err
+
+
+def test_documented_online_command(tiny_llama_dir, tmp_path, monkeypatch):
+    """docs/techniques.md's online hidden-state command, with a tiny teacher and tiny sizes."""
+    monkeypatch.chdir(tmp_path)
+    for command in (
+        f"destila student init {tiny_llama_dir} -o student/ --layers 2",
+        f"destila train student/ --teacher {tiny_llama_dir} --data pydoc -o hidden-out --online_loss topk "
+        "--hidden_loss mse --hidden_weight 1.0 --layer_map auto --max_steps 2 --seq-len 32 --max-tokens 512",
+    ):
+        with pytest.raises(SystemExit) as done:
+            main(command.split()[1:])
+        assert done.value.code == 0, command
+    assert all("hidden_loss" in r for r in read_log(tmp_path / "hidden-out" / "log.jsonl").values())
