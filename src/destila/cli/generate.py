@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from destila.cli.dataclass_flags import add_dataclass_flags, dataclass_from_args
+from destila.cli.fields import add_fields, values_of
 
 
 def register(subparsers) -> None:
@@ -19,7 +19,7 @@ def register(subparsers) -> None:
     parser.add_argument("teacher", metavar="TEACHER", help="HF model folder, hub id, .gguf file, or 'smollm2'")
     parser.add_argument("prompts", metavar="PROMPTS", help=".txt (one prompt per line), .jsonl, .json or .parquet")
     parser.add_argument("-o", "--output", required=True, metavar="OUT", help="JSON-lines file (created, or resumed)")
-    add_dataclass_flags(parser, GenerateSpec)
+    add_fields(parser, GenerateSpec)
     parser.add_argument("--prompt-field", default="prompt", help="field of text prompts (default: prompt)")
     parser.add_argument("--messages-field", default="messages", help="field of conversations (default: messages)")
     parser.add_argument("--gguf-file", help="GGUF file name inside the TEACHER folder")
@@ -32,7 +32,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from destila.generation import GenerateSpec, generate
 
-    spec = dataclass_from_args(GenerateSpec, args)
+    spec = GenerateSpec(**values_of(args, GenerateSpec))
     report = generate(
         args.teacher, args.prompts, args.output, spec, gguf_file=args.gguf_file, prompt_field=args.prompt_field,
         messages_field=args.messages_field, batch_size=args.batch_size, device=args.device, progress=not args.quiet,

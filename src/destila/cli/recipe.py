@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from destila.cli.dataclass_flags import add_dataclass_flags, dataclass_from_args
+from destila.cli.fields import add_fields, values_of
 
 
 def register(subparsers) -> None:
@@ -32,18 +32,18 @@ def register(subparsers) -> None:
     self_.set_defaults(func=_self)
     for verb in (progressive, self_):
         verb.add_argument("-o", "--out", required=True, help="output folder (created, or resumed)")
-        add_dataclass_flags(verb, RecipeSettings)
+        add_fields(verb, RecipeSettings)
 
 
 def _progressive(args) -> int:
     from destila.recipes import ProgressiveRecipe, RecipeSettings
 
-    ProgressiveRecipe(args.teacher, args.data, args.out, args.stages, dataclass_from_args(RecipeSettings, args)).run()
+    ProgressiveRecipe(args.teacher, args.data, args.out, args.stages, RecipeSettings(**values_of(args, RecipeSettings))).run()
     return 0
 
 
 def _self(args) -> int:
     from destila.recipes import RecipeSettings, SelfRecipe
 
-    SelfRecipe(args.model, args.data, args.out, dataclass_from_args(RecipeSettings, args), init=args.init).run()
+    SelfRecipe(args.model, args.data, args.out, RecipeSettings(**values_of(args, RecipeSettings)), init=args.init).run()
     return 0
