@@ -101,9 +101,8 @@ class TeacherSet:
                 raise ValueError(f"hidden_layers: the teacher has layers 0..{count - 1}, found {max(hidden.layers)}")
             self.projection = hidden.matrix(self.models[0].config.hidden_size).to(self.heads[0][0].device)
 
-    @torch.no_grad()
-    def batch(self, input_ids: torch.Tensor, **forward) -> dict:
-        """The shard tensors for ``input_ids [B, T]`` (see the module docstring), on the teachers' device."""
+    def _forward(self, input_ids, **forward):
+        """Each teacher's final hidden states ``[B·T, H_i]``, and the first teacher's captured layers."""
         batch, length = input_ids.shape
         hiddens, captured = [], {}
         for number, decoder in enumerate(self.decoders):
@@ -112,16 +111,44 @@ class TeacherSet:
                 out = decoder(input_ids=input_ids, use_cache=False, **forward).last_hidden_state
             hiddens.append(out.reshape(batch * length, -1))
             captured = captured or caught
+        return hiddens, captured
+
+    def _head(self, hiddens):
         if len(hiddens) == 1:
             weight, bias = self.heads[0]
-            ids, logprobs, tail = teacher_topk(hiddens[0], weight, bias, self.top_k, self.temperature, self.chunk_rows)
-        else:
-            ids, logprobs, tail = mixture_topk(hiddens, self.heads, self.weights, self.top_k, self.temperature,
-                                               self.chunk_rows)
+            return teacher_topk(hiddens[0], weight, bias, self.top_k, self.temperature, self.chunk_rows)
+        return mixture_topk(hiddens, self.heads, self.weights, self.top_k, self.temperature, self.chunk_rows)
+
+    def _project(self, captured, rows=None):
+        """``[N, n, D]`` float16: the captured layers (rows ``rows`` of the flattened ``[B·T]``) projected."""
+        states = [captured[i].reshape(-1, captured[i].shape[-1]) for i in self.hidden.layers]
+        if rows is not None:
+            states = [s[rows] for s in states]
+        # Projected in float32, rounded to float16 once, for storage.
+        return torch.stack([s.float() @ self.projection for s in states], dim=1).to(HIDDEN_DTYPE)
+
+    @torch.no_grad()
+    def batch(self, input_ids: torch.Tensor, **forward) -> dict:
+        """The targets of every position of ``input_ids [B, T]`` (see the module docstring)."""
+        batch, length = input_ids.shape
+        hiddens, captured = self._forward(input_ids, **forward)
+        ids, logprobs, tail = self._head(hiddens)
         result = {"topk_ids": ids.view(batch, length, -1), "topk_logprobs": logprobs.view(batch, length, -1),
                   "tail_logmass": tail.view(batch, length)}
         if self.hidden is not None:
-            # Projected in float32, rounded to float16 once, for storage.
-            result["teacher_hidden"] = torch.stack(
-                [captured[i].float() @ self.projection for i in self.hidden.layers], dim=2).to(HIDDEN_DTYPE)
+            result["teacher_hidden"] = self._project(captured).view(batch, length, len(self.hidden.layers), -1)
+        return result
+
+    @torch.no_grad()
+    def positions(self, input_ids: torch.Tensor, mask: torch.Tensor, **forward) -> dict:
+        """The cache writer's rows for the ``P`` positions where ``mask [B, T]`` is true, on the CPU:
+        ``ids [P, K]``, ``logprobs [P, K]``, ``tail [P]`` and, with hidden states, ``hidden [P, n, D]``."""
+        hiddens, captured = self._forward(input_ids, **forward)
+        rows = mask.reshape(-1).to(hiddens[0].device)
+        ids, logprobs, tail = self._head([h[rows] for h in hiddens])
+        if not torch.isfinite(logprobs).all():
+            raise ValueError("teacher: non-finite logits in this batch; try --dtype float32")
+        result = {"ids": ids.cpu(), "logprobs": logprobs.cpu(), "tail": tail.cpu()}
+        if self.hidden is not None:
+            result["hidden"] = self._project(captured, rows).cpu()
         return result
