@@ -134,3 +134,23 @@ def test_online_and_offline_hidden_terms_agree_with_the_identity_projection(tiny
     # Equal up to the float16 storage of the teacher states (and of nothing else: log-probs are float32 here).
     assert torch.allclose(stats_off["hidden"], stats_on["hidden"], rtol=2e-3)
     assert torch.allclose(loss_off, loss_on, rtol=2e-3)
+
+
+def test_documented_commands(tiny_llama_dir, second_teacher, tmp_path, monkeypatch, capsys):
+    """docs/techniques.md's mixture and offline hidden-state commands, with tiny models and sizes."""
+    from destila.student import init_student
+
+    monkeypatch.chdir(tmp_path)
+    init_student(str(tiny_llama_dir), tmp_path / "student", layers=2)
+    sizes = "--seq-len 32 --max-tokens 512 --top-k 8"
+    for command in (
+        f"destila cache build {tiny_llama_dir} {second_teacher} pydoc -o cache-mixture {sizes} --teacher-weights 0.7,0.3",
+        "destila train student/ --cache cache-mixture -o mixture-out --max_steps 2",
+        f"destila cache build {tiny_llama_dir} pydoc -o cache-hidden {sizes} --hidden-layers 0,3 --hidden-dim 16",
+        "destila cache inspect cache-hidden",
+        "destila train student/ --cache cache-hidden -o hidden-offline --hidden_loss mse --max_steps 2 --logging_steps 1",
+    ):
+        assert cli(command.split()[1:]) == 0, command
+    assert "hidden states  layers [0, 3] at D = 16" in capsys.readouterr().out
+    log = [json.loads(line) for line in (tmp_path / "hidden-offline" / "log.jsonl").read_text().splitlines()]
+    assert any("hidden_loss" in record for record in log)
