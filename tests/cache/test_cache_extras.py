@@ -154,3 +154,27 @@ def test_documented_commands(tiny_llama_dir, second_teacher, tmp_path, monkeypat
     assert "hidden states  layers [0, 3] at D = 16" in capsys.readouterr().out
     log = [json.loads(line) for line in (tmp_path / "hidden-offline" / "log.jsonl").read_text().splitlines()]
     assert any("hidden_loss" in record for record in log)
+
+
+def test_verify_names_non_finite_hidden_states(hidden_cache, tmp_path):
+    """A shard rewritten with a NaN in teacher_hidden (and its manifest entry updated, so only the values
+    are wrong): verify names the fault."""
+    import hashlib
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from destila.cache.format import write_manifest
+
+    copy = tmp_path / "copy"
+    shutil.copytree(hidden_cache, copy)
+    manifest = read_manifest(copy)
+    shard = manifest.shards[0]
+    tensors = load_file(str(copy / shard.name))
+    tensors["teacher_hidden"][0, 0, 0] = float("nan")
+    save_file(tensors, str(copy / shard.name), metadata={"format": "destila-topk-cache/2"})
+    payload = (copy / shard.name).read_bytes()
+    shard.sha256, shard.bytes = hashlib.sha256(payload).hexdigest(), len(payload)
+    write_manifest(copy, manifest)
+    report = verify_cache(copy)
+    assert not report.ok and any("non-finite stored teacher hidden-state values" in f for f in report.faults)
