@@ -130,12 +130,13 @@ def test_cut_off_tail_is_rewritten_whole(teacher, tmp_path):
     generate(str(teacher), prompts, want, spec, batch_size=2, progress=False)
     lines = want.read_bytes().splitlines(keepends=True)
     assert len(lines) == 10
-    # A kill in the middle of a batch's write: the first 5 lines and half of the 6th.
+    # A kill in the middle of a batch's write: the first 7 lines and half of the 8th (prompts 0-2 whole,
+    # prompt 3 cut: batch [2, 3] is recomputed whole and only prompt 3 is written again).
     got = tmp_path / "got.jsonl"
     sidecar_path(want).rename(sidecar_path(got))
-    got.write_bytes(b"".join(lines[:5]) + lines[5][:17])
+    got.write_bytes(b"".join(lines[:7]) + lines[7][:17])
     report = generate(str(teacher), prompts, got, spec, batch_size=2, progress=False)
-    assert report.already_done == 2  # prompt 2's lone sample (line 5) and the cut line were dropped
+    assert (report.already_done, report.written_prompts) == (3, 2)  # prompt 3's lone line and the cut one dropped
     assert got.read_bytes() == b"".join(lines)
 
 

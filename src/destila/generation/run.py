@@ -12,9 +12,12 @@ JSON-lines file::
 messages``); ``text`` is the same example as plain text, for readers of text.
 
 Resumable and reproducible. Every sample row draws its noise from its own
-generator seeded by ``(seed, prompt_index, sample)``, so a prompt's answer
-does not depend on which other prompts share its batch nor on where an
-earlier run was killed. A batch's lines go to the file in one ``write`` and
+generator seeded by ``(seed, prompt_index, sample)``, so a prompt's random
+draws depend neither on the prompts that share its batch nor on where an
+earlier run was killed. Batches are fixed slices of the prompt list
+(``batch_size`` prompts each), so a batch cut off mid-write is recomputed
+whole, padded exactly as in an uninterrupted run, and only its missing
+prompts are written: the finished file is byte-identical. A batch's lines go to the file in one ``write`` and
 are flushed to disk before the next batch starts; on restart the file is cut
 back to its last whole prompt and the prompts already answered are skipped.
 A sidecar ``OUT.generate.json`` records the teacher, the prompts and the
@@ -196,16 +199,20 @@ def generate(
     bar = tqdm(total=len(items), initial=len(done), unit="prompt", desc="generate", disable=not progress)
     descriptor = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
+        for start in range(0, len(items), batch_size):
+            batch = list(range(start, min(start + batch_size, len(items))))
+            missing = [i for i in batch if i not in done]
+            if not missing:
+                continue
             answers = answer_batch(model, tokenizer, [items[i] for i in batch], batch, spec, use_template)
+            answers = [a for a in answers if a["prompt_index"] not in done]
             payload = "".join(json.dumps(a, ensure_ascii=False) + "\n" for a in answers).encode()
             # One write per batch, then fsync: a kill leaves whole batches plus at most a cut-off tail.
             os.write(descriptor, payload)
             os.fsync(descriptor)
-            report.written_prompts += len(batch)
+            report.written_prompts += len(missing)
             report.lines += len(answers)
-            bar.update(len(batch))
+            bar.update(len(missing))
     finally:
         os.close(descriptor)
         bar.close()

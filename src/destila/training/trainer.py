@@ -155,7 +155,9 @@ class DistillationTrainer(Trainer):
             logs = {**logs, **self._metrics(self._reduce(self._window))}
             self._window.zero_()
         if "loss" in logs and self._hidden_window[1] > 0:
-            logs["hidden_loss"] = (self._hidden_window[0] / self._hidden_window[1]).item()
+            # Each micro-batch's term is its share of its step's (÷ the whole accumulated batch's positions).
+            steps = self._hidden_window[1] / self.args.gradient_accumulation_steps
+            logs["hidden_loss"] = (self._hidden_window[0] / steps).item()
             self._hidden_window.zero_()
         super().log(logs, *args, **kwargs)
 
