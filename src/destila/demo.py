@@ -171,7 +171,8 @@ class Demo:
 
     def run(self) -> dict:
         from destila.cache import inspect_cache
-        from destila.report import read_training_log, write_report
+        from destila.report import write_report
+        from destila.training.callbacks import read_training_log
 
         s = self.settings
         self.out.mkdir(parents=True, exist_ok=True)

@@ -109,7 +109,7 @@ def train_worker(method: str, student: str, out: str, cache: str | None, teacher
     """Train ``steps`` steps with ``method``; each step's wall time and logged loss."""
     from transformers import TrainerCallback
 
-    from destila.report import read_training_log
+    from destila.training.callbacks import read_training_log
     from destila.training import DistillationArguments, train_student
 
     class StepClock(TrainerCallback):

@@ -29,6 +29,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+from destila.losses.options import DEFAULT_LOSS_CHUNK_ROWS
 from destila.measure import run_isolated
 
 WORKER = "destila.bench.loss:loss_worker"
@@ -50,7 +51,7 @@ class LossBenchConfig:
     impls: tuple[str, ...] = ("fused", "chunked", "dense")
     dtype: str = "float32"
     device: str = "cpu"
-    chunk_size: int = 2048
+    chunk_size: int = DEFAULT_LOSS_CHUNK_ROWS
     repeats: int = 3
     max_seconds: float = 30.0
     timeout: float = 1800.0

@@ -90,5 +90,5 @@ class LossOptions:
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
             raise ValueError(
                 f"chunk_size: expected a positive int (rows per chunk), found {self.chunk_size!r}; "
-                f"2048 (the default) was fastest on a 2-core CPU; smaller saves memory"
+                f"{DEFAULT_LOSS_CHUNK_ROWS} (the default) was fastest on a 2-core CPU; smaller saves memory"
             )
