@@ -264,9 +264,11 @@ def targets_caches(records: list[dict]) -> str:
     first = next(iter(latest.values()))
     header = ["targets, encoding", "bytes / token", "bytes / entry", "of plain fp16", "build (s)",
               "reader (tok/s)", "decode KL mean / max (nats)"]
+    commands = list(dict.fromkeys("python " + r["command"] for r in latest.values()))
     return (render_rows(header, rows) + f"\n\n{first['tokens']:,} tokens of `{first['data']}` "
             f"(seq-len {first['seq_len']}), teacher `{first['teacher']}`; {first['cpus']} CPUs, torch {first['torch']}, "
-            f"{first['torch_threads']} thread.\n\n" + command_block("python " + first["command"]))
+            f"{first['torch_threads']} thread. The runs that made these records:\n\n"
+            + command_block("\n".join(commands)))
 
 
 @table("demo", "demo/report.json", doc="README.md")
