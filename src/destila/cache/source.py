@@ -40,10 +40,6 @@ class PackedTokens:
 
         return ids_fingerprint(self.packed)
 
-    @property
-    def tokens(self) -> int:
-        return self.packed.numel()
-
 
 def load_source(data, tokenizer, seq_len: int, max_tokens: int | None, text_field: str):
     """``(source, description, data_fingerprint)`` for the writer: the packed source of ``data``, a
