@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 DIVERGENCES = ("forward_kl", "reverse_kl", "jsd", "tvd")
 TAILS = ("bucket", "renorm", "none")
 IMPLS = ("fused", "chunked", "dense")
+# Label value that leaves a row out of the loss (PyTorch's and transformers' convention).
+IGNORE_INDEX = -100
 
 
 def _choice(name: str, value, allowed: tuple[str, ...]) -> None:
