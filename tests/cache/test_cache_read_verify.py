@@ -38,7 +38,8 @@ def test_items_and_attributes(built):
     assert len(cache) == 23 and cache.seq_len == 32 and cache.top_k == 12 and cache.vocab_size == 320
     assert cache.logprob_dtype == torch.float16 and (cache.tokenizer_path / "tokenizer_config.json").is_file()
     item = cache[7]
-    assert set(item) == {"input_ids", "topk_ids", "topk_logprobs", "tail_logmass"}
+    assert set(item) == {"input_ids", "topk_ids", "topk_logprobs", "tail_logmass", "position_ids", "loss_mask"}
+    assert item["position_ids"].dtype == torch.int64 and item["loss_mask"].dtype == torch.bool
     assert item["input_ids"].shape == (32,) and item["input_ids"].dtype == torch.int64
     assert item["topk_ids"].shape == (32, 12) and item["topk_ids"].dtype == torch.int64
     assert item["topk_logprobs"].shape == (32, 12) and item["topk_logprobs"].dtype == torch.float16
@@ -53,8 +54,10 @@ def test_collate_batches_and_labels(built):
     batch = collate_topk([cache[0], cache[1], cache[2]])
     assert batch["input_ids"].shape == (3, 32) and batch["topk_ids"].shape == (3, 32, 12)
     assert batch["topk_logprobs"].dtype == torch.float16 and batch["tail_logmass"].shape == (3, 32)
-    assert torch.equal(batch["labels"][:, :-1], batch["input_ids"][:, 1:])
-    assert (batch["labels"][:, -1] == -100).all()
+    mask = torch.stack([cache[i]["loss_mask"] for i in range(3)])
+    assert not mask[:, :-1].all()  # pydoc topics end inside these rows: the position before a new document is no target
+    assert torch.equal(batch["labels"][:, :-1], batch["input_ids"][:, 1:].masked_fill(~mask[:, :-1], -100))
+    assert (batch["labels"][:, -1] == -100).all() and "loss_mask" not in batch
     assert torch.equal(batch["topk_logprobs"][1], cache[1]["topk_logprobs"])
 
 

@@ -102,12 +102,16 @@ class TopKCache(torch.utils.data.Dataset):
         index %= len(self)
         handle = self._open(int(self._shard_of[index]))
         row = int(self._row_of[index])
-        return {
+        item = {
             "input_ids": handle.get_slice("input_ids")[row].long(),
             "topk_ids": handle.get_slice("topk_ids")[row].long(),
             "topk_logprobs": handle.get_slice("topk_logprobs")[row],
             "tail_logmass": handle.get_slice("tail_logmass")[row],
         }
+        for name in ("position_ids", "loss_mask"):  # document bounds and trained positions, where stored
+            if name in handle.keys():
+                item[name] = handle.get_slice(name)[row].long() if name == "position_ids" else handle.get_slice(name)[row].bool()
+        return item
 
     def _open(self, number: int):
         if self._pid != os.getpid():  # forked after opening: take fresh handles
@@ -159,10 +163,9 @@ class TopKCache(torch.utils.data.Dataset):
 def collate_topk(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Stack cache items into a batch: ``input_ids [B, L]``, ``topk_ids [B, L, K]``,
     ``topk_logprobs [B, L, K]`` (stored dtype; the loss upcasts), ``tail_logmass [B, L]``,
-    plus ``labels [B, L]`` = ``input_ids`` shifted left with ``-100`` at the last position
-    (the teacher distribution at t is for the token at t+1)."""
-    batch = {key: torch.stack([item[key] for item in items]) for key in items[0]}
-    labels = torch.full_like(batch["input_ids"], -100)
-    labels[:, :-1] = batch["input_ids"][:, 1:]
-    batch["labels"] = labels
-    return batch
+    ``position_ids [B, L]``, plus ``labels [B, L]``: the next token where the loss mask
+    says so, else -100 (the teacher distribution at t is for the token at t+1).
+    The project's one collate, :func:`destila.data.collate`."""
+    from destila.data.collate import collate
+
+    return collate(items)

@@ -9,8 +9,10 @@ file), so a build killed at any instant resumes from its last recorded shard.
 
 Naive equivalent (one process, everything in memory)::
 
-    packed = pack_documents(load_texts(data), tokenizer, seq_len)
-    logp = torch.log_softmax(model(packed).logits.float() / temperature, -1)   # [S, L, V]
+    source = packed_source(DataSpec(data, seq_len=seq_len), tokenizer)       # input_ids, position_ids, loss_mask
+    packed = source.rows(range(len(source)))
+    logits = model(packed["input_ids"], position_ids=packed["position_ids"]).logits
+    logp = torch.log_softmax(logits.float() / temperature, -1)                # [S, L, V]
     topk_logprobs, topk_ids = logp.topk(k, -1)
     tail_logmass = logp.scatter(-1, topk_ids, -inf).logsumexp(-1)
 """
@@ -24,7 +26,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from destila.cache import distributed
 from destila.cache.format import (
@@ -49,6 +51,9 @@ from destila.cache.resume import (
     refuse_different,
     write_progress,
 )
+
+if TYPE_CHECKING:
+    from destila.data import DataSpec
 
 log = logging.getLogger("destila.cache")
 
@@ -86,7 +91,7 @@ class BuildReport:
 
 def build_cache(
     teacher: str,
-    data: str | Path | Sequence[str],
+    data: str | Path | Sequence[str] | DataSpec,
     output: str | Path,
     *,
     gguf_file: str | None = None,
@@ -106,8 +111,9 @@ def build_cache(
     """Run ``teacher`` once over ``data`` and store its top-K distributions in ``output``.
 
     ``teacher`` is anything :func:`destila.models.load_causal_lm` accepts;
-    ``data`` anything :func:`destila.data.load_texts` accepts, or a list of
-    documents. ``shard_size`` is in sequences; ``chunk_size`` in rows of the
+    ``data`` a :class:`~destila.data.DataSpec` (which then also gives the
+    sequence length and token budget), a source name for a plain-text spec,
+    or a list of documents. ``shard_size`` is in sequences; ``chunk_size`` in rows of the
     output head. Resumes an interrupted build of the same arguments; refuses
     (``ValueError``) an existing cache built with different ones. Under
     ``torchrun`` rank r computes the sequences r, r+W, r+2W, … (of those not
@@ -118,7 +124,7 @@ def build_cache(
     group, device = distributed.join(device)
     lock = None
     try:
-        lock, manifest, packed, model = _prepare(
+        lock, manifest, source, model = _prepare(
             group, teacher, gguf_file, data, text_field, seq_len, max_tokens, top_k, temperature,
             logprob_dtype, device, dtype, output, progress,
         )
@@ -134,7 +140,7 @@ def build_cache(
         # Round-robin over what is left: r, r+W, r+2W, … on a fresh build, and
         # still an even split when a resume finds the ranks unequally advanced.
         mine = [i for i in range(manifest.sequences) if i not in done][group.rank :: group.world]
-        _teacher_pass(model, packed, mine, manifest, output, group, report, batch_size, shard_size, chunk_size, progress)
+        _teacher_pass(model, source, mine, manifest, output, group, report, batch_size, shard_size, chunk_size, progress)
         distributed.barrier(group)
         if group.world > 1 and group.is_main:
             manifest = recover(output, read_manifest(output))
@@ -161,27 +167,22 @@ def _check_arguments(top_k, temperature, logprob_dtype, batch_size, shard_size, 
 
 def _prepare(group, teacher, gguf_file, data, text_field, seq_len, max_tokens, top_k, temperature,
              logprob_dtype, device, dtype, output, progress):
-    """Load everything, agree with what ``output`` already holds; returns ``(lock, manifest, packed, model)``."""
+    """Load everything, agree with what ``output`` already holds; returns ``(lock, manifest, source, model)``."""
     import torch
 
     from destila import __version__
-    from destila.data import data_fingerprint, ids_fingerprint, load_texts, pack_documents
     from destila.models import (
         check_plain_head, config_hash, load_causal_lm, load_tokenizer, output_head, resolve_source,
         tokenizer_fingerprint, weight_fingerprint,
     )
 
     tokenizer = load_tokenizer(teacher, gguf_file)
-    if isinstance(data, (str, Path)):
-        texts, source = load_texts(data, text_field), str(data)
-    else:
-        texts, source = [t for t in data if t], f"<{len(data)} documents given in Python>"
-    packed = pack_documents(texts, tokenizer, seq_len, max_tokens)
+    packed, source = _load_data(group, data, tokenizer, text_field, seq_len, max_tokens)
     fields = dict(
         format_version=FORMAT_VERSION, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), top_k=top_k,
-        temperature=float(temperature), seq_len=seq_len, logprob_dtype=logprob_dtype, text_field=text_field,
-        max_tokens=max_tokens, data_fingerprint=data_fingerprint(texts), ids_fingerprint=ids_fingerprint(packed),
-        sequences=packed.shape[0],
+        temperature=float(temperature), seq_len=packed.seq_len, logprob_dtype=logprob_dtype,
+        text_field=packed.spec.text_field, max_tokens=packed.spec.max_tokens,
+        data_fingerprint=packed.store.fingerprint, ids_fingerprint=packed.fingerprint, sequences=len(packed),
     )
     context = {"data_source": source, "teacher": str(teacher)}
 
@@ -204,7 +205,7 @@ def _prepare(group, teacher, gguf_file, data, text_field, seq_len, max_tokens, t
         transformers.utils.logging.disable_progress_bar()  # its weight-loading bar, in logs, is noise
     model = load_causal_lm(teacher, gguf_file=gguf_file, device=device, dtype=torch_dtype)
     check_plain_head(model)
-    _check_fits(model, packed, seq_len, top_k)
+    _check_fits(model, packed, packed.seq_len, top_k)
     weight, _ = output_head(model)
     path, gguf = resolve_source(teacher, gguf_file)
     manifest = Manifest(
@@ -213,7 +214,7 @@ def _prepare(group, teacher, gguf_file, data, text_field, seq_len, max_tokens, t
         teacher_weight_fingerprint=weight_fingerprint(model),
         teacher_dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         tokenizer_size=len(tokenizer), eos_token_id=int(tokenizer.eos_token_id), vocab_size=int(weight.shape[0]),
-        data_source=source, tokens=packed.numel(), destila_version=__version__, **fields,
+        data_source=source, tokens=packed.tokens, destila_version=__version__, **fields,
     )
     error = None
     if group.is_main:
@@ -235,6 +236,29 @@ def _prepare(group, teacher, gguf_file, data, text_field, seq_len, max_tokens, t
     return lock, read_manifest(output), packed, model
 
 
+def _load_data(group, data, tokenizer, text_field, seq_len, max_tokens):
+    """The packed source of ``data`` and its description; rank 0 tokenises, the others then map its store."""
+    from destila.data import DataSpec, packed_source, texts_source
+
+    def load():
+        if isinstance(data, DataSpec):
+            return packed_source(data, tokenizer), data.source
+        if isinstance(data, (str, Path)):
+            spec = DataSpec(str(data), text_field=text_field, seq_len=seq_len, max_tokens=max_tokens)
+            return packed_source(spec, tokenizer), str(data)
+        return (texts_source(list(data), tokenizer, seq_len=seq_len, max_tokens=max_tokens),
+                f"<{len(data)} documents given in Python>")
+
+    result, error = None, None
+    if group.is_main:
+        try:
+            result = load()
+        except (ValueError, OSError) as err:
+            error = err
+    distributed.share_error(group, error)
+    return result if group.is_main else load()
+
+
 def _check_fits(model, packed, seq_len, top_k) -> None:
     config = model.config
     for attr in _CONTEXT_ATTRS:
@@ -247,9 +271,10 @@ def _check_fits(model, packed, seq_len, top_k) -> None:
                 )
             break
     embeddings = model.get_input_embeddings().num_embeddings
-    if int(packed.max()) >= embeddings:
+    largest = int(packed.store.tokens.max())
+    if largest >= embeddings:
         raise ValueError(
-            f"tokenizer: produces token id {int(packed.max())} but the teacher has {embeddings} input embeddings; "
+            f"tokenizer: produces token id {largest} but the teacher has {embeddings} input embeddings; "
             "the tokenizer does not belong to this model"
         )
     vocab = model.get_output_embeddings().weight.shape[0]
@@ -268,7 +293,7 @@ def _save_tokenizer(tokenizer, output: Path) -> None:
     os.replace(staging, target)
 
 
-def _teacher_pass(model, packed, mine, manifest, output, group, report, batch_size, shard_size, chunk_size, progress):
+def _teacher_pass(model, source, mine, manifest, output, group, report, batch_size, shard_size, chunk_size, progress):
     import torch
     from tqdm.auto import tqdm
 
@@ -288,12 +313,17 @@ def _teacher_pass(model, packed, mine, manifest, output, group, report, batch_si
     with bar, torch.inference_mode():
         for number, rows in enumerate(groups, 1):
             tensors = _shard_tensors(len(rows), seq_len, manifest.top_k, manifest.logprob_dtype)
+            packed = source.rows(rows)
             tensors["sequence_index"] = torch.tensor(rows, dtype=torch.int64)
-            tensors["input_ids"] = packed[rows].to(torch.int32)
+            tensors["input_ids"] = packed["input_ids"].to(torch.int32)
+            tensors["position_ids"] = packed["position_ids"].to(torch.int32)
+            tensors["loss_mask"] = packed["loss_mask"].to(torch.uint8)
             for start in range(0, len(rows), batch_size):
-                ids = packed[rows[start : start + batch_size]].to(device)
+                ids = packed["input_ids"][start : start + batch_size].to(device)
+                positions = packed["position_ids"][start : start + batch_size].to(device)
                 began = time.perf_counter()
-                hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state
+                # Restarting position ids make each packed document attend only to itself.
+                hidden = decoder(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
                 _sync(device)
                 middle = time.perf_counter()
                 top_ids, top_lp, tail = _head(hidden, weight, bias, manifest, chunk_size, rows[start])
