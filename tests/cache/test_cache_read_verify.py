@@ -51,14 +51,15 @@ def test_items_and_attributes(built):
 
 def test_collate_batches_and_labels(built):
     cache = TopKCache(built)
-    batch = collate_topk([cache[0], cache[1], cache[2]])
+    batch = collate_topk([cache[0], cache[1], cache[22]])
     assert batch["input_ids"].shape == (3, 32) and batch["topk_ids"].shape == (3, 32, 12)
     assert batch["topk_logprobs"].dtype == torch.float16 and batch["tail_logmass"].shape == (3, 32)
-    mask = torch.stack([cache[i]["loss_mask"] for i in range(3)])
-    assert not mask[:, :-1].all()  # pydoc topics end inside these rows: the position before a new document is no target
+    mask = torch.stack([cache[i]["loss_mask"] for i in (0, 1, 22)])
+    assert not mask[:, :-1].all()  # a pydoc topic ends in row 22: the position before the next one is no target
     assert torch.equal(batch["labels"][:, :-1], batch["input_ids"][:, 1:].masked_fill(~mask[:, :-1], -100))
     assert (batch["labels"][:, -1] == -100).all() and "loss_mask" not in batch
     assert torch.equal(batch["topk_logprobs"][1], cache[1]["topk_logprobs"])
+    assert torch.equal(batch["position_ids"][2], cache[22]["position_ids"])
 
 
 def test_dataloader_with_workers_sees_the_same_items(built):
