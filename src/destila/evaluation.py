@@ -17,9 +17,10 @@ from pathlib import Path
 
 import torch
 
+from destila.data.spec import DataSpec
 from destila.losses import distill_loss
 from destila.models import decoder_of, load_causal_lm, load_tokenizer, output_head
-from destila.training.datasets import collate, next_token_labels
+from destila.data.collate import collate
 from destila.training.online import full_vocab_divergence
 
 DEFAULT_PROMPT = "The `with` statement in Python"
@@ -55,8 +56,9 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = 2048) -> dict:
         sums.update(kl=0.0, agree=0.0)
     for batch in batches:
         input_ids = batch["input_ids"]
-        labels = next_token_labels(input_ids).flatten()
-        hidden = decoder_of(model)(input_ids=input_ids, use_cache=False).last_hidden_state.flatten(0, 1)
+        labels = batch["labels"].flatten()  # masked-in positions only (assistant turns, completions, documents)
+        shape = {k: batch[k] for k in ("position_ids", "attention_mask") if k in batch}
+        hidden = decoder_of(model)(input_ids=input_ids, use_cache=False, **shape).last_hidden_state.flatten(0, 1)
         if "topk_ids" in batch and teacher is None:  # with the teacher at hand, its full KL replaces the top-K one
             _, stats = distill_loss(
                 hidden, weight, batch["topk_ids"].flatten(0, 1), batch["topk_logprobs"].flatten(0, 1),
@@ -67,7 +69,7 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = 2048) -> dict:
             sums["agree"] += stats["agree"].item()
         if teacher is not None:
             t_weight, t_bias = output_head(teacher)
-            t_hidden = decoder_of(teacher)(input_ids=input_ids, use_cache=False).last_hidden_state.flatten(0, 1)
+            t_hidden = decoder_of(teacher)(input_ids=input_ids, use_cache=False, **shape).last_hidden_state.flatten(0, 1)
         for start in range(0, hidden.shape[0], chunk_size):
             rows = slice(start, start + chunk_size)
             valid = labels[rows] != -100
@@ -134,7 +136,8 @@ def size_on_disk(path: str | Path) -> int:
 
 
 def evaluate_model(
-    model: str, *, cache: str | None = None, indices: list[int] | None = None, data: str | list[str] | None = None,
+    model: str, *, cache: str | None = None, indices: list[int] | None = None,
+    data: str | list[str] | dict | DataSpec | None = None,
     teacher: str | None = None, seq_len: int = 512, max_tokens: int | None = 16384, text_field: str = "text",
     batch_size: int = 4, chunk_size: int = 2048, prompt: str = DEFAULT_PROMPT, new_tokens: int = 32,
     device: str = "cpu",
@@ -142,8 +145,10 @@ def evaluate_model(
     """Every metric of one model (see the module docstring); a JSON-able dict.
 
     Data: ``cache`` (its sequences ``indices``, or all of them) or ``data``
-    (texts packed into ``seq_len`` tokens with the model's tokenizer), up to
-    ``max_tokens`` tokens. ``teacher`` adds the full-vocabulary KL and
+    (a :class:`DataSpec` or its fields as a dict; a source name or a list of
+    texts packed into ``seq_len`` tokens), with the model's tokenizer, up to
+    ``max_tokens`` tokens. Metrics cover the positions the loss mask keeps;
+    ``tokens`` says how many. ``teacher`` adds the full-vocabulary KL and
     agreement. ``peak_bytes`` is the model's own peak (weights, forward,
     generation), taken before any teacher is loaded.
     """
@@ -164,10 +169,15 @@ def evaluate_model(
             chosen = chosen[: max(1, max_tokens // source.seq_len)]
         items = [source[i] for i in chosen]
     else:
-        from destila.data import load_texts, pack_documents
+        from destila.data import packed_source, texts_source
 
-        texts = list(data) if isinstance(data, (list, tuple)) else load_texts(data, text_field=text_field)
-        items = [{"input_ids": row} for row in pack_documents(texts, tokenizer, seq_len, max_tokens=max_tokens)]
+        if isinstance(data, (list, tuple)):
+            packed = texts_source(list(data), tokenizer, seq_len=seq_len, max_tokens=max_tokens)
+        else:
+            spec = DataSpec(**data) if isinstance(data, dict) else data
+            spec = spec if isinstance(spec, DataSpec) else DataSpec(str(data), text_field=text_field, seq_len=seq_len)
+            packed = packed_source(spec.replace(max_tokens=max_tokens or spec.max_tokens), tokenizer)
+        items = [packed[i] for i in range(len(packed))]
     batches = [{k: v.to(device) for k, v in collate(items[i:i + batch_size]).items()}
                for i in range(0, len(items), batch_size)]
     forward_speed = forward_tokens_per_second(lm, batches[0]["input_ids"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from destila.cli.data_flags import add_data_arguments, data_spec_from
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("cache", help="build, inspect or verify a teacher's top-K cache")
@@ -19,13 +21,12 @@ def register(subparsers) -> None:
     build.add_argument("teacher", metavar="TEACHER", help="HF model folder, hub id, .gguf file, or 'smollm2'")
     build.add_argument(
         "data", metavar="DATA",
-        help="'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder of them, or a folder datasets can load",
+        help="'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder of them, a folder datasets can load, or a "
+        "datasets hub name",
     )
     build.add_argument("-o", "--output", required=True, metavar="CACHE", help="cache folder (created, or resumed)")
     build.add_argument("--gguf-file", help="GGUF file name inside the TEACHER folder")
-    build.add_argument("--text-field", default="text", help="field holding the text in jsonl/parquet/csv (default: text)")
-    build.add_argument("--seq-len", type=int, default=512, help="tokens per packed sequence (default: 512)")
-    build.add_argument("--max-tokens", type=int, help="stop after this many tokens (whole sequences)")
+    add_data_arguments(build.add_argument_group("data"))
     build.add_argument("--top-k", type=int, default=100, help="teacher ids kept per position (default: 100)")
     build.add_argument("--temperature", type=float, default=1.0, help="teacher logits are divided by T (default: 1.0)")
     build.add_argument(
@@ -62,8 +63,7 @@ def _build(args) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         report = build_cache(
-            args.teacher, args.data, args.output, gguf_file=args.gguf_file, text_field=args.text_field,
-            seq_len=args.seq_len, max_tokens=args.max_tokens, top_k=args.top_k, temperature=args.temperature,
+            args.teacher, data_spec_from(args, args.data), args.output, gguf_file=args.gguf_file, top_k=args.top_k, temperature=args.temperature,
             logprob_dtype=args.logprob_dtype, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
             shard_size=args.shard_size, chunk_size=args.chunk_size, progress=not args.quiet,
         )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from destila.cli.data_flags import add_data_arguments, data_spec_from
+
 # CLI flag -> DistillationArguments / TrainingArguments field. The common
 # Trainer options get short flags; any other field goes through --trainer-arg.
 _LOSS_FLAGS = {
@@ -64,10 +66,8 @@ def register(subparsers) -> None:
     source.add_argument("--cache", help="top-K cache from `destila cache build` (offline)")
     source.add_argument("--teacher", help="online: teacher folder, hub id, .gguf file or 'smollm2'")
     source.add_argument("--teacher-gguf-file", help="online: GGUF file name inside the teacher folder")
-    source.add_argument("--data", help="online: text data (.txt/.jsonl/.parquet, folder, or 'pydoc')")
-    source.add_argument("--text-field", default="text", help="online: text field of jsonl/parquet data")
-    source.add_argument("--seq-len", type=int, default=512, help="online: tokens per packed sequence")
-    source.add_argument("--max-tokens", type=int, help="online: cap on the tokens taken from the data")
+    source.add_argument("--data", help="online: 'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets hub name")
+    add_data_arguments(source, note="online: ")
     loss = train.add_argument_group("loss")
     for name, spec in _LOSS_FLAGS.items():
         spec = dict(spec)
@@ -117,8 +117,8 @@ def run(args) -> int:
     training_args = DistillationArguments(output_dir=args.out, **{**options, **extra})
     result = train_student(
         args.student, args.out, training_args,
-        cache=args.cache, teacher=args.teacher, data=args.data, teacher_gguf_file=args.teacher_gguf_file,
-        seq_len=args.seq_len, max_tokens=args.max_tokens, text_field=args.text_field, resume=args.resume,
+        cache=args.cache, teacher=args.teacher, teacher_gguf_file=args.teacher_gguf_file, resume=args.resume,
+        data=data_spec_from(args, args.data) if args.data is not None else None,
     )
     if training_args.process_index == 0:
         if result["eval"]:

@@ -7,6 +7,7 @@
 """
 
 from destila.data.collate import collate, next_token_labels, shift_labels
+from destila.data.from_dataset import dataset_source
 from destila.data.loader import packed_source, texts_source
 from destila.data.naive import data_fingerprint, ids_fingerprint, pack_documents
 from destila.data.packed import PackedSource
@@ -15,7 +16,7 @@ from destila.data.spec import KINDS, LOSS_ON, PACKING, DataSpec
 from destila.data.store import TokenStore, build_store
 
 __all__ = [
-    "DataSpec", "KINDS", "LOSS_ON", "PACKING", "PYDOC", "PackedSource", "TokenStore", "build_store", "collate",
+    "DataSpec", "dataset_source", "KINDS", "LOSS_ON", "PACKING", "PYDOC", "PackedSource", "TokenStore", "build_store", "collate",
     "data_fingerprint", "ids_fingerprint", "load_records", "load_texts", "next_token_labels", "pack_documents",
     "packed_source", "pydoc_texts", "shift_labels", "texts_source",
 ]

@@ -101,15 +101,17 @@ def _budget(spec) -> tuple[str, int] | None:
     return ("tokens", spec.max_sequences * spec.seq_len)
 
 
-def build_store(spec, tokenizer, folder: str | Path, *, num_proc: int | None = None, progress: bool = False) -> TokenStore:
-    """Tokenise ``spec``'s documents into a store at ``folder`` (reused when it is already there)."""
+def build_store(spec, tokenizer, folder: str | Path, *, num_proc: int | None = None, records=None) -> TokenStore:
+    """Tokenise ``spec``'s documents into a store at ``folder`` (reused when it is already there).
+
+    ``records``: a ``datasets.Dataset``/``IterableDataset`` to read instead of ``spec.source``."""
     folder = Path(folder)
     if (folder / _META).is_file():
         return TokenStore.open(folder)
     from destila.data.render import encoder
     from destila.data.sources import load_records, quiet_datasets
 
-    records = load_records(spec)
+    records = load_records(spec) if records is None else records
     encode = encoder(spec, tokenizer)
     budget = _budget(spec)
     with quiet_datasets():

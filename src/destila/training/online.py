@@ -79,10 +79,12 @@ class OnlineTeacher:
         return self
 
     @torch.no_grad()
-    def targets(self, input_ids) -> dict:
-        """``{"teacher_logits" [B, T, V]}`` (dense) or the cache's top-K fields (topk)."""
+    def targets(self, input_ids, **layout) -> dict:
+        """``{"teacher_logits" [B, T, V]}`` (dense) or the cache's top-K fields (topk).
+
+        ``layout``: ``position_ids`` (restarting per packed document) and ``attention_mask``, as the student gets."""
         weight, bias = output_head(self.model)
-        hidden = decoder_of(self.model)(input_ids=input_ids, use_cache=False).last_hidden_state
+        hidden = decoder_of(self.model)(input_ids=input_ids, use_cache=False, **layout).last_hidden_state
         if self.mode == "dense":
             logits = hidden.float() @ weight.float().T
             return {"teacher_logits": logits if bias is None else logits + bias.float()}
