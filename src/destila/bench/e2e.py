@@ -108,7 +108,7 @@ def train_worker(method: str, student: str, out: str, cache: str | None, teacher
     """Train ``steps`` steps with ``method``; each step's wall time and logged loss."""
     from transformers import TrainerCallback
 
-    from destila.report import read_training_log
+    from destila.training.callbacks import read_training_log
     from destila.training import DistillationArguments, train_student
 
     class StepClock(TrainerCallback):
@@ -127,7 +127,7 @@ def train_worker(method: str, student: str, out: str, cache: str | None, teacher
     args = DistillationArguments(
         output_dir=out, max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,
         lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=seed,
-        loss_impl="fused" if method == "online" else method, online_loss="dense", bf16=dtype == "bfloat16",
+        impl="fused" if method == "online" else method, online_loss="dense", bf16=dtype == "bfloat16",
         gradient_checkpointing=gradient_checkpointing, use_cpu=device == "cpu", disable_tqdm=True,
         dataloader_num_workers=0,
     )
@@ -195,7 +195,7 @@ def prepare_student(cfg: E2EConfig, teacher: str) -> str:
 
 def run_e2e(cfg: E2EConfig, on_row=None) -> dict:
     """Every method of ``cfg`` in its own process; ``{"cache": ..., "rows": [...], "break_even_runs": ...}``."""
-    from destila.bench.isolated import run_isolated
+    from destila.measure import run_isolated
     from destila.models import embedded_teacher_dir
 
     workdir = Path(cfg.workdir)
@@ -268,7 +268,7 @@ def break_even_runs(cache_seconds: float, rows: list[dict], steps: int) -> float
 
 def run_long_context(cfg: LongContextConfig, on_row=None) -> list[dict]:
     """One training step per (impl, length) in its own process; an impl stops at its first failure."""
-    from destila.bench.isolated import run_isolated
+    from destila.measure import run_isolated
 
     rows, stopped = [], set()
     for seq_len in cfg.seq_lens:

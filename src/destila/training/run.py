@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from destila.models import load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
+from destila.targets.spec import check_training_temperature
 from destila.training.arguments import DistillationArguments
 from destila.training.callbacks import JsonlLogCallback
 from destila.data import DataSpec, collate, packed_source, texts_source
@@ -84,10 +85,6 @@ def train_student(
 ) -> dict:
     """Train ``student`` from ``cache`` (offline) or from ``teacher`` on ``data`` (online).
 
-    ``data`` is a :class:`~destila.data.DataSpec` (text, conversations or
-    prompt/completion; it then also gives the sequence length and budget), a
-    source name read as plain text, or a list of texts.
-
     Writes checkpoints and ``log.jsonl`` into ``out`` and, at the end, the
     student (safetensors, config, tokenizer) loadable with
     ``AutoModelForCausalLM.from_pretrained(out)``. Returns
@@ -95,7 +92,7 @@ def train_student(
     """
     from transformers import AutoTokenizer
 
-    from destila.training.online import OnlineTeacher
+    from destila.targets.online import OnlineTeacher
     from destila.training.trainer import DistillationTrainer
 
     if (cache is None) == (teacher is None) or (teacher is not None and data is None):
@@ -111,6 +108,7 @@ def train_student(
 
         source = TopKCache(cache)
         tokenizer = AutoTokenizer.from_pretrained(source.tokenizer_path)
+        check_training_temperature(args.temperature, source.manifest.temperature, f"the cache {cache}")
         check_student(
             model, student, vocab_size=source.vocab_size, fingerprint=source.manifest.tokenizer_fingerprint,
             seq_len=source.seq_len, allow_tokenizer_mismatch=args.allow_tokenizer_mismatch,
@@ -132,10 +130,7 @@ def train_student(
             fingerprint=tokenizer_fingerprint(tokenizer), seq_len=source.seq_len,
             allow_tokenizer_mismatch=args.allow_tokenizer_mismatch, source="teacher",
         )
-        online = OnlineTeacher(
-            teacher_model, args.online_loss, top_k=args.online_top_k,
-            temperature=args.temperature, chunk_size=args.chunk_size,
-        )
+        online = OnlineTeacher(teacher_model, args.online_loss, args.target_spec())
     train_ids, eval_ids = split_indices(len(source), args.eval_fraction)
     trainer = DistillationTrainer(
         model=model,
