@@ -122,3 +122,21 @@ def test_hub_name_without_network_fails_fast_with_one_line(monkeypatch, offline_
         packed_source(DataSpec("someone/some-dataset", split="train", seq_len=16), tiny_tokenizer)
     assert time.monotonic() - began < 5
     assert "\n" not in str(caught.value)
+
+
+def test_cli_hub_name_offline_is_one_line_and_exit_2(tmp_path, tiny_llama_dir):
+    import subprocess
+    import sys
+
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "destila", "cache", "build", str(tiny_llama_dir), "someone/some-dataset", "-o",
+         str(tmp_path / "c"), "--split", "train"],
+        capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"}, timeout=120,
+    )
+    elapsed = time.monotonic() - began
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("destila cache: error: data: 'someone/some-dataset'"), done.stderr
+    assert "pass the local folder" in lines[0]
+    assert elapsed < 30  # the process, imports included; the refusal itself is checked under 5 s above
