@@ -21,8 +21,11 @@ from destila.data.store import build_store, store_root
 DEFAULT_SEQ_LEN = 1024
 
 
-def spec_for(dataset, seq_len: int = DEFAULT_SEQ_LEN, **fields) -> DataSpec:
-    """The :class:`DataSpec` for ``dataset``'s columns (``fields`` override what is inferred)."""
+def spec_for(dataset, seq_len: int = DEFAULT_SEQ_LEN, packing: str = "none", **fields) -> DataSpec:
+    """The :class:`DataSpec` for ``dataset``'s columns (``fields`` override what is inferred).
+
+    One example per row by default, as TRL's trainers do: a handful of short
+    conversations is a valid training set even when it fills no packed row."""
     columns = list(dataset.column_names or [])
     if "messages" in columns:
         inferred = {"messages_field": "messages"}
@@ -37,7 +40,7 @@ def spec_for(dataset, seq_len: int = DEFAULT_SEQ_LEN, **fields) -> DataSpec:
             f"train_dataset: columns {', '.join(columns) or '(none)'}; expected 'messages', 'prompt' and "
             "'completion', 'text', or 'input_ids' (already tokenised); or pass a DataSpec naming the fields"
         )
-    return DataSpec(f"<datasets.Dataset {getattr(dataset, '_fingerprint', '')}>", seq_len=seq_len,
+    return DataSpec(f"<datasets.Dataset {getattr(dataset, '_fingerprint', '')}>", seq_len=seq_len, packing=packing,
                     **{**(inferred or {}), **fields})
 
 
@@ -56,4 +59,4 @@ def dataset_source(dataset, tokenizer, spec: DataSpec | None = None, **spec_fiel
     key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
     store = build_store(spec, tokenizer, store_root() / f"dataset-{key}", records=records)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return PackedSource(store, spec, pad)
+    return PackedSource(store, spec, pad, trim=True)

@@ -37,10 +37,15 @@ from destila.data.store import TokenStore
 
 
 class PackedSource(torch.utils.data.Dataset):
-    """Sequences of ``store`` for ``spec`` (its ``seq_len``, ``packing`` and ``max_tokens``)."""
+    """Sequences of ``store`` for ``spec`` (its ``seq_len``, ``packing`` and ``max_tokens``).
 
-    def __init__(self, store: TokenStore, spec, pad_token_id: int):
+    ``trim=True`` (``packing="none"`` only) returns each document at its own
+    length (at most L) and leaves the padding to the collate, per batch.
+    """
+
+    def __init__(self, store: TokenStore, spec, pad_token_id: int, trim: bool = False):
         self.store, self.spec, self.seq_len, self.pad_token_id = store, spec, spec.seq_len, int(pad_token_id)
+        self.trim = trim and spec.packing == "none"
         if spec.packing == "documents":
             count = len(store.tokens) // self.seq_len  # the incomplete last row is dropped
         else:
@@ -67,6 +72,9 @@ class PackedSource(torch.utils.data.Dataset):
             ids, positions, mask = self._packed_row(index)
         else:
             ids, positions, mask = self._document_row(index)
+            if self.trim:
+                used = min(int(self.store.offsets[index + 1] - self.store.offsets[index]), self.seq_len)
+                ids, positions, mask = ids[:used], positions[:used], mask[:used]
         return {
             "input_ids": torch.from_numpy(ids.astype(np.int64)),
             "position_ids": torch.from_numpy(positions.astype(np.int64)),
