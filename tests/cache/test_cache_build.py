@@ -11,7 +11,7 @@ from destila.cache.format import CONTENT_FIELDS, MANIFEST
 from destila.data import load_texts, pack_documents
 from destila.models import load_causal_lm, load_tokenizer, tokenizer_fingerprint
 
-SMALL = dict(seq_len=32, max_tokens=32 * 23, top_k=12, logprob_dtype="float16", temperature=1.0, shard_size=5, batch_size=3, chunk_size=50, progress=False)
+SMALL = dict(seq_len=32, max_tokens=32 * 23, top_k=12, logprob_dtype="float16", temperature=1.0, shard_size=5, batch_size=3, head_chunk_rows=50, progress=False)
 
 
 def build(teacher, out, **overrides):
@@ -42,7 +42,7 @@ def test_cache_equals_direct_teacher_computation(tiny_model_dir, tmp_path, optio
         assert_matches_teacher(
             item["topk_ids"][None], item["topk_logprobs"][None], item["tail_logmass"][None], model,
             packed[i : i + 1], settings["top_k"], settings["temperature"], settings["logprob_dtype"],
-            position_ids=item["position_ids"][None],
+            trained=(item["labels"] != -100)[None], position_ids=item["position_ids"][None],
         )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from destila.cli.data_flags import add_data_arguments, data_spec_from
+from destila.cli.fields import add_fields, values_of
+from destila.data.spec import DataSpec
 
 
 def register(subparsers) -> None:
@@ -21,7 +22,8 @@ def register(subparsers) -> None:
     evaluate.add_argument("--teacher", help="also compute the full-vocabulary KL and agreement with this teacher")
     evaluate.add_argument("--eval-fraction", type=float, default=None,
                           help="with --cache: evaluate only the part `destila train --eval-fraction F` held out")
-    add_data_arguments(evaluate.add_argument_group("data (with --data)"), defaults={"max_tokens": 16384})
+    evaluate.add_argument("--max-tokens", type=int, default=16384, help="evaluate at most this many tokens")
+    add_fields(evaluate.add_argument_group("data (with --data)"), DataSpec, exclude=("source", "max_tokens"))
     evaluate.add_argument("--batch-size", type=int, default=4)
     evaluate.add_argument("--prompt", default=None, help="prompt for the generation-speed sample")
     evaluate.add_argument("--new-tokens", type=int, default=32, help="tokens generated for the speed measurement")
@@ -45,7 +47,8 @@ def run(args) -> int:
         indices = split_indices(len(TopKCache(args.cache)), args.eval_fraction)[1]
     results = evaluate_models(
         args.models, cache=args.cache, indices=indices, teacher=args.teacher,
-        data=data_spec_from(args, args.data).describe() if args.data is not None else None,
+        data=DataSpec(args.data, **values_of(args, DataSpec, exclude=("source", "max_tokens"))).describe()
+        if args.data is not None else None,
         max_tokens=args.max_tokens,
         batch_size=args.batch_size, prompt=args.prompt or DEFAULT_PROMPT, new_tokens=args.new_tokens,
         device=args.device,

@@ -13,7 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from destila.cli.data_flags import add_data_arguments, data_spec_from
+from destila.cli.fields import add_fields, values_of
+from destila.data.spec import DataSpec
 
 DESCRIPTION = (
     "Offline: destila train STUDENT --cache CACHE -o OUT. "
@@ -45,7 +46,7 @@ def build_parser():
     source.add_argument("--teacher", help="online: teacher folder, hub id, .gguf file or 'smollm2'")
     source.add_argument("--teacher-gguf-file", help="online: GGUF file name inside the teacher folder")
     source.add_argument("--data", help="online: 'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets hub name")
-    add_data_arguments(source, note="online: ")
+    add_fields(parser.add_argument_group("online data (with --data)"), DataSpec, exclude=("source",))
     parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
                         help="resume from the last checkpoint in the output folder, or from CHECKPOINT")
     return parser
@@ -112,7 +113,7 @@ def run(argv: list[str]) -> int:
     result = train_student(
         args.student, out, training_args,
         cache=args.cache, teacher=args.teacher, teacher_gguf_file=args.teacher_gguf_file, resume=args.resume,
-        data=data_spec_from(args, args.data) if args.data is not None else None,
+        data=DataSpec(args.data, **values_of(args, DataSpec, exclude=("source",))) if args.data is not None else None,
     )
     if training_args.process_index == 0:
         if result["eval"]:

@@ -5,10 +5,13 @@ Labels come out aligned with positions: ``labels[b, t]`` is the token the
 model must predict at t (token t+1), or ``IGNORE_INDEX``; losses read them
 unshifted. Where the labels come from, in order:
 
-1. ``loss_mask`` (packed sources, and the cache): ``labels[t] = input_ids[t+1]`` where ``loss_mask[t]``;
-2. the caller's ``labels`` (Hugging Face convention: ``labels[t]`` is the
+1. ``loss_mask`` (packed sources): ``labels[t] = input_ids[t+1]`` where ``loss_mask[t]``;
+2. cache items (they carry the teacher's ``topk_ids``): their ``labels`` are
+   already position-aligned, like the teacher's targets (the distribution at
+   t is for token t+1), and are kept;
+3. the caller's ``labels`` (Hugging Face convention: ``labels[t]`` is the
    token at t, the shift happens here): ``labels[t] = user_labels[t+1]``;
-3. nothing: every next token.
+4. nothing: every next token.
 
 In every case a position is ignored when its target is padding
 (``attention_mask[t+1] == 0``) or when it is itself padding, and the last
@@ -90,6 +93,8 @@ def collate(items: list[dict], pad_token_id: int = 0) -> dict[str, torch.Tensor]
     valid[..., :-1] &= real[..., 1:]
     if "loss_mask" in batch:
         batch["labels"] = shift_labels(batch["input_ids"], valid & batch.pop("loss_mask").bool())
+    elif "labels" in batch and "topk_ids" in batch:
+        batch["labels"] = batch["labels"].long().masked_fill(~real, IGNORE_INDEX)
     elif "labels" in batch:
         user = batch["labels"].long()
         batch["labels"] = shift_labels(user, valid & (user != IGNORE_INDEX).roll(-1, dims=-1))

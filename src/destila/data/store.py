@@ -128,11 +128,26 @@ def build_store(spec, tokenizer, folder: str | Path, *, num_proc: int | None = N
         staging.mkdir(parents=True)
         try:
             _write(staging, batches, budget, spec)
-            shutil.rmtree(folder, ignore_errors=True)
-            os.replace(staging, folder)
+            _publish(staging, folder)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return TokenStore.open(folder)
+
+
+def _publish(staging: Path, folder: Path) -> None:
+    """Move a finished store into place; another process that finished the same store first wins.
+
+    A finished store is never removed (some process may be reading it); a
+    half-written one (no ``store.json``, its writer was killed) is replaced.
+    """
+    if (folder / _META).is_file():
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        os.replace(staging, folder)
+    except OSError:
+        if not (folder / _META).is_file():
+            raise
 
 
 def _write(staging: Path, batches, budget, spec) -> None:
