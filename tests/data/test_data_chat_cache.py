@@ -76,14 +76,21 @@ def build_chat_cache(teacher, tmp_path, capsys, extra=()):
 
 
 def assert_mask_is_the_assistant_tokens(cache, tokenizer):
-    assert cache.manifest.ids_fingerprint  # masks and positions are part of the sequences' fingerprint
+    """Labels (the trained positions) are exactly the assistant tokens; no teacher target is stored elsewhere."""
+    from destila.cache.stats import inspect_cache
+
     checked = 0
     for i, (ids, mask) in enumerate(expected_rows(tokenizer, conversations(), len(cache))):
         item = cache[i]
+        mask = torch.tensor(mask)
         assert item["input_ids"].tolist() == ids
-        assert item["loss_mask"].tolist() == mask, f"row {i}"
-        checked += sum(mask)
+        assert torch.equal(item["labels"] != -100, mask), f"row {i}"
+        assert torch.equal(item["labels"][:-1][mask[:-1]], item["input_ids"][1:][mask[:-1]])
+        assert torch.isfinite(item["topk_logprobs"][mask]).all()
+        assert torch.isneginf(item["topk_logprobs"][~mask]).all()  # read back as -inf: nothing stored there
+        checked += int(mask.sum())
     assert checked > 200
+    assert inspect_cache(cache.path)["stored_entries"] == checked * cache.manifest.top_k  # the shards hold no more
 
 
 def test_chat_cache_mask_is_exactly_the_assistant_tokens(tiny_chat_llama_dir, tiny_chat_tokenizer, tmp_path, capsys):
@@ -100,7 +107,7 @@ def test_training_moves_only_assistant_positions(tiny_chat_llama_dir, tiny_chat_
     trainer = DistillationTrainer(model=student, args=args, cache=cache, processing_class=tiny_chat_tokenizer)
     assert trainer.train_dataset is cache
     batch = trainer.data_collator([cache[0], cache[1]])
-    mask = torch.stack([cache[0]["loss_mask"], cache[1]["loss_mask"]])
+    mask = batch["labels"] != -100
     user = (~mask).nonzero()[3]  # a position in a system/user turn
     assistant = mask.nonzero()[3]
 

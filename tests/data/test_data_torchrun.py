@@ -42,7 +42,7 @@ def test_torchrun_streaming_build_equals_one_process(tiny_llama_dir, tmp_path):
     one, two = TopKCache(tmp_path / "one"), TopKCache(tmp_path / "two")
     for i in range(len(one)):
         x, y = one[i], two[i]
-        assert set(x) == set(y) >= {"input_ids", "position_ids", "loss_mask", "topk_ids", "topk_logprobs"}
+        assert set(x) == set(y) >= {"input_ids", "position_ids", "labels", "topk_ids", "topk_logprobs"}
         for key in x:
             assert x[key].dtype == y[key].dtype and torch.equal(x[key], y[key]), (i, key)
-    assert any((~one[i]["loss_mask"][:-1]).any() for i in range(len(one)))  # document bounds inside rows
+    assert any((one[i]["labels"][:-1] == -100).any() for i in range(len(one)))  # document bounds inside rows
