@@ -37,10 +37,11 @@ def assert_packed_equals_alone(teacher: str, tmp_path, seq_len: int, texts: list
         ids = torch.tensor(tokens[begin:end], dtype=torch.long)[None]
         with torch.no_grad():
             alone = torch.log_softmax(model(ids, use_cache=False).logits.float(), -1)[0]
-        values, top_ids = alone.topk(top_k, -1)
+        values, top_ids = alone[:-1].topk(top_k, -1)  # a document's last token has no target in the cache
         item = cache[row]
-        span = slice(begin - row * seq_len, end - row * seq_len)
-        assert item["position_ids"][span].tolist() == list(range(end - begin))
+        assert item["position_ids"][begin - row * seq_len : end - row * seq_len].tolist() == list(range(end - begin))
+        span = slice(begin - row * seq_len, end - 1 - row * seq_len)
+        assert (item["labels"][span] != -100).all() and item["labels"][end - 1 - row * seq_len] == -100
         torch.testing.assert_close(item["topk_logprobs"][span], values, rtol=0, atol=atol)
         gaps = values[:, :-1] - values[:, 1:]  # ids are compared where no two log-probs tie within 1e-5
         distinct = torch.cat([gaps > 1e-5, torch.ones(len(values), 1, dtype=torch.bool)], -1)
