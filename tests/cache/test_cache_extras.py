@@ -111,7 +111,7 @@ def test_online_and_offline_hidden_terms_agree_with_the_identity_projection(tiny
     from destila.student import init_student
     from destila.targets.online import OnlineTeacher
     from destila.training import DistillationArguments
-    from destila.training.datasets import collate
+    from destila.data import collate
     from destila.training.hidden import HiddenDistillation
     from destila.training.trainer import DistillationTrainer
 

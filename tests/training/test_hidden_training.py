@@ -10,7 +10,7 @@ from destila.student import init_student
 from destila.training import DistillationArguments
 from destila.training.run import train_student
 from destila.training.trainer import DistillationTrainer
-from destila.training.datasets import collate
+from destila.data import collate
 from destila.training.hidden import HiddenDistillation, PROJECTION_FILE
 from destila.targets.online import OnlineTeacher
 from train_helpers import read_log, tiny_cache  # noqa: F401  (fixture)

@@ -7,7 +7,11 @@ import sys
 from destila.cache.extras import TeacherExtras
 from destila.cache.spec import BuildSpec
 from destila.cli.fields import add_fields, values_of
+from destila.data.spec import DataSpec
 from destila.targets.spec import TargetSpec
+
+# DataSpec fields that BuildSpec already declares (and the positional DATA).
+_BUILD_DATA_FIELDS = ("source", "text_field", "seq_len", "max_tokens")
 
 
 def register(subparsers) -> None:
@@ -22,6 +26,8 @@ def register(subparsers) -> None:
         "build …` the sequences are split across the processes.",
     )
     add_fields(build, BuildSpec, positional=("teacher", "data"), exclude=("targets", "extras"))
+    add_fields(build.add_argument_group("data (conversations, prompt/completion pairs, hub names, packing)"),
+               DataSpec, exclude=_BUILD_DATA_FIELDS)
     add_fields(build.add_argument_group("targets (what the teacher provides per position)"), TargetSpec)
     add_fields(build.add_argument_group("several teachers, teacher hidden states"), TeacherExtras,
                exclude=("mixture_teachers",))
@@ -50,6 +56,8 @@ def _build(args) -> int:
     first, *others = values.pop("teacher")
     extras = TeacherExtras(mixture_teachers=tuple(others), **values_of(args, TeacherExtras, exclude=("mixture_teachers",)))
     spec = BuildSpec(teacher=first, **values, targets=TargetSpec(**values_of(args, TargetSpec)), extras=extras)
+    spec.data = DataSpec(args.data, text_field=spec.text_field, seq_len=spec.seq_len, max_tokens=spec.max_tokens,
+                         **values_of(args, DataSpec, exclude=_BUILD_DATA_FIELDS))
     try:
         report = build_cache(spec)
     except (ValueError, FileNotFoundError, FileExistsError):
