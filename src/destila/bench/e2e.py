@@ -106,14 +106,14 @@ def train_worker(method: str, student: str, out: str, cache: str | None, teacher
                  seq_len: int, steps: int, batch_size: int, learning_rate: float, seed: int, device: str,
                  dtype: str, gradient_checkpointing: bool) -> dict:
     """Train ``steps`` steps with ``method``; each step's wall time and logged loss."""
-    from destila.report import read_training_log
+    from destila.training.callbacks import read_training_log
     from destila.training import DistillationArguments, train_student
 
     clock = step_clock(device)
     args = DistillationArguments(
         output_dir=out, max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,
         lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=seed,
-        loss_impl="fused" if method == "online" else method, online_loss="dense", bf16=dtype == "bfloat16",
+        impl="fused" if method == "online" else method, online_loss="dense", bf16=dtype == "bfloat16",
         gradient_checkpointing=gradient_checkpointing, use_cpu=device == "cpu", disable_tqdm=True,
         dataloader_num_workers=0,
     )
@@ -200,7 +200,7 @@ def prepare_student(cfg: E2EConfig, teacher: str) -> str:
 
 def run_e2e(cfg: E2EConfig, on_row=None) -> dict:
     """Every method of ``cfg`` in its own process; ``{"cache": ..., "rows": [...], "break_even_runs": ...}``."""
-    from destila.bench.isolated import run_isolated
+    from destila.measure import run_isolated
     from destila.models import embedded_teacher_dir
 
     workdir = Path(cfg.workdir)
@@ -273,7 +273,7 @@ def break_even_runs(cache_seconds: float, rows: list[dict], steps: int) -> float
 
 def run_long_context(cfg: LongContextConfig, on_row=None) -> list[dict]:
     """One training step per (impl, length) in its own process; an impl stops at its first failure."""
-    from destila.bench.isolated import run_isolated
+    from destila.measure import run_isolated
 
     rows, stopped = [], set()
     for seq_len in cfg.seq_lens:

@@ -29,7 +29,8 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from destila.bench.isolated import run_isolated
+from destila.losses.options import DEFAULT_LOSS_CHUNK_ROWS
+from destila.measure import run_isolated
 
 WORKER = "destila.bench.loss:loss_worker"
 PEER_WORKER = "destila.bench.peers_worker:peer_worker"
@@ -51,7 +52,7 @@ class LossBenchConfig:
     impls: tuple[str, ...] = ("fused", "chunked", "dense")
     dtype: str = "float32"
     device: str = "cpu"
-    chunk_size: int = 2048
+    chunk_size: int = DEFAULT_LOSS_CHUNK_ROWS
     repeats: int = 3
     max_seconds: float = 30.0
     timeout: float = 1800.0
@@ -180,7 +181,7 @@ def time_against_floor(run, h, w, *, seq_len: int, chunk_size: int, repeats: int
     """
     import torch
 
-    from destila.bench.isolated import PeakMeter, active_meter
+    from destila.measure import PeakMeter, active_meter
 
     meter = active_meter() or PeakMeter(device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)

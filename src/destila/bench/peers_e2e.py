@@ -2,7 +2,7 @@
 
 ``destila bench e2e --peers`` runs :func:`destila.bench.e2e.run_e2e` for
 destila's methods (online, offline fused by default), then each peer trainer
-below in its own process (:func:`~destila.bench.isolated.run_isolated`),
+below in its own process (:func:`~destila.measure.run_isolated`),
 then measures every trained student's **full-vocabulary forward KL to the
 teacher on held-out sequences** (the sequences right after the trained ones),
 each in its own process.
@@ -110,7 +110,7 @@ def heldout_kl_worker(model: str, teacher: str, data: str, seq_len: int, skip_to
     import torch
 
     from destila.data import load_texts, pack_documents
-    from destila.evaluation import metrics_from_sums, quality_sums
+    from destila.eval.quality import metrics_from_sums, quality_sums
     from destila.models import load_causal_lm, load_tokenizer
 
     packed = pack_documents(load_texts(data), load_tokenizer(teacher), seq_len, max_tokens=skip_tokens + eval_tokens)
@@ -130,7 +130,7 @@ def run_peer_trainers(cfg, teacher: str, student: str, peers: tuple[str, ...], o
     import shutil
 
     from destila.bench.e2e import _row
-    from destila.bench.isolated import run_isolated
+    from destila.measure import run_isolated
 
     rows = []
     for name in peers:
@@ -158,7 +158,7 @@ def run_peer_trainers(cfg, teacher: str, student: str, peers: tuple[str, ...], o
 
 def add_heldout_kl(rows: list[dict], cfg, teacher: str, eval_tokens: int) -> None:
     """Each trained model's held-out full KL (its own process), and the ratios to TRL's GKD row."""
-    from destila.bench.isolated import run_isolated
+    from destila.measure import run_isolated
 
     for row in rows:
         if row["status"] != "ok":

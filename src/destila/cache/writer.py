@@ -1,7 +1,7 @@
 """The teacher pass: tokenise and pack the data, run the teacher once, write the top-K cache.
 
 Per micro-batch of packed sequences ``[B, L]``: the teacher's decoder gives
-hidden states ``[B·L, H]``; :func:`~destila.cache.topk.teacher_topk` applies
+hidden states ``[B·L, H]``; :func:`~destila.targets.head.teacher_topk` applies
 the output head chunk by chunk, so the ``[B, L, V]`` logits never exist.
 Rows are grouped into shards; each shard is written atomically and then
 recorded (in the manifest, or under ``torchrun`` in this rank's progress
@@ -327,7 +327,7 @@ def _teacher_pass(model, packed, mine, manifest, output, group, report, batch_si
 def _head(hidden, weight, bias, manifest, chunk_size, first_sequence):
     import torch
 
-    from destila.cache.topk import teacher_topk
+    from destila.targets.head import teacher_topk
 
     top_ids, top_lp, tail = teacher_topk(
         hidden.reshape(-1, hidden.shape[-1]), weight, bias, manifest.top_k, manifest.temperature, chunk_size
