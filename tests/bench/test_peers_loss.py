@@ -115,3 +115,28 @@ def test_unavailable_peers_say_why():
         package = PEERS[peer].module.split(".")[0]
         if importlib.util.find_spec(package) is None and not PEERS[peer].gpu_only:
             assert "not installed" in unavailable_reason(peer, "cpu")
+
+
+@pytest.mark.slow
+@_installed("torchtune")
+def test_tiny_sweep_with_peers_through_the_cli(tmp_path, capsys):
+    import json
+
+    from destila.cli.main import main
+
+    out = {ext: tmp_path / f"peers.{ext}" for ext in ("jsonl", "png")}
+    with pytest.raises(SystemExit) as done:
+        main(["bench", "loss", "--hidden", "32", "--vocab", "256", "--top-k", "4", "--chunk-size", "32",
+              "--seq-lens", "128", "--impls", "fused", "--repeats", "1", "--peers", "torchtune,liger-fljsd",
+              "--json", str(out["jsonl"]), "--plot", str(out["png"])])
+    assert done.value.code == 0
+    rows = {r["impl"]: r for r in map(json.loads, out["jsonl"].read_text().splitlines())}
+    assert list(rows) == ["floor", "fused", "torchtune", "liger-fljsd"]
+    assert rows["torchtune"]["status"] == "ok" and rows["torchtune"]["peak_bytes"] > 0
+    # Its input is counted: the teacher's full logits, 128 × 256 float32, on top of the student's.
+    assert rows["torchtune"]["input_bytes"] - rows["fused"]["input_bytes"] >= 128 * 256 * 4 - 128 * (6 * 4 + 4)
+    assert rows["torchtune"]["inputs"].startswith("teacher logits") and rows["fused"]["inputs"].startswith("top-K")
+    assert rows["liger-fljsd"]["status"] == "unavailable" and "GPU only" in rows["liger-fljsd"]["error"]
+    assert out["png"].read_bytes()[:4] == b"\x89PNG"
+    printed = capsys.readouterr().out
+    assert "destila beside its peers" in printed and "N=128" in printed

@@ -112,12 +112,13 @@ def heldout_kl_worker(model: str, teacher: str, data: str, seq_len: int, skip_to
     from destila.data import load_texts, pack_documents
     from destila.eval.quality import metrics_from_sums, quality_sums
     from destila.models import load_causal_lm, load_tokenizer
+    from destila.training.datasets import collate
 
     packed = pack_documents(load_texts(data), load_tokenizer(teacher), seq_len, max_tokens=skip_tokens + eval_tokens)
     held = packed[skip_tokens // seq_len:]
     if len(held) == 0:
         raise ValueError(f"data: no sequences left after the {skip_tokens} trained tokens for a held-out KL")
-    batches = [{"input_ids": held[i:i + 1].to(device)} for i in range(len(held))]
+    batches = [{k: v.to(device) for k, v in collate([{"input_ids": row}]).items()} for row in held]
     with torch.no_grad():
         sums = quality_sums(load_causal_lm(model, device=device), batches, load_causal_lm(teacher, device=device))
     metrics = metrics_from_sums(sums)
@@ -147,7 +148,7 @@ def run_peer_trainers(cfg, teacher: str, student: str, peers: tuple[str, ...], o
                 device=cfg.device, dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
             ), device=cfg.device, timeout=cfg.timeout, threads=cfg.threads)
             if run["status"] == "ok":  # GKD logs no kl/ce split: its loss is the KL
-                run["result"].update(kl=run["result"]["losses"], ce=[None] * len(run["result"]["losses"]))
+                run["result"].update(kl=run["result"]["losses"], ce=[])
             row = _row(name, run, cfg)
         row["trainer"] = PEER_TRAINERS[name]
         rows.append(row)
@@ -198,7 +199,8 @@ def e2e_table_rows(rows: list[dict]) -> list[list[str]]:
         status = r["status"] if r["status"] == "ok" else f"{r['status']} ({r['error']})"
         out.append([r.get("trainer") or f"destila {r['method']}", status,
                     num(r["peak_bytes"] and r["peak_bytes"] / 2**30, ".2f"), num(r.get("step_seconds"), ".2f"),
-                    num(r.get("losses") and r["losses"][-1], ".4f"), num(r.get("heldout_kl"), ".4f"),
+                    num(r.get("losses") and r["losses"][-1], ".4f"),
+                    r["heldout_error"] if r.get("heldout_error") else num(r.get("heldout_kl"), ".4f"),
                     num(r.get("memory_vs_trl-gkd"), ".2f"), num(r.get("time_vs_trl-gkd"), ".2f"),
                     num(r.get("heldout_kl_vs_trl-gkd") and 100 * r["heldout_kl_vs_trl-gkd"], "+.2f")])
     return out

@@ -68,7 +68,8 @@ def register_loss(benches) -> None:
                    help="the peers' generalized-JSD beta (0: forward KL, destila's divergence here)")
     p.add_argument("--json", metavar="PATH", help="write one JSON object per configuration")
     p.add_argument("--csv", metavar="PATH", help="write the same rows as CSV")
-    p.add_argument("--plot", metavar="PATH", help="write a PNG: memory and time vs N, one line per impl")
+    p.add_argument("--plot", metavar="PATH",
+                   help="write a PNG: memory and time vs N, one line per impl (with --peers: bars per N)")
     p.set_defaults(func=_run_loss)
 
 
@@ -119,6 +120,10 @@ def _run_loss(args) -> int:
         write_jsonl(rows, args.json)
     if args.csv:
         write_csv(rows, args.csv)
-    if args.plot:
+    if args.plot and cfg.peers:
+        from destila.bench.peers_report import plot_peers
+
+        plot_peers(rows, args.plot)
+    elif args.plot:
         plot_loss_sweep(rows, args.plot)
     return 0
