@@ -113,13 +113,14 @@ class Demo:
         return {"path": path}
 
     def caches(self, teacher: str) -> dict:
-        from destila.cache import build_cache, inspect_cache
+        from destila.cache import BuildSpec, build_cache, inspect_cache
+        from destila.targets.spec import TargetSpec
 
         s = self.settings
         train, held = self._documents()
-        common = dict(seq_len=s.seq_len, top_k=s.top_k, batch_size=s.cache_batch_size)
-        report = build_cache(teacher, train, self.out / "cache", max_tokens=s.train_tokens, **common)
-        build_cache(teacher, held, self.out / "cache-heldout", max_tokens=s.eval_tokens, **common)
+        common = dict(seq_len=s.seq_len, targets=TargetSpec(top_k=s.top_k), batch_size=s.cache_batch_size)
+        report = build_cache(BuildSpec(teacher, train, self.out / "cache", max_tokens=s.train_tokens, **common))
+        build_cache(BuildSpec(teacher, held, self.out / "cache-heldout", max_tokens=s.eval_tokens, **common))
         summary = inspect_cache(self.out / "cache")
         return {
             "train_tokens": summary["tokens"], "bytes_per_token": summary["bytes_per_token"],

@@ -69,3 +69,12 @@ def test_online_target_spec_shares_the_students_temperature(tmp_path):
     args = DistillationArguments(output_dir=str(tmp_path), temperature=2.0, top_k=7, head_chunk_rows=64)
     assert args.target_spec() == TargetSpec(top_k=7, temperature=2.0, head_chunk_rows=64)
     assert args.loss_options().temperature == 2.0
+
+
+def test_a_missing_reporter_package_is_named(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    with pytest.raises(ValueError, match=r"report_to: tensorboard needs the package tensorboard.*destila\[tensorboard\]"):
+        DistillationArguments(output_dir=str(tmp_path), report_to="tensorboard")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -50,10 +51,13 @@ def test_train_with_a_config_file_runs_what_the_file_says(tiny_cache, fresh_stud
     config = tmp_path / "cfg.yaml"
     config.write_text(CONFIG)
     out = tmp_path / "out"
-    with pytest.raises(SystemExit) as exit_:
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(SystemExit) as exit_:
+        warnings.simplefilter("always")
         cli(["train", str(fresh_student), "--cache", str(tiny_cache), "-o", str(out), "--config", str(config),
              "--learning_rate", "1e-3"])
     assert exit_.value.code == 0
+    # Nothing the user did not ask for (e.g. a deprecated option passed on their behalf) warns.
+    assert [str(w.message) for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))] == []
     records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     steps = [r for r in records if "loss" in r]
     assert [r["step"] for r in steps] == [1, 2, 3]

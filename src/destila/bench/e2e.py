@@ -93,11 +93,12 @@ class LongContextConfig:
 def cache_worker(teacher: str, data: str, output: str, seq_len: int, max_tokens: int, top_k: int,
                  device: str) -> dict:
     """Build the cache; the teacher pass's wall time and throughput."""
-    from destila.cache import build_cache
+    from destila.cache import BuildSpec, build_cache
+    from destila.targets.spec import TargetSpec
 
     start = time.perf_counter()
-    report = build_cache(teacher, data, output, seq_len=seq_len, max_tokens=max_tokens, top_k=top_k,
-                         batch_size=1, device=device, progress=False)
+    report = build_cache(BuildSpec(teacher, data, output, seq_len=seq_len, max_tokens=max_tokens,
+                                   targets=TargetSpec(top_k=top_k), batch_size=1, device=device, progress=False))
     return {"seconds": time.perf_counter() - start, "tokens": report.tokens,
             "teacher_tokens_per_second": report.tokens_per_second}
 

@@ -7,11 +7,13 @@ from destila.cache.format import FORMAT_VERSION, Manifest, ShardInfo, read_manif
 from destila.cache.reader import CorruptShardError, TopKCache, collate_topk
 from destila.cache.stats import inspect_cache
 from destila.cache.verify import VerifyReport, verify_cache
+from destila.cache.spec import BuildSpec
 from destila.cache.writer import BuildReport, build_cache
 
 __all__ = [
     "FORMAT_VERSION",
     "BuildReport",
+    "BuildSpec",
     "CorruptShardError",
     "Manifest",
     "ShardInfo",
