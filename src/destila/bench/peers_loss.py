@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import warnings
 from dataclasses import dataclass
 
 
@@ -147,7 +148,9 @@ def peer_loss(peer: str, hidden, weight, teacher: dict, labels, *, beta: float =
         return ForwardKLWithChunkedOutputLoss(num_output_chunks=chunks)(
             student, [c[None] for c in teacher["logits"].chunk(chunks)], labels[None])
     if peer == "trl-gkd":
-        from trl.experimental.gkd import GKDTrainer
+        with warnings.catch_warnings():  # "trl.experimental is unstable": known, and the version is pinned
+            warnings.simplefilter("ignore")
+            from trl.experimental.gkd import GKDTrainer
 
         student = torch.nn.functional.linear(hidden, weight)  # the model's full logits, as GKD gets them
         return GKDTrainer.generalized_jsd_loss(student[None], teacher["logits"][None], labels[None], beta=beta)
