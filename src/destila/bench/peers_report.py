@@ -86,7 +86,11 @@ def plot_peers(rows: list[dict], path) -> None:
                     ax.text(x, 0.02, row["status"], rotation=90, ha="center", va="bottom", fontsize=7,
                             color=f"C{i}", transform=ax.get_xaxis_transform())
         ax.set_xticks(range(len(sizes)), [f"N={n // 1024}K" if n % 1024 == 0 else f"N={n}" for n in sizes])
-        ax.set_yscale("log")
+        ax.set_xlim(-0.5, len(sizes) - 0.5)
+        if key == "peak_bytes":
+            ax.set_yscale("log")
+        else:
+            ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)  # the floor itself
         ax.set_ylabel(label)
         ax.grid(True, axis="y", which="both", alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
