@@ -21,7 +21,6 @@ cache build and training resume where they stopped).
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import time
@@ -29,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from destila.models import EMBEDDED
+from destila.stages import StageLog, train_from_cache
 
 DEMO_PROMPTS = (
     "To open a file for reading in Python,",
@@ -112,7 +112,7 @@ class Demo:
         self.settings = settings or DemoSettings()
         self.texts = texts
         self.console = console or Console()
-        self.state_path = self.out / "stages.json"
+        self.log = StageLog(self.out, self.console)
         self.clock = clock
         self.started = clock()
 
@@ -122,25 +122,11 @@ class Demo:
         return self.settings.minutes * 60 - (self.clock() - self.started)
 
     def _state(self) -> dict:
-        return json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
+        return self.log.state()
 
     def _stage(self, name: str, title: str, run) -> dict:
         """Run ``run()`` unless stage ``name`` finished before; record its result and duration."""
-        state = self._state()
-        if name in state:
-            self.console.print(f"[green]✓[/green] {title}: done before ({state[name]['seconds']:.0f} s), skipped")
-            return state[name]
-        self.console.rule(f"[bold]{title}")
-        start = self.clock()
-        info = run() or {}
-        info["seconds"] = self.clock() - start
-        state = self._state()
-        state[name] = info
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_path)  # a stage is either recorded whole or not at all
-        self.console.print(f"[green]✓[/green] {title}: {info['seconds']:.0f} s")
-        return info
+        return self.log.run(name, title, run)
 
     def _documents(self) -> tuple[list[str], list[str]]:
         from destila.data import pydoc_texts
@@ -221,31 +207,22 @@ class Demo:
               reserve: float) -> dict:
         """One training, stopped by a :class:`StepBudget` at its share of the time left."""
         from destila.budget import StepBudget, split_seconds
-        from destila.training import DistillationArguments, train_student
-        from destila.training.run import last_complete_checkpoint
 
         s = self.settings
         name = run_name(kind, seed)
-        out = self.out / name
         seconds = split_seconds(self.seconds_left(), reserve, trainings_left)
         budget = StepBudget(self.clock() + seconds, cap=cap, guess=guess, description=name, clock=self.clock)
         loss = {"soft_weight": 1.0, "hard_weight": 0.0} if kind == "distilled" else \
             {"soft_weight": 0.0, "hard_weight": 1.0}
-        args = DistillationArguments(
-            output_dir=str(out), max_steps=cap, per_device_train_batch_size=s.batch_size,
-            learning_rate=s.learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=s.warmup_steps,
-            weight_decay=0.0, freeze_embeddings=s.freeze_embeddings,
-            logging_steps=1, eval_strategy="steps", eval_steps=s.eval_every, per_device_eval_batch_size=4,
-            save_steps=20, save_total_limit=1, report_to="none", seed=seed, dataloader_num_workers=0,
-            **loss,
+        result = train_from_cache(
+            student, self.out / name, self.out / "cache", max_steps=cap, batch_size=s.batch_size,
+            learning_rate=s.learning_rate, seed=seed, callbacks=(budget,), warmup_steps=s.warmup_steps,
+            weight_decay=0.0, freeze_embeddings=s.freeze_embeddings, eval_strategy="steps", eval_steps=s.eval_every,
+            per_device_eval_batch_size=4, eval_cache=self.out / "cache-heldout",
+            eval_sequences=s.eval_curve_sequences, **loss,
         )
-        resume = last_complete_checkpoint(out) if out.exists() else None
-        result = train_student(student, out, args, cache=self.out / "cache", resume=resume, callbacks=(budget,),
-                               eval_cache=self.out / "cache-heldout", eval_sequences=s.eval_curve_sequences)
-        return {"path": str(out), "kind": kind, "seed": seed, "steps": result["steps"], "cap": cap,
-                "planned_seconds": seconds, "step_targets": budget.history,
-                "tokens": result["steps"] * s.batch_size * s.seq_len,
-                "train_seconds": result["train"].get("train_runtime")}
+        return {**result, "kind": kind, "seed": seed, "cap": cap, "planned_seconds": seconds,
+                "step_targets": budget.history, "tokens": result["steps"] * s.batch_size * s.seq_len}
 
     def evaluate(self, models: list[str], names: list[str]) -> dict:
         from destila.eval import evaluate_models, render_table
@@ -263,7 +240,7 @@ class Demo:
     # -- the whole run ------------------------------------------------------------------
 
     def run(self) -> dict:
-        from destila.report import write_report
+        from destila.report import write_demo_report
 
         s = self.settings
         self.out.mkdir(parents=True, exist_ok=True)
@@ -299,7 +276,7 @@ class Demo:
                                  lambda: self.evaluate(models, names))
         self.console.rule("[bold]report")
         state = self._state()
-        write_report(
+        write_demo_report(
             self.out, settings=asdict(s), stages={k: {"seconds": v["seconds"]} for k, v in state.items()},
             cache=cache, trained=trained, results=evaluation["results"], names=names,
             command=" ".join(shlex.quote(a) for a in ["destila", *sys.argv[1:]]) if sys.argv else "destila demo",

@@ -1,9 +1,9 @@
-"""The demo's report: ``report.md``, ``report.json`` and two PNG plots.
+"""Reports of staged runs: ``report.md``, ``report.json`` and two PNG plots.
 
 Pure functions of the results already computed; nothing here runs a model.
-The first paragraph of ``report.md`` is the verdict in numbers
-(:func:`verdict`); the plots are grids with units (:func:`plot_training_curves`,
-:func:`plot_metrics`).
+:func:`write_demo_report` (the demo) opens with the verdict in numbers
+(:func:`verdict`); :func:`write_report` is the recipes'. The plots are grids
+with units (:func:`plot_training_curves`, :func:`plot_metrics`).
 """
 
 from __future__ import annotations
@@ -106,10 +106,12 @@ _CURVES = (  # key in the training log, key in the held-out log, title, unit, sc
 
 
 def curves_figure(runs: dict[str, tuple[list[dict], list[dict]]], held_out_tokens: int | None = None):
-    """A 2×3 grid: KL, perplexity, agreement (columns) on training batches and on held-out data (rows)."""
-    fig, axes = _figure(2, 3, 13, 7.5)
+    """A 2×3 grid: KL, perplexity, agreement (columns) on training batches and on held-out data (rows);
+    one row when no run has held-out records."""
+    rows = 2 if any(held for _, held in runs.values()) else 1
+    fig, axes = _figure(rows, 3, 13, 3.75 * rows)
     where = f"held-out ({held_out_tokens:,} tokens)" if held_out_tokens else "held-out"
-    for row, label in enumerate(("training batches", where)):
+    for row, label in enumerate(("training batches", where)[:rows]):
         for col, (train_key, held_key, title, unit, scale, log) in enumerate(_CURVES):
             ax = axes[row][col]
             for name, (train, held) in runs.items():
@@ -211,9 +213,52 @@ def continuation_lines(results: list[dict], names: list[str]) -> list[str]:
     return lines
 
 
-def write_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, trained: dict[str, dict],
-                 results: list[dict], names: list[str], command: str) -> dict:
-    """Write ``report.md``, ``report.json``, ``training_curves.png`` and ``metrics.png`` into ``out``."""
+def _tail_sections(stages: dict, cache: dict, settings: dict, intro: str = "") -> list[str]:
+    """Markdown: time per stage, the cache, the settings."""
+    total = sum(info["seconds"] for info in stages.values())
+    lines = ["## Time per stage", "", *([intro, ""] if intro else []), "| stage | seconds |", "|---|---:|"]
+    lines += [f"| {stage} | {info['seconds']:.1f} |" for stage, info in stages.items()]
+    lines += [f"| **total** | {total:.1f} |", ""]
+    lines += ["## Cache", "", "| | |", "|---|---:|"]
+    lines += [f"| {key} | {value:.1f} |" if isinstance(value, float) else f"| {key} | {value} |"
+              for key, value in cache.items() if key != "seconds"]
+    lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
+    lines += [f"| {key} | {value} |" for key, value in settings.items()]
+    return lines
+
+
+def write_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, results: list[dict],
+                 names: list[str], runs: dict[str, list[dict] | tuple[list[dict], list[dict]]], command: str,
+                 title: str = "destila report") -> dict:
+    """A run's report (the recipes'): ``report.md``, ``report.json``, ``training_curves.png``, ``metrics.png``.
+
+    ``runs``: per trained model, its training records, or ``(training, held_out)`` records.
+    """
+    out = Path(out)
+    runs = {name: records if isinstance(records, tuple) else (records, []) for name, records in runs.items()}
+    curves = plot_training_curves(runs, out / "training_curves.png")
+    metrics = plot_metrics(results, names, out / "metrics.png")
+    named = [{**r, "model": name} for r, name in zip(results, names)]
+    report = {"command": command, "settings": settings, "stages": stages, "cache": cache, "results": named,
+              "training": {name: {"train": train, "held_out": held} for name, (train, held) in runs.items()}}
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    lines = [f"# {title}", "", f"Command: `{command}`", "", "## Held-out comparison", "",
+             "Ratios are to the first model. KL and agreement are measured against the teacher's cached top-K "
+             "distributions on documents that training never saw.", "",
+             markdown_table(named), "", f"![metrics]({metrics.name})", "",
+             "## Training curves", "", f"![training curves]({curves.name})", "",
+             "## Generated text (greedy, same prompt)", "", f"Prompt: `{results[0]['prompt']}`", ""]
+    for name, result in zip(names, results):
+        lines += [f"**{name}**:", "", *_text_block(result["sample"]), ""]
+    lines += _tail_sections(stages, cache, settings, NOISE_NOTE)
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    return report
+
+
+def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, trained: dict[str, dict],
+                      results: list[dict], names: list[str], command: str) -> dict:
+    """The demo's report: the verdict first, then as :func:`write_report` plus the training table and
+    greedy and sampled continuations of every prompt."""
     out = Path(out)
     runs = {name: read_logs(Path(info["path"]) / "log.jsonl") for name, info in trained.items()}
     curve_tokens = settings["eval_curve_sequences"] * (settings["seq_len"] - 1)
@@ -246,14 +291,6 @@ def write_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, 
               "## Generated text", "",
               f"{settings['new_tokens']} new tokens per prompt; sampled at temperature 0.8, top-p 0.95, seeded.", ""]
     lines += continuation_lines(results, names)
-    lines += ["## Time per stage", "", f"Budget: {settings['minutes']:g} min. {NOISE_NOTE}", "",
-              "| stage | seconds |", "|---|---:|"]
-    lines += [f"| {stage} | {info['seconds']:.1f} |" for stage, info in stages.items()]
-    lines += [f"| **total** | {total:.1f} |", ""]
-    lines += ["## Cache", "", "| | |", "|---|---:|"]
-    lines += [f"| {key} | {value:.1f} |" if isinstance(value, float) else f"| {key} | {value} |"
-              for key, value in cache.items() if key != "seconds"]
-    lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
-    lines += [f"| {key} | {value} |" for key, value in settings.items()]
+    lines += _tail_sections(stages, cache, settings, f"Budget: {settings['minutes']:g} min. {NOISE_NOTE}")
     (out / "report.md").write_text("\n".join(lines) + "\n")
     return report
