@@ -46,7 +46,7 @@ class BuildSpec:
         "help": "what the teacher provides per position (its own flags)"})
     encoding: str = field(default="plain", metadata={
         "help": "shard encoding: 'plain' (safetensors tensors any reader can load) or 'compact' (ids delta-coded, "
-                "log-probs quantised, zstd: about a quarter of the bytes; see docs/cache.md)",
+                "log-probs quantised, zstd: a third of the bytes at K = 100; see docs/cache.md)",
         "choices": ENCODINGS})
     logprob_dtype: str = field(default="float16", metadata={
         "help": "storage dtype of the top-K log-probs in the plain encoding", "choices": LOGPROB_DTYPES})
