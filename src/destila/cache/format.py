@@ -143,6 +143,9 @@ class Manifest:
     complete: bool = False
     shards: list[ShardInfo] = field(default_factory=list)
     destila_version: str = ""
+    # The data spec the sequences were made with (kind, fields, loss_on, packing, split, subset, streaming);
+    # informative: ids_fingerprint already covers every token, position and mask it decides.
+    data: dict | None = None
 
     @property
     def stored_sequences(self) -> int:
@@ -192,7 +195,7 @@ class Manifest:
                 "rebuild the cache with this version or use the destila that wrote it"
             )
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = sorted(names - set(raw) - {"complete", "shards", "destila_version"})
+        missing = sorted(names - set(raw) - {"complete", "shards", "destila_version", "data"})
         if missing:
             raise ValueError(f"{where}: manifest lacks the fields {', '.join(missing)}; the file is damaged")
         values = {k: v for k, v in raw.items() if k in names}

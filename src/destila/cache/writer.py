@@ -203,7 +203,8 @@ def _prepare(group, spec: BuildSpec, device):
         teacher_weight_fingerprint=weight_fingerprint(model),
         teacher_dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         tokenizer_size=len(tokenizer), eos_token_id=int(tokenizer.eos_token_id), vocab_size=int(weight.shape[0]),
-        data_source=description, tokens=len(source) * spec.seq_len, destila_version=__version__, **fields,
+        data_source=description, tokens=len(source) * spec.seq_len, destila_version=__version__,
+        data=source.spec.describe() if hasattr(source, "spec") else None, **fields,
     )
     error = None
     if group.is_main:
