@@ -12,10 +12,12 @@ file), so a build killed at any instant resumes from its last recorded shard.
 
 Naive equivalent (one process, everything in memory)::
 
-    packed = pack_documents(load_texts(data), tokenizer, seq_len)
-    logp = torch.log_softmax(model(packed).logits.float() / temperature, -1)   # [S, L, V]
-    topk_logprobs, topk_ids = logp[:, :-1].topk(k, -1)                        # trained positions only
-    tail_logmass = logp[:, :-1].scatter(-1, topk_ids, -inf).logsumexp(-1)
+    rows = packed_source(DataSpec(data, seq_len=seq_len), tokenizer)          # destila.data
+    batch = rows.rows(range(len(rows)))                                       # input_ids, position_ids, loss_mask
+    logits = model(batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
+    logp = torch.log_softmax(logits.float() / temperature, -1)[batch["loss_mask"]]   # trained positions only
+    topk_logprobs, topk_ids = logp.topk(k, -1)
+    tail_logmass = logp.scatter(-1, topk_ids, -inf).logsumexp(-1)
 """
 
 from __future__ import annotations
