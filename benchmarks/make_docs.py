@@ -246,6 +246,31 @@ def offline_vs_online(evaluation: list[dict], offline_log: list[dict], online_lo
     return render_rows(["", "offline fused (cache)", "online dense", "offline / online"], rows)
 
 
+@table("targets-caches", "targets_caches.jsonl")
+def targets_caches(records: list[dict]) -> str:
+    """benchmarks/targets_compare.py caches: bytes, build time, reader speed and decode KL of each target cache."""
+    latest = {r["config"]: r for r in records if r.get("stage") == "caches"}  # a rerun replaces a config's record
+    fp16 = latest.get("topk100-plain-fp16")
+    rows = []
+    for name, r in latest.items():
+        kind = r["targets"]
+        targets = f"top-{kind['top_k']}" if kind["kind"] == "topk" else f"sampled S = {kind['samples']}"
+        dtype = f" {r['logprob_dtype']}" if r["encoding"] == "plain" and kind["kind"] == "topk" else ""
+        share = f"{r['bytes_per_token'] / fp16['bytes_per_token']:.3f}" if fp16 else "–"
+        kl = (f"{r['decode_kl_mean']:.2e} / {r['decode_kl_max']:.2e}" if "decode_kl_mean" in r
+              else ("reference" if name.endswith("fp32") else "–"))
+        rows.append([f"{targets}, {r['encoding']}{dtype}", f"{r['bytes_per_token']:.1f}", f"{r['bytes_per_entry']:.3f}",
+                     share, f"{r['build_seconds']:.0f}", f"{r['reader_tokens_per_s']:,}", kl])
+    first = next(iter(latest.values()))
+    header = ["targets, encoding", "bytes / token", "bytes / entry", "of plain fp16", "build (s)",
+              "reader (tok/s)", "decode KL mean / max (nats)"]
+    commands = list(dict.fromkeys("python " + r["command"] for r in latest.values()))
+    return (render_rows(header, rows) + f"\n\n{first['tokens']:,} tokens of `{first['data']}` "
+            f"(seq-len {first['seq_len']}), teacher `{first['teacher']}`; {first['cpus']} CPUs, torch {first['torch']}, "
+            f"{first['torch_threads']} thread. The runs that made these records:\n\n"
+            + command_block("\n".join(commands)))
+
+
 @table("demo", "demo/report.json", doc="README.md")
 def demo(report: dict) -> str:
     """`destila demo`: teacher, distilled and cross-entropy-only students on held-out documents."""

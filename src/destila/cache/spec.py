@@ -46,7 +46,7 @@ class BuildSpec:
         "help": "what the teacher provides per position (its own flags)"})
     encoding: str = field(default="plain", metadata={
         "help": "shard encoding: 'plain' (safetensors tensors any reader can load) or 'compact' (ids delta-coded, "
-                "log-probs quantised, zstd: about a quarter of the bytes; see docs/cache.md)",
+                "log-probs quantised, zstd: a third of the bytes at K = 100; see docs/cache.md)",
         "choices": ENCODINGS})
     logprob_dtype: str = field(default="float16", metadata={
         "help": "storage dtype of the top-K log-probs in the plain encoding", "choices": LOGPROB_DTYPES})
@@ -81,6 +81,11 @@ class BuildSpec:
 
         Naive equivalent: ``BuildSpec(teacher, data, output, targets=TargetSpec(top_k=…), seq_len=…)``.
         """
+        from destila.data.spec import DataSpec
+
+        if isinstance(data, DataSpec):  # the data spec carries the row layout; explicit options must agree with it
+            for name in ("seq_len", "max_tokens", "text_field"):
+                options.setdefault(name, getattr(data, name))
         target_names = {f.name for f in fields(TargetSpec)}
         target_options = {k: options.pop(k) for k in list(options) if k in target_names}
         targets = options.pop("targets", None) or TargetSpec()

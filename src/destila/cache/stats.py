@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from destila.cache.format import TOKENIZER_DIR, read_manifest
+from destila.losses.options import IGNORE_INDEX
 
 PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 
@@ -80,7 +81,7 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
         with safe_open(str(path / shard.name), framework="pt") as handle:
             reader = ShardRows(handle, m, shard)
             stored = [dense_item(reader.stored(r), m) for r in range(rows)]
-        trained = torch.cat([item["labels"] != -100 for item in stored])
+        trained = torch.cat([item["labels"] != IGNORE_INDEX for item in stored])
         lp = torch.cat([item["topk_logprobs"] for item in stored]).float()[trained]
         tail = torch.cat([item["tail_logmass"] for item in stored])[trained]
         lp = lp.masked_fill(~torch.isfinite(lp), -torch.inf)  # padding of sampled targets: p = 0

@@ -167,7 +167,8 @@ def _prepare(group, spec: BuildSpec, device):
 
     output = spec.output
     tokenizer = load_tokenizer(spec.teacher, spec.gguf_file)
-    source, description, data_fp = load_source(spec.data, tokenizer, spec.seq_len, spec.max_tokens, spec.text_field)
+    source, description, data_fp = load_source(spec.data, tokenizer, spec.seq_len, spec.max_tokens, spec.text_field,
+                                               main_first=lambda: distributed.main_first(group))
     fields = _content(spec, tokenizer, source, data_fp, None)
     context = {"data_source": description, "teacher": str(spec.teacher)}
 
@@ -202,7 +203,7 @@ def _prepare(group, spec: BuildSpec, device):
         teacher_weight_fingerprint=weight_fingerprint(model),
         teacher_dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         tokenizer_size=len(tokenizer), eos_token_id=int(tokenizer.eos_token_id), vocab_size=int(weight.shape[0]),
-        data_source=description, tokens=source.tokens, destila_version=__version__, **fields,
+        data_source=description, tokens=len(source) * spec.seq_len, destila_version=__version__, **fields,
     )
     error = None
     if group.is_main:
