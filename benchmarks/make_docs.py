@@ -321,6 +321,10 @@ def render_docs(root: Path = ROOT) -> dict[Path, str]:
 
         def fill(match: re.Match) -> str:
             spec = TABLES[match.group(1)]
+            missing = [source for source in spec.sources if not (root / RESULTS / source).is_file()]
+            if missing:
+                raise FileNotFoundError(f"table {spec.name} of {doc}: no results file {RESULTS}/{missing[0]}; "
+                                        "commit the benchmark's results (or unregister the table)")
             parsed = [load(root / RESULTS / source) for source in spec.sources]
             sources = ", ".join(f"`{RESULTS}/{source}`" for source in spec.sources)
             body = spec.render(*parsed).strip()
