@@ -9,6 +9,7 @@ from pathlib import Path
 from destila.models import load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
 from destila.targets.spec import check_training_temperature
 from destila.training.arguments import DistillationArguments
+from destila.training.hidden import hidden_term
 from destila.training.callbacks import JsonlLogCallback
 from destila.data import DataSpec, collate, packed_source, texts_source
 from destila.training.datasets import Subset, split_indices
@@ -131,7 +132,8 @@ def train_student(
             allow_tokenizer_mismatch=args.allow_tokenizer_mismatch, source="teacher",
         )
         online = OnlineTeacher(teacher_model, args.online_loss, args.target_spec())
-    hidden = _hidden_term(args, model, online, source)
+    hidden = hidden_term(args.hidden_options(), model, teacher_model=online.model if online else None,
+                         source=source)
     train_ids, eval_ids = split_indices(len(source), args.eval_fraction)
     trainer = DistillationTrainer(
         model=model,
@@ -153,20 +155,3 @@ def train_student(
     trainer.save_model(str(out))  # weights, config and (processing_class) tokenizer
     return {"train": result.metrics, "steps": result.global_step, "eval": metrics}
 
-
-def _hidden_term(args, model, online, source):
-    """The hidden-state term of ``--hidden_loss``, with teacher states from the online teacher or the cache."""
-    from destila.training.hidden import HiddenDistillation
-
-    options = args.hidden_options()
-    if options.hidden_loss is None:
-        return None
-    if online is not None:
-        return HiddenDistillation(options, model, teacher=online.model)
-    layers = getattr(source, "hidden_layers", None)
-    if not layers:
-        raise ValueError(
-            "hidden_loss: this cache holds no teacher hidden states; rebuild it with `destila cache build "
-            "--hidden-layers 6,12 --hidden-dim D`, or train online with --teacher and --data"
-        )
-    return HiddenDistillation(options, model, cached_layers=layers, cached_dim=source.hidden_dim)
