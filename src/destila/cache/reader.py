@@ -152,5 +152,8 @@ class TopKCache(torch.utils.data.Dataset):
 def collate_topk(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Stack cache items into a batch: every field of an item gains a leading ``B``
     (``input_ids``, ``position_ids``, ``labels`` ``[B, L]``, ``topk_ids``/``topk_logprobs`` ``[B, L, K]``,
-    ``tail_logmass [B, L]``). Labels come from the item: next token where trained, else -100."""
-    return {key: torch.stack([item[key] for item in items]) for key in items[0]}
+    ``tail_logmass [B, L]``). Labels come from the item: next token where trained, else -100.
+    The project's one collate, :func:`destila.data.collate`."""
+    from destila.data.collate import collate
+
+    return collate(items)

@@ -81,6 +81,11 @@ class BuildSpec:
 
         Naive equivalent: ``BuildSpec(teacher, data, output, targets=TargetSpec(top_k=…), seq_len=…)``.
         """
+        from destila.data.spec import DataSpec
+
+        if isinstance(data, DataSpec):  # the data spec carries the row layout; explicit options must agree with it
+            for name in ("seq_len", "max_tokens", "text_field"):
+                options.setdefault(name, getattr(data, name))
         target_names = {f.name for f in fields(TargetSpec)}
         target_options = {k: options.pop(k) for k in list(options) if k in target_names}
         targets = options.pop("targets", None) or TargetSpec()

@@ -167,7 +167,8 @@ def _prepare(group, spec: BuildSpec, device):
 
     output = spec.output
     tokenizer = load_tokenizer(spec.teacher, spec.gguf_file)
-    source, description, data_fp = load_source(spec.data, tokenizer, spec.seq_len, spec.max_tokens, spec.text_field)
+    source, description, data_fp = load_source(spec.data, tokenizer, spec.seq_len, spec.max_tokens, spec.text_field,
+                                               main_first=lambda: distributed.main_first(group))
     fields = _content(spec, tokenizer, source, data_fp, None)
     context = {"data_source": description, "teacher": str(spec.teacher)}
 

@@ -6,7 +6,11 @@ import sys
 
 from destila.cache.spec import BuildSpec
 from destila.cli.fields import add_fields, values_of
+from destila.data.spec import DataSpec
 from destila.targets.spec import TargetSpec
+
+# DataSpec fields that BuildSpec already declares (and the positional DATA).
+_BUILD_DATA_FIELDS = ("source", "text_field", "seq_len", "max_tokens")
 
 
 def register(subparsers) -> None:
@@ -21,6 +25,8 @@ def register(subparsers) -> None:
         "build …` the sequences are split across the processes.",
     )
     add_fields(build, BuildSpec, positional=("teacher", "data"), exclude=("targets",))
+    add_fields(build.add_argument_group("data (conversations, prompt/completion pairs, hub names, packing)"),
+               DataSpec, exclude=_BUILD_DATA_FIELDS)
     add_fields(build.add_argument_group("targets (what the teacher provides per position)"), TargetSpec)
     build.set_defaults(func=_build)
 
@@ -42,6 +48,8 @@ def _build(args) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     spec = BuildSpec(**values_of(args, BuildSpec, exclude=("targets",)), targets=TargetSpec(**values_of(args, TargetSpec)))
+    spec.data = DataSpec(args.data, text_field=spec.text_field, seq_len=spec.seq_len, max_tokens=spec.max_tokens,
+                         **values_of(args, DataSpec, exclude=_BUILD_DATA_FIELDS))
     try:
         report = build_cache(spec)
     except (ValueError, FileNotFoundError, FileExistsError):

@@ -27,10 +27,11 @@ from destila.losses.options import LossOptions
 from destila.targets.spec import TargetSpec
 
 ONLINE_LOSSES = ("dense", "topk")
-# ignore_index is the data path's business (every collate writes IGNORE_INDEX);
-# temperature is shared by the two specs and comes from LossOptions.
+# ignore_index is the data path's business (every collate writes IGNORE_INDEX).
 _LOSS_FIELDS_LEFT_OUT = ("ignore_index",)
-_TARGET_FIELDS_LEFT_OUT = ("temperature",)
+# The online teacher computes top-K targets; temperature is shared with
+# LossOptions, and sampled targets (with their own seed) exist only in caches.
+ONLINE_TARGET_FIELDS = ("top_k", "head_chunk_rows")
 
 # Trainer defaults that differ from TrainingArguments'. A student cut from its
 # teacher starts far from it: 5e-5 with linear decay barely moves it in the few
@@ -47,13 +48,13 @@ DISTILLATION_DEFAULTS = {
 }
 
 
-def _spec_fields(spec, left_out: tuple[str, ...], prefix: str = "") -> list[tuple]:
+def _spec_fields(spec, keep, prefix: str = "") -> list[tuple]:
     """``(name, type, field)`` triples for :func:`dataclasses.make_dataclass`, copied from ``spec``."""
     hints = typing.get_type_hints(spec)
     return [
         (f.name, hints[f.name],
          field(default=f.default, metadata={**f.metadata, "help": prefix + f.metadata.get("help", "")}))
-        for f in dataclasses.fields(spec) if f.name not in left_out
+        for f in dataclasses.fields(spec) if keep(f.name)
     ]
 
 
@@ -123,15 +124,14 @@ def _loss_options(self) -> LossOptions:
 
 def _target_spec(self) -> TargetSpec:
     """The :class:`TargetSpec` of the online teacher (temperature shared with the student's)."""
-    values = {f.name: getattr(self, f.name) for f in dataclasses.fields(TargetSpec) if f.name != "temperature"}
-    return TargetSpec(temperature=self.temperature, **values)
+    return TargetSpec(temperature=self.temperature, **{name: getattr(self, name) for name in ONLINE_TARGET_FIELDS})
 
 
 DistillationArguments = dataclasses.make_dataclass(
     "DistillationArguments",
     [
-        *_spec_fields(LossOptions, _LOSS_FIELDS_LEFT_OUT),
-        *_spec_fields(TargetSpec, _TARGET_FIELDS_LEFT_OUT, prefix="Online only: "),
+        *_spec_fields(LossOptions, lambda name: name not in _LOSS_FIELDS_LEFT_OUT),
+        *_spec_fields(TargetSpec, lambda name: name in ONLINE_TARGET_FIELDS, prefix="Online only: "),
         *_own_fields(),
         *_changed_defaults(),
     ],

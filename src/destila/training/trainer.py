@@ -26,16 +26,75 @@ from destila.targets.online import OnlineTeacher, dense_online_loss
 _STATS = ("soft", "hard", "rows", "agree")
 
 
+def _layout(inputs: dict) -> dict:
+    """Position ids (restarting per packed document) and attention mask (padding), where the batch has them."""
+    return {key: inputs[key] for key in ("position_ids", "attention_mask") if key in inputs}
+
+
+def _with_data(kwargs: dict, cache, data_spec, model) -> dict:
+    """Trainer keyword arguments with the cache as training set, raw datasets tokenised and the default collator."""
+    import functools
+
+    import datasets
+
+    from destila.data import collate, dataset_source
+
+    kwargs = dict(kwargs)
+    if cache is not None:
+        from destila.cache import TopKCache
+
+        cache = cache if isinstance(cache, TopKCache) else TopKCache(cache)
+        if kwargs.get("train_dataset") not in (None, cache):
+            raise ValueError("DistillationTrainer: with a cache, the cache's sequences are the training set; "
+                             "pass train_dataset=None (or the cache itself)")
+        kwargs["train_dataset"] = cache
+    tokenizer = kwargs.get("processing_class")
+    for key in ("train_dataset", "eval_dataset"):
+        dataset = kwargs.get(key)
+        if isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
+            if tokenizer is None:
+                raise ValueError(f"DistillationTrainer: {key} is a datasets.Dataset; pass processing_class="
+                                 "the teacher's tokenizer so it can be tokenised")
+            if data_spec is not None:
+                kwargs[key] = dataset_source(dataset, tokenizer, data_spec)
+            else:
+                context = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 1024
+                kwargs[key] = dataset_source(dataset, tokenizer, seq_len=min(1024, context))
+    if kwargs.get("data_collator") is None:
+        pad = getattr(tokenizer, "pad_token_id", None)
+        kwargs["data_collator"] = functools.partial(collate, pad_token_id=pad if pad is not None else 0)
+    return kwargs
+
+
 class DistillationTrainer(Trainer):
-    """Trainer for ``DistillationArguments``; pass ``teacher=OnlineTeacher(...)`` for online distillation."""
+    """Trainer for ``DistillationArguments``, shaped like TRL's trainers::
+
+        DistillationTrainer(model=student, args=DistillationArguments(...), train_dataset=ds,
+                            processing_class=tokenizer, teacher_model=teacher)      # online
+        DistillationTrainer(model=student, args=..., cache=TopKCache("cache/"))      # offline
+
+    ``train_dataset``/``eval_dataset`` may be a ``datasets.Dataset`` of
+    ``text``, ``messages`` or ``prompt``/``completion`` rows, tokenised here
+    with ``processing_class`` (see :func:`destila.data.dataset_source`; pass
+    ``data_spec`` to choose fields, sequence length, packing or loss positions),
+    or any dataset of token items. The default collator is
+    :func:`destila.data.collate`. ``teacher=OnlineTeacher(...)`` is the
+    lower-level form of ``teacher_model``.
+    """
 
     # compute_loss divides by num_items_in_batch itself: the Trainer must not
     # divide again by the accumulation steps.
     loss_is_scaled_for_ga = True
 
-    def __init__(self, *args, teacher: OnlineTeacher | None = None, **kwargs):
+    def __init__(self, *args, teacher: OnlineTeacher | None = None, teacher_model=None, cache=None,
+                 data_spec=None, **kwargs):
+        if sum(x is not None for x in (teacher, teacher_model, cache)) > 1:
+            raise ValueError("DistillationTrainer: give one source of targets: teacher_model, teacher or cache")
+        kwargs = _with_data(kwargs, cache, data_spec, args[0] if args else kwargs.get("model"))
         super().__init__(*args, **kwargs)
         check_plain_head(self.model)
+        if teacher_model is not None:
+            teacher = OnlineTeacher(teacher_model, self.args.online_loss, self.args.target_spec())
         self.teacher = teacher.to(self.args.device) if teacher is not None else None
         # Count valid labels for num_items_in_batch (the Trainer only does so
         # for models that "accept loss kwargs"); our labels are already shifted.
@@ -50,7 +109,7 @@ class DistillationTrainer(Trainer):
             return inputs
         if self.teacher is None:
             raise ValueError("batch: expected the cache's top-K fields or an online teacher, found neither")
-        return {**inputs, **self.teacher.targets(inputs["input_ids"])}
+        return {**inputs, **self.teacher.targets(inputs["input_ids"], **_layout(inputs))}
 
     def _distill(self, model, inputs: dict, num_items=None, **overrides):
         """``(loss, stats)`` for one batch, with the args' loss options updated by ``overrides``."""
@@ -58,13 +117,13 @@ class DistillationTrainer(Trainer):
         options = {**dataclasses.asdict(self.args.loss_options()), **overrides}
         labels = inputs["labels"]
         if "teacher_logits" in inputs:  # online dense: the paper's full-vocabulary baseline
-            logits = model(input_ids=inputs["input_ids"], use_cache=False).logits
+            logits = model(input_ids=inputs["input_ids"], use_cache=False, **_layout(inputs)).logits
             keep = {k: options[k] for k in ("divergence", "beta", "temperature", "soft_weight", "hard_weight")}
             return dense_online_loss(
                 logits.flatten(0, 1), inputs["teacher_logits"].flatten(0, 1), labels.flatten(),
                 num_items=num_items, **keep,
             )
-        hidden = final_hidden_states(model, inputs["input_ids"])
+        hidden = final_hidden_states(model, inputs["input_ids"], **_layout(inputs))
         weight, bias = output_head(self.accelerator.unwrap_model(model))
         # The loss accumulates in float32 itself; autocast would round its
         # logits to bf16 before the softmax.
