@@ -79,7 +79,13 @@ def _non_empty(texts: list, source: str) -> list[str]:
 def _load_file(path: Path, text_field: str) -> list[str]:
     suffix = path.suffix.lower()
     if suffix == ".txt":
-        return [path.read_text(encoding="utf-8")]
+        try:
+            return [path.read_text(encoding="utf-8")]
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"data: not UTF-8 text at {path} (byte {err.start}: {err.reason}); "
+                "expected a UTF-8 .txt file; convert it or leave it out"
+            ) from None
     if suffix not in _BUILDERS:
         raise ValueError(
             f"data: unknown format {suffix or '(no suffix)'} for {path}; expected one of {', '.join(_SUFFIXES)}"

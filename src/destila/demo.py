@@ -141,7 +141,6 @@ class Demo:
     def _train(self, student: str, name: str, max_steps: int, budget: float | None, **loss) -> dict:
         from destila.training import DistillationArguments, train_student
         from destila.training.callbacks import StopAfterSeconds
-        from destila.training.run import last_complete_checkpoint
 
         s = self.settings
         out = self.out / name
@@ -152,7 +151,7 @@ class Demo:
             dataloader_num_workers=0, **loss,
         )
         callbacks = (StopAfterSeconds(budget),) if budget else ()
-        resume = last_complete_checkpoint(out) if out.exists() else None
+        resume = True if out.exists() else None  # the newest complete checkpoint of this stage's own run
         result = train_student(student, out, args, cache=self.out / "cache", resume=resume, callbacks=callbacks)
         return {"path": str(out), "steps": result["steps"], "train_seconds": result["train"].get("train_runtime")}
 

@@ -135,6 +135,7 @@ class Manifest:
     complete: bool = False
     shards: list[ShardInfo] = field(default_factory=list)
     destila_version: str = ""
+    tokenizer_files: dict[str, str] = field(default_factory=dict)  # tokenizer/ file → sha256 (tokenizer_files.py)
 
     @property
     def stored_sequences(self) -> int:
@@ -156,7 +157,7 @@ class Manifest:
                 "rebuild the cache with this version or use the destila that wrote it"
             )
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = sorted(names - set(raw) - {"complete", "shards", "destila_version"})
+        missing = sorted(names - set(raw) - {"complete", "shards", "destila_version", "tokenizer_files"})
         if missing:
             raise ValueError(f"{where}: manifest lacks the fields {', '.join(missing)}; the file is damaged")
         values = {k: v for k, v in raw.items() if k in names}

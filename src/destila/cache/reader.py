@@ -10,7 +10,8 @@
 
 Integrity: opening a cache checks the manifest, that every sequence is
 stored exactly once and that every shard file has the recorded size
-(no data read). With ``verify="first_touch"`` (the default) the first
+(no data read), and that the ``tokenizer/`` files match the digests
+recorded at build time. With ``verify="first_touch"`` (the default) the first
 access to a shard in a process reads the whole shard once and compares its
 SHA-256 with the manifest, refusing a damaged shard with ``CorruptShardError``;
 ``verify="open"`` checks every shard up front, ``verify="none"`` never does.
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 
 from destila.cache.format import MANIFEST, TOKENIZER_DIR, read_manifest, sha256_file
+from destila.cache.tokenizer_files import check_tokenizer_files
 
 _VERIFY = ("first_touch", "open", "none")
 
@@ -56,6 +58,8 @@ class TopKCache(torch.utils.data.Dataset):
                 f"{self.path}: the cache is incomplete ({m.stored_sequences} of {m.sequences} sequences stored); "
                 "run the same `destila cache build` command again to finish it"
             )
+        if verify != "none":
+            check_tokenizer_files(self.path, m.tokenizer_files)
         self.seq_len, self.top_k, self.vocab_size = m.seq_len, m.top_k, m.vocab_size
         self.logprob_dtype = getattr(torch, m.logprob_dtype)
         self.tokenizer_path = self.path / TOKENIZER_DIR

@@ -18,15 +18,19 @@ import json
 from pathlib import Path
 
 from destila.cache.format import TOKENIZER_DIR, read_manifest
+from destila.cache.shard_check import open_checked_shard
 
 PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 
 
 def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
-    """A JSON-ready summary of the cache at ``path`` (works on an incomplete cache too)."""
+    """A JSON-ready summary of the cache at ``path`` (works on an incomplete cache too).
+
+    Every shard read for the statistics is first checked against the
+    manifest (size, SHA-256, shapes); a damaged one raises ``ValueError``.
+    """
     import numpy as np
     import torch
-    from safetensors import safe_open
 
     path = Path(path).expanduser()
     m = read_manifest(path)
@@ -64,9 +68,9 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
         if max_sequences is not None and taken >= max_sequences:
             break
         rows = shard.rows if max_sequences is None else min(shard.rows, max_sequences - taken)
-        with safe_open(str(path / shard.name), framework="pt") as handle:
-            lp = handle.get_slice("topk_logprobs")[:rows].float().reshape(-1, m.top_k)
-            tail = handle.get_slice("tail_logmass")[:rows].reshape(-1)
+        handle = open_checked_shard(path, m, shard)  # refuses a damaged shard: no statistics from bad data
+        lp = handle.get_slice("topk_logprobs")[:rows].float().reshape(-1, m.top_k)
+        tail = handle.get_slice("tail_logmass")[:rows].reshape(-1)
         p = lp.exp()
         h_topk = -(p * lp).sum(-1)
         p_tail = tail.exp()

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +28,6 @@ from destila.cache import distributed
 from destila.cache.format import (
     FORMAT_VERSION,
     LOGPROB_DTYPES,
-    TMP_MARK,
-    TOKENIZER_DIR,
     Manifest,
     ShardInfo,
     encode_ranges,
@@ -49,6 +45,7 @@ from destila.cache.resume import (
     refuse_different,
     write_progress,
 )
+from destila.cache.tokenizer_files import copy_tokenizer
 
 log = logging.getLogger("destila.cache")
 
@@ -223,7 +220,7 @@ def _prepare(group, teacher, gguf_file, data, text_field, seq_len, max_tokens, t
                 old = manifest
             else:
                 refuse_different(old, manifest.content(), output, context)
-            _save_tokenizer(tokenizer, output)
+            old.tokenizer_files = copy_tokenizer(tokenizer, output, old.tokenizer_files)
             recovered = recover(output, old)
             if old is not manifest and recovered.stored_sequences and not recovered.complete:
                 log.info("resuming %s: %d of %d sequences already stored", output, recovered.stored_sequences,
@@ -255,17 +252,6 @@ def _check_fits(model, packed, seq_len, top_k) -> None:
     vocab = model.get_output_embeddings().weight.shape[0]
     if top_k > vocab:
         raise ValueError(f"top_k: {top_k} is larger than the teacher's vocabulary of {vocab}; pass --top-k {vocab} or less")
-
-
-def _save_tokenizer(tokenizer, output: Path) -> None:
-    target = output / TOKENIZER_DIR
-    if (target / "tokenizer_config.json").is_file():
-        return
-    staging = output / f".{TOKENIZER_DIR}{TMP_MARK}{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    tokenizer.save_pretrained(staging)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(staging, target)
 
 
 def _teacher_pass(model, packed, mine, manifest, output, group, report, batch_size, shard_size, chunk_size, progress):

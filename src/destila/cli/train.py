@@ -43,6 +43,7 @@ _SWITCHES = {
     "bf16": "bfloat16 mixed precision",
     "fp16": "float16 mixed precision (GPU)",
     "gradient_checkpointing": "recompute activations in backward to save memory",
+    "overwrite": "delete the run already in OUT and start again (otherwise such an OUT needs --resume)",
     "allow_tokenizer_mismatch": "train although the student's tokenizer differs from the cache's (same vocabulary size only)",
 }
 
@@ -79,7 +80,7 @@ def register(subparsers) -> None:
     for name, text in _SWITCHES.items():
         trainer.add_argument("--" + name.replace("_", "-"), dest=name, action="store_true", help=text)
     trainer.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
-                         help="resume from the last checkpoint in OUT, or from CHECKPOINT")
+                         help="continue the run in OUT from its newest complete checkpoint, or from CHECKPOINT")
     trainer.add_argument("--trainer-arg", action="append", default=[], metavar="KEY=VALUE",
                          help="any other TrainingArguments field, e.g. --trainer-arg optim=adafactor")
     train.set_defaults(func=run)

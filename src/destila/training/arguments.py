@@ -57,6 +57,11 @@ class DistillationArguments(TrainingArguments):
         metadata={"help": "train although the student's tokenizer differs from the cache's "
                   "(only accepted when both vocabularies have the same size)"},
     )
+    overwrite: bool = field(
+        default=False,
+        metadata={"help": "delete the training run already in the output folder and start again "
+                  "(without it, or --resume, such a folder is refused)"},
+    )
     # Defaults that differ from TrainingArguments: batches carry the teacher's
     # top-K, which the model's forward signature does not name, and the
     # usual 500-step intervals are far too sparse for distillation runs.

@@ -3,15 +3,14 @@ teacher and data) to a trained student saved for plain `transformers`."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from destila.fs_errors import as_os_error
 from destila.models import load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
 from destila.training.arguments import DistillationArguments
 from destila.training.callbacks import JsonlLogCallback
 from destila.training.datasets import Subset, collate, split_indices
-
-LOG_FILE = "log.jsonl"
+from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir
 
 
 def context_length(model) -> int | None:
@@ -45,25 +44,6 @@ def check_student(model, student_path: str, *, vocab_size: int, fingerprint: str
     limit = context_length(model)
     if limit is not None and seq_len > limit:
         raise ValueError(f"student: sequences have {seq_len} tokens but the student's context is {limit} tokens")
-
-
-def last_complete_checkpoint(out: str | Path) -> str | None:
-    """The newest ``checkpoint-N`` in ``out`` whose ``trainer_state.json`` (written last) is readable.
-
-    The Trainer writes checkpoints in place, so a run killed while saving
-    leaves a newer, partial folder behind; resuming from it would fail.
-    """
-    candidates = []
-    for path in Path(out).glob("checkpoint-*"):
-        if path.name.removeprefix("checkpoint-").isdigit():
-            candidates.append((int(path.name.removeprefix("checkpoint-")), path))
-    for _, path in sorted(candidates, reverse=True):
-        try:
-            json.loads((path / "trainer_state.json").read_text())
-        except (OSError, ValueError):
-            continue
-        return str(path)
-    return None
 
 
 def train_student(
@@ -127,21 +107,29 @@ def train_student(
             temperature=args.temperature, chunk_size=args.chunk_size,
         )
     train_ids, eval_ids = split_indices(len(source), args.eval_fraction)
-    trainer = DistillationTrainer(
-        model=model,
-        args=args,
-        train_dataset=Subset(source, train_ids),
-        eval_dataset=Subset(source, eval_ids) if eval_ids else None,
-        data_collator=collate,
-        processing_class=tokenizer,
-        teacher=online,
-        callbacks=[JsonlLogCallback(out / LOG_FILE), *callbacks],
-    )
-    if resume is True:
-        resume = last_complete_checkpoint(out)
-        if resume is None:
-            print(f"train: no complete checkpoint in {out}; starting from the beginning")
-    result = trainer.train(resume_from_checkpoint=resume or None)
-    metrics = trainer.evaluate() if eval_ids else {}
-    trainer.save_model(str(out))  # weights, config and (processing_class) tokenizer
+    with args.main_process_first(desc="claiming the output folder"):
+        claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0)
+    try:
+        for note in claim.notes:
+            print(note)
+        trainer = DistillationTrainer(
+            model=model,
+            args=args,
+            train_dataset=Subset(source, train_ids),
+            eval_dataset=Subset(source, eval_ids) if eval_ids else None,
+            data_collator=collate,
+            processing_class=tokenizer,
+            teacher=online,
+            callbacks=[JsonlLogCallback(out / LOG_FILE), RunRecordCallback(claim.run_id), *callbacks],
+        )
+        result = trainer.train(resume_from_checkpoint=claim.checkpoint)
+        metrics = trainer.evaluate() if eval_ids else {}
+        trainer.save_model(str(out))  # weights, config and (processing_class) tokenizer
+    except Exception as err:  # a full or read-only disk hides in torch's writer errors: name it and the folder
+        disguised = as_os_error(err, out)
+        if disguised is None or disguised is err:
+            raise
+        raise disguised from err
+    finally:
+        claim.release()
     return {"train": result.metrics, "steps": result.global_step, "eval": metrics}
