@@ -22,9 +22,7 @@ _WRITE_FAILURE_MARKS = ("inline_container", "PytorchStreamWriter", "file write f
 def os_error_number(err: BaseException) -> int | None:
     """The errno of an ``OSError``, or the ``(os error N)`` a Rust library put in its message."""
     if isinstance(err, OSError) and err.errno:
-        if err.filename or not is_plain_strerror(err):
-            return err  # names its file, or carries destila's own sentence
-        return OSError(err.errno, err.strerror, os.fsdecode(path)).errno
+        return err.errno
     match = _OS_ERROR_TEXT.search(str(err))
     return int(match.group(1)) if match else None
 
@@ -34,9 +32,8 @@ def as_os_error(err: BaseException, path: str | os.PathLike) -> OSError | None:
 
     An ``OSError`` that names its file, or carries destila's own message, is
     returned unchanged; a bare one (a write on a full disk names no file)
-    gets ``path``. For
-    torch's writer error the file system of ``path`` tells what happened
-    (read-only, full, or otherwise ``EIO``).
+    gets ``path``. For torch's writer error the file system of ``path``
+    tells what happened (read-only, full, or otherwise ``EIO``).
     """
     if isinstance(err, OSError) and err.errno:
         if err.filename or not is_plain_strerror(err):
