@@ -28,6 +28,7 @@ others only read the result (callers run :func:`claim_output_dir` inside
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import time
@@ -253,6 +254,16 @@ def cut_log(path: Path, last_step: int) -> None:
         return
     kept = [r for r in read_log_records(path) if r.get("step", 0) <= last_step]
     write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept).encode())
+
+
+def write_failure(err: OSError, out: Path) -> OSError:
+    """The error to show when the disk fails mid-run: what happened, where, and that ``--resume`` continues."""
+    what = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+            errno.EROFS: "read-only file system"}.get(err.errno, err.strerror or str(err))
+    return OSError(
+        err.errno, f"{what} at {err.filename or out}; the checkpoints already complete in {out} are intact: "
+        "free space (or make the folder writable), then run the same command with --resume",
+    )
 
 
 class RunRecordCallback(TrainerCallback):

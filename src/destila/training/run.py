@@ -10,7 +10,7 @@ from destila.models import load_causal_lm, load_tokenizer, output_head, tokenize
 from destila.training.arguments import DistillationArguments
 from destila.training.callbacks import JsonlLogCallback
 from destila.training.datasets import Subset, collate, split_indices
-from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir
+from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir, write_failure
 
 
 def context_length(model) -> int | None:
@@ -67,6 +67,11 @@ def train_student(
     student (safetensors, config, tokenizer) loadable with
     ``AutoModelForCausalLM.from_pretrained(out)``. Returns
     ``{"train": Trainer metrics, "steps": optimizer steps, "eval": held-out metrics or {}}``.
+
+    ``out`` is claimed by :func:`~destila.training.output_dir.claim_output_dir`:
+    a folder holding another run is refused unless ``resume`` (continue it
+    from its newest complete checkpoint, or from the checkpoint path given)
+    or ``args.overwrite``; a second concurrent writer is refused at once.
     """
     from transformers import AutoTokenizer
 
@@ -127,9 +132,9 @@ def train_student(
         trainer.save_model(str(out))  # weights, config and (processing_class) tokenizer
     except Exception as err:  # a full or read-only disk hides in torch's writer errors: name it and the folder
         disguised = as_os_error(err, out)
-        if disguised is None or disguised is err:
+        if disguised is None:
             raise
-        raise disguised from err
+        raise write_failure(disguised, out) from err
     finally:
         claim.release()
     return {"train": result.metrics, "steps": result.global_step, "eval": metrics}
