@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from destila.cache.format import sha256_file
+from destila.cache.format import shard_file_fault
 
 
-def open_checked_shard(folder: Path, manifest, shard):
-    """A ``safe_open`` handle on ``folder/shard.name`` after size, SHA-256 and shape checks.
+def open_checked_shard(folder: Path, manifest, shard, *, checksum: bool = True):
+    """The shard's :class:`~destila.cache.rows.ShardRows` after size, SHA-256 (unless not
+    ``checksum``) and schema checks.
 
     Raises :class:`~destila.cache.reader.CorruptShardError` (a ``ValueError``)
     naming the shard and what to do.
@@ -22,33 +23,22 @@ def open_checked_shard(folder: Path, manifest, shard):
     from safetensors import safe_open
 
     from destila.cache.reader import CorruptShardError
+    from destila.cache.rows import ShardFormatError, ShardRows
 
     file = Path(folder) / shard.name
     redo = (f"run `destila cache verify {folder}`, delete the damaged shard and run the same "
             "`destila cache build` command to recompute it")
-    size = file.stat().st_size if file.is_file() else None
-    if size != shard.bytes:
-        found = "missing" if size is None else f"{size} bytes, the manifest says {shard.bytes}"
-        raise CorruptShardError(f"shard {found} at {file}; {redo}")
-    digest = sha256_file(file)
-    if digest != shard.sha256:
-        raise CorruptShardError(
-            f"shard checksum mismatch at {file} (manifest sha256 {shard.sha256[:16]}…, file {digest[:16]}…); {redo}"
-        )
+    fault = shard_file_fault(folder, shard, checksum=checksum)
+    if fault is not None:
+        raise CorruptShardError(f"shard {fault} at {file}; {redo}")
     try:
         handle = safe_open(str(file), framework="pt")
     except Exception as err:  # safetensors' own error type
         raise CorruptShardError(f"not a readable safetensors file at {file} ({err}); {redo}") from err
-    expected = {
-        "topk_ids": [shard.rows, manifest.seq_len, manifest.top_k],
-        "topk_logprobs": [shard.rows, manifest.seq_len, manifest.top_k],
-        "tail_logmass": [shard.rows, manifest.seq_len],
-    }
-    for name, shape in expected.items():
-        found = handle.get_slice(name).get_shape() if name in handle.keys() else None
-        if found != shape:
-            raise CorruptShardError(
-                f"tensor {name} has shape {found} but the manifest implies {shape} (rows, seq_len, top_k) at "
-                f"{file}; the manifest or the shard was edited: rebuild the cache"
-            )
-    return handle
+    try:
+        return ShardRows(handle, manifest, shard)
+    except ShardFormatError as err:
+        raise CorruptShardError(
+            f"shard does not match the manifest at {file} ({err}); the manifest or the shard was edited: "
+            "rebuild the cache"
+        ) from err

@@ -18,6 +18,8 @@ from destila.cli.errors import EXIT_ENVIRONMENT, EXIT_USER, USER_ERRORS, debug_r
 from destila.cli.errors import os_error_number
 
 COMMANDS = ["cache", "student", "train", "eval", "bench", "demo"]
+# Commands whose module parses the rest of the command line itself: ``run(argv)``.
+OWN_PARSERS = ("train",)
 
 
 class UserError(Exception):
@@ -42,21 +44,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     debug, argv = debug_requested(sys.argv[1:] if argv is None else list(argv))
+    if argv and argv[0] in OWN_PARSERS:
+        # This command parses its own flags (HfArgumentParser over a dataclass).
+        command = argv[0]
+        module = import_module(f"destila.cli.{command}")
+        _call(command, lambda: module.run(argv[1:]), debug)
+        return
     parser = build_parser()
     args = parser.parse_args(argv)
+    _call(args.command, lambda: args.func(args), debug)
+
+
+def _call(command: str, run, debug: bool) -> None:
     try:
-        code = args.func(args)
+        code = run()
     except KeyboardInterrupt:
-        print(f"destila {args.command}: interrupted", file=sys.stderr)
+        print(f"destila {command}: interrupted", file=sys.stderr)
         sys.exit(130)
     except (UserError, *USER_ERRORS, OSError) as err:
         if debug:
             raise
-        fail(args.command, err)
+        fail(command, err)
     except Exception as err:  # an OS failure reported as another type (Rust libraries): still the machine's
         if debug or os_error_number(err) is None:
             raise
-        fail(args.command, err)
+        fail(command, err)
     sys.exit(code or 0)
 
 

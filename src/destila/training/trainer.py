@@ -2,7 +2,7 @@
 
 The student's decoder produces hidden states; its output head's weight (and
 bias) go straight into :func:`destila.distill_loss`, so with the default
-``loss_impl="fused"`` the ``[B, T, V]`` student logits never exist. Targets
+``impl="fused"`` the ``[B, T, V]`` student logits never exist. Targets
 come from the batch (a cache) or from an :class:`OnlineTeacher`.
 
 Normalisation: the Trainer counts the valid labels of the whole accumulated
@@ -13,6 +13,7 @@ micro-batch 4 × accumulation 1 give the same gradient.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -20,7 +21,7 @@ from transformers import Trainer
 
 from destila.losses import distill_loss
 from destila.models import check_plain_head, final_hidden_states, output_head
-from destila.training.online import OnlineTeacher, dense_online_loss
+from destila.targets.online import OnlineTeacher, dense_online_loss
 
 _STATS = ("soft", "hard", "rows", "agree")
 
@@ -54,7 +55,7 @@ class DistillationTrainer(Trainer):
     def _distill(self, model, inputs: dict, num_items=None, **overrides):
         """``(loss, stats)`` for one batch, with the args' loss options updated by ``overrides``."""
         inputs = self._targets(inputs)
-        options = {**self.args.loss_options(), **overrides}
+        options = {**dataclasses.asdict(self.args.loss_options()), **overrides}
         labels = inputs["labels"]
         if "teacher_logits" in inputs:  # online dense: the paper's full-vocabulary baseline
             logits = model(input_ids=inputs["input_ids"], use_cache=False).logits
