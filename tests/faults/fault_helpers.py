@@ -22,8 +22,8 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_
        "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))}
 ENV.pop("DESTILA_DEBUG", None)
 CACHE_ARGS = ["--seq-len", "32", "--max-tokens", "512", "--top-k", "8", "--shard-size", "4", "--quiet"]
-TRAIN_ARGS = ["--batch-size", "4", "--lr", "3e-3", "--lr-scheduler", "constant", "--seed", "7",
-              "--logging-steps", "1", "--trainer-arg", "use_cpu=true"]
+TRAIN_ARGS = ["--per_device_train_batch_size", "4", "--learning_rate", "3e-3", "--lr_scheduler_type", "constant",
+              "--seed", "7", "--logging_steps", "1", "--use_cpu"]
 
 
 def destila(*args, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -41,10 +41,10 @@ def assert_same_run(got, want):
 
 def test_a_folder_holding_a_finished_run_is_refused_and_left_untouched(train_cache, student, tmp_path):
     out = tmp_path / "out"
-    first = destila(*train_command(student, train_cache, out, "--max-steps", "3", "--save-steps", "2"))
+    first = destila(*train_command(student, train_cache, out, "--max_steps", "3", "--save_steps", "2"))
     assert first.returncode == 0, first.stderr[-2000:]
     before = snapshot(out)
-    again = destila(*train_command(student, train_cache, out, "--max-steps", "3", "--save-steps", "2"))
+    again = destila(*train_command(student, train_cache, out, "--max_steps", "3", "--save_steps", "2"))
     error_line(again, "train", 2, f"already holds a training run at {out}", "steps 1–3 logged",
                "checkpoints checkpoint-2, checkpoint-3", "pass --resume to continue it, --overwrite")
     assert snapshot(out) == before
@@ -53,14 +53,14 @@ def test_a_folder_holding_a_finished_run_is_refused_and_left_untouched(train_cac
 def test_a_second_writer_fails_at_once_with_a_clear_line(train_cache, student, tmp_path):
     out = tmp_path / "out"
     first = subprocess.Popen([sys.executable, "-m", "destila", *train_command(
-        student, train_cache, out, "--max-steps", "100000", "--save-steps", "100000")], env=ENV,
+        student, train_cache, out, "--max_steps", "100000", "--save_steps", "100000")], env=ENV,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
         while not (out / "log.jsonl").exists() and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert first.poll() is None, "the first run ended before the second started"
-        second = destila(*train_command(student, train_cache, out, "--max-steps", "3", "--resume"))
+        second = destila(*train_command(student, train_cache, out, "--max_steps", "3", "--resume"))
         error_line(second, "train", 2, f"another `destila train` is writing to {out}", f"{out / '.lock'} is held")
         assert first.poll() is None  # the first writer goes on
     finally:
@@ -73,7 +73,7 @@ def test_a_second_writer_fails_at_once_with_a_clear_line(train_cache, student, t
 def test_train_onto_a_read_only_file_system_is_one_line(train_cache, student, tmpfs):
     disk = tmpfs.mount("1m")
     tmpfs.read_only(disk)
-    result = destila(*train_command(student, train_cache, disk / "out", "--max-steps", "2"))
+    result = destila(*train_command(student, train_cache, disk / "out", "--max_steps", "2"))
     error_line(result, "train", 1, f"read-only file system at {disk / 'out'}",
                "choose an output folder on a writable file system")
 
@@ -81,10 +81,10 @@ def test_train_onto_a_read_only_file_system_is_one_line(train_cache, student, tm
 @pytest.mark.slow
 def test_overwrite_replaces_the_old_run_entirely(train_cache, student, tmp_path):
     out, reference = tmp_path / "out", tmp_path / "reference"
-    assert destila(*train_command(student, train_cache, out, "--max-steps", "4", "--save-steps", "2",
+    assert destila(*train_command(student, train_cache, out, "--max_steps", "4", "--save_steps", "2",
                                   "--seed", "3")).returncode == 0
     old_run = json.loads((out / "destila_run.json").read_text())["run_id"]
-    args = ("--max-steps", "3", "--save-steps", "3")
+    args = ("--max_steps", "3", "--save_steps", "3")
     redone = destila(*train_command(student, train_cache, out, *args, "--overwrite"))
     assert redone.returncode == 0, redone.stderr[-2000:]
     assert destila(*train_command(student, train_cache, reference, *args)).returncode == 0
@@ -95,7 +95,7 @@ def test_overwrite_replaces_the_old_run_entirely(train_cache, student, tmp_path)
 
 @pytest.mark.slow
 def test_resume_never_takes_a_checkpoint_of_another_run(train_cache, student, tmp_path):
-    args = ("--max-steps", "8", "--save-steps", "4")
+    args = ("--max_steps", "8", "--save_steps", "4")
     other, out, reference = tmp_path / "other", tmp_path / "out", tmp_path / "reference"
     assert destila(*train_command(student, train_cache, other, *args, "--seed", "11")).returncode == 0
     assert destila(*train_command(student, train_cache, reference, *args)).returncode == 0
@@ -120,7 +120,7 @@ def checkpoint_being_written(out):
 
 @pytest.mark.slow
 def test_sigkill_during_checkpoint_writing_then_resume_is_loss_identical(train_cache, student, tmp_path):
-    args = ("--max-steps", "60", "--save-steps", "5")
+    args = ("--max_steps", "60", "--save_steps", "5")
     reference, out = tmp_path / "reference", tmp_path / "out"
     assert destila(*train_command(student, train_cache, reference, *args)).returncode == 0
     process = subprocess.Popen([sys.executable, "-m", "destila", *train_command(student, train_cache, out, *args)],
@@ -152,7 +152,7 @@ def test_sigkill_during_checkpoint_writing_then_resume_is_loss_identical(train_c
 
 @pytest.mark.slow
 def test_full_disk_while_training_is_one_line_then_resume_finishes_the_same_run(train_cache, student, tmpfs, tmp_path):
-    args = ("--max-steps", "6", "--save-steps", "3")
+    args = ("--max_steps", "6", "--save_steps", "3")
     reference = tmp_path / "reference"
     assert destila(*train_command(student, train_cache, reference, *args)).returncode == 0
     model_bytes = (reference / "model.safetensors").stat().st_size
