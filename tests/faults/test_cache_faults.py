@@ -61,6 +61,7 @@ def swap_two_tokens(cache):
     path.write_text(json.dumps(raw, ensure_ascii=False, indent=2))
 
 
+@pytest.mark.slow  # four commands, a rebuild among them
 def test_swapped_tokens_in_the_cache_tokenizer_fail_verify_and_train_then_a_rebuild_restores_it(
         small_cache, tiny_llama_dir, tmp_path):
     cache = copy_of(small_cache, tmp_path)
@@ -89,6 +90,7 @@ def test_a_flipped_byte_in_the_cache_tokenizer_is_named_by_train(small_cache, ti
     error_line(train, "train", 2, f"tokenizer/tokenizer.json: changed since the build at {path}")
 
 
+@pytest.mark.slow  # four commands, a rebuild among them
 def test_a_deleted_cache_tokenizer_fails_verify_and_train_then_a_rebuild_restores_it(
         small_cache, tiny_llama_dir, tmp_path):
     cache = copy_of(small_cache, tmp_path)
