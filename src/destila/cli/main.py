@@ -17,7 +17,7 @@ from importlib import import_module
 from destila.cli.errors import EXIT_ENVIRONMENT, EXIT_USER, USER_ERRORS, debug_requested, describe_os_error
 from destila.cli.errors import os_error_number
 
-COMMANDS = ["cache", "student", "train", "eval", "bench", "demo"]
+COMMANDS = ["cache", "student", "train", "eval", "bench", "demo", "generate", "recipe"]
 # Commands whose module parses the rest of the command line itself: ``run(argv)``.
 OWN_PARSERS = ("train",)
 

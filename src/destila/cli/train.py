@@ -13,6 +13,9 @@ import argparse
 import json
 from pathlib import Path
 
+from destila.cli.fields import add_fields, values_of
+from destila.data.spec import DataSpec
+
 DESCRIPTION = (
     "Offline: destila train STUDENT --cache CACHE -o OUT. "
     "Online baseline: destila train STUDENT --teacher TEACHER --data DATA -o OUT. "
@@ -42,10 +45,8 @@ def build_parser():
     source.add_argument("--cache", help="top-K cache from `destila cache build` (offline)")
     source.add_argument("--teacher", help="online: teacher folder, hub id, .gguf file or 'smollm2'")
     source.add_argument("--teacher-gguf-file", help="online: GGUF file name inside the teacher folder")
-    source.add_argument("--data", help="online: text data (.txt/.jsonl/.parquet, folder, or 'pydoc')")
-    source.add_argument("--text-field", default="text", help="online: text field of jsonl/parquet data")
-    source.add_argument("--seq-len", type=int, default=512, help="online: tokens per packed sequence")
-    source.add_argument("--max-tokens", type=int, help="online: cap on the tokens taken from the data")
+    source.add_argument("--data", help="online: 'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets hub name")
+    add_fields(parser.add_argument_group("online data (with --data)"), DataSpec, exclude=("source",))
     parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
                         help="continue the run in the output folder from its newest complete checkpoint, "
                              "or from CHECKPOINT")
@@ -112,8 +113,8 @@ def run(argv: list[str]) -> int:
     out = training_args.output_dir
     result = train_student(
         args.student, out, training_args,
-        cache=args.cache, teacher=args.teacher, data=args.data, teacher_gguf_file=args.teacher_gguf_file,
-        seq_len=args.seq_len, max_tokens=args.max_tokens, text_field=args.text_field, resume=args.resume,
+        cache=args.cache, teacher=args.teacher, teacher_gguf_file=args.teacher_gguf_file, resume=args.resume,
+        data=DataSpec(args.data, **values_of(args, DataSpec, exclude=("source",))) if args.data is not None else None,
     )
     if training_args.process_index == 0:
         if result["eval"]:

@@ -10,7 +10,8 @@ from destila.models import load_causal_lm, load_tokenizer, output_head, tokenize
 from destila.targets.spec import check_training_temperature
 from destila.training.arguments import DistillationArguments
 from destila.training.callbacks import JsonlLogCallback
-from destila.training.datasets import Subset, collate, split_indices
+from destila.data import DataSpec, collate, packed_source, texts_source
+from destila.training.datasets import Subset, split_indices
 from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir, write_failure
 
 
@@ -54,7 +55,7 @@ def train_student(
     *,
     cache: str | Path | None = None,
     teacher: str | None = None,
-    data: str | list[str] | None = None,
+    data: str | list[str] | DataSpec | None = None,
     teacher_gguf_file: str | None = None,
     seq_len: int = 512,
     max_tokens: int | None = None,
@@ -98,18 +99,24 @@ def train_student(
             seq_len=source.seq_len, allow_tokenizer_mismatch=args.allow_tokenizer_mismatch,
         )
     else:
-        from destila.data import load_texts, pack_documents
-
         teacher_model = load_causal_lm(teacher, gguf_file=teacher_gguf_file)
         tokenizer = load_tokenizer(teacher, gguf_file=teacher_gguf_file)
+        if isinstance(data, (list, tuple)):
+            source = texts_source(list(data), tokenizer, seq_len=seq_len, max_tokens=max_tokens)
+        else:
+            from accelerate import PartialState
+
+            spec = data if isinstance(data, DataSpec) else DataSpec(
+                str(data), text_field=text_field, seq_len=seq_len, max_tokens=max_tokens)
+            # One process tokenises into the store; the others then map the same files.
+            source = packed_source(spec, tokenizer, main_first=PartialState().main_process_first)
         check_student(
             model, student, vocab_size=output_head(teacher_model)[0].shape[0],
-            fingerprint=tokenizer_fingerprint(tokenizer), seq_len=seq_len,
+            fingerprint=tokenizer_fingerprint(tokenizer), seq_len=source.seq_len,
             allow_tokenizer_mismatch=args.allow_tokenizer_mismatch, source="teacher",
         )
-        texts = list(data) if isinstance(data, (list, tuple)) else load_texts(data, text_field=text_field)
-        source = pack_documents(texts, tokenizer, seq_len, max_tokens=max_tokens)
         online = OnlineTeacher(teacher_model, args.online_loss, args.target_spec())
+    hidden = _hidden_term(args, model, online, source)
     train_ids, eval_ids = split_indices(len(source), args.eval_fraction)
     with args.main_process_first(desc="claiming the output folder"):
         claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0)
@@ -124,6 +131,7 @@ def train_student(
             data_collator=collate,
             processing_class=tokenizer,
             teacher=online,
+            hidden=hidden,
             callbacks=[JsonlLogCallback(out / LOG_FILE), RunRecordCallback(claim.run_id), *callbacks],
         )
         result = trainer.train(resume_from_checkpoint=claim.checkpoint)
@@ -137,3 +145,21 @@ def train_student(
     finally:
         claim.release()
     return {"train": result.metrics, "steps": result.global_step, "eval": metrics}
+
+
+def _hidden_term(args, model, online, source):
+    """The hidden-state term of ``--hidden_loss``, with teacher states from the online teacher or the cache."""
+    from destila.training.hidden import HiddenDistillation
+
+    options = args.hidden_options()
+    if options.hidden_loss is None:
+        return None
+    if online is not None:
+        return HiddenDistillation(options, model, teacher=online.model)
+    layers = getattr(source, "hidden_layers", None)
+    if not layers:
+        raise ValueError(
+            "hidden_loss: this cache holds no teacher hidden states; rebuild it with `destila cache build "
+            "--hidden-layers 6,12 --hidden-dim D`, or train online with --teacher and --data"
+        )
+    return HiddenDistillation(options, model, cached_layers=layers, cached_dim=source.hidden_dim)
