@@ -44,8 +44,9 @@ RUN_FILE = "destila_run.json"
 LOCK_FILE = ".lock"
 LOG_FILE = "log.jsonl"
 CHECKPOINT_PREFIX = "checkpoint-"
-# Files a finished run leaves besides checkpoints: their presence means "a run was here".
-_RUN_TRACES = (RUN_FILE, LOG_FILE, "model.safetensors", "trainer_state.json", "training_args.bin")
+# Files a run leaves once it has trained (besides checkpoints): their presence means "a run was here".
+# A run record alone (a run that failed before its first step) is not one: the folder is reused.
+_RUN_TRACES = (LOG_FILE, "model.safetensors", "trainer_state.json", "training_args.bin")
 
 
 @dataclass
@@ -78,8 +79,9 @@ def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, over
         raise ValueError("train: --resume continues the run in the output folder, --overwrite deletes it; give one")
     if not is_main:
         return _follow(out, resume)
-    if out.is_dir() and any(out.iterdir()) and not _holds_run(out):
-        shown = ", ".join(sorted(p.name for p in out.iterdir())[:5])
+    others = sorted(p.name for p in out.iterdir() if p.name not in (LOCK_FILE, RUN_FILE)) if out.is_dir() else []
+    if others and not _holds_run(out):
+        shown = ", ".join(others[:5])
         raise FileExistsError(
             f"train: the output folder is not empty and holds no training run at {out} ({shown}); "
             "choose a new or empty folder"
