@@ -29,13 +29,15 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
     ``bytes_per_token`` is shard bytes over stored tokens; ``bytes_per_entry``
     is shard bytes over stored target entries (trained positions × K for
     top-K, or the distinct ids actually stored for sampled targets), counted
-    over every shard.
+    over every shard. Every shard read for the statistics is first checked
+    against the manifest (size, SHA-256, tensor shapes): a damaged one raises
+    ``ValueError`` naming it.
     """
     import numpy as np
     import torch
-    from safetensors import safe_open
 
-    from destila.cache.rows import ShardRows, dense_item
+    from destila.cache.rows import dense_item
+    from destila.cache.shard_check import open_checked_shard
 
     path = Path(path).expanduser()
     m = read_manifest(path)
@@ -89,9 +91,8 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
         if max_sequences is not None and taken >= max_sequences:
             break
         rows = shard.rows if max_sequences is None else min(shard.rows, max_sequences - taken)
-        with safe_open(str(path / shard.name), framework="pt") as handle:
-            reader = ShardRows(handle, m, shard)
-            stored = [dense_item(reader.stored(r), m) for r in range(rows)]
+        reader = open_checked_shard(path, m, shard)  # refuses a damaged shard: no statistics from bad data
+        stored = [dense_item(reader.stored(r), m) for r in range(rows)]
         trained = torch.cat([item["labels"] != IGNORE_INDEX for item in stored])
         lp = torch.cat([item["topk_logprobs"] for item in stored]).float()[trained]
         tail = torch.cat([item["tail_logmass"] for item in stored])[trained]
@@ -143,23 +144,21 @@ def _trained_positions(path: Path, m) -> int:
 
 def _stored_entries(path: Path, m) -> int:
     """Target entries stored in all shards: trained positions × K, or the distinct ids of sampled targets."""
-    from safetensors import safe_open
-
-    from destila.cache.rows import ShardRows
+    from destila.cache.shard_check import open_checked_shard
 
     total = 0
     for shard in m.shards:
-        with safe_open(str(path / shard.name), framework="pt") as handle:
-            if m.target_kind == "topk" and m.encoding == "plain":
-                total += handle.get_slice("topk_ids").get_shape()[0] * m.top_k
-                continue
-            if m.target_kind == "sampled" and m.encoding == "plain":
-                total += int((handle.get_tensor("sample_counts") > 0).sum())
-                continue
-            reader = ShardRows(handle, m, shard)
-            for r in range(shard.rows):
-                stored = reader.stored(r)
-                total += int((stored["counts"] > 0).sum()) if "counts" in stored else stored["ids"].size
+        reader = open_checked_shard(path, m, shard, checksum=False)  # size and schema; refuses a damaged shard
+        handle = reader.handle
+        if m.target_kind == "topk" and m.encoding == "plain":
+            total += handle.get_slice("topk_ids").get_shape()[0] * m.top_k
+            continue
+        if m.target_kind == "sampled" and m.encoding == "plain":
+            total += int((handle.get_tensor("sample_counts") > 0).sum())
+            continue
+        for r in range(shard.rows):
+            stored = reader.stored(r)
+            total += int((stored["counts"] > 0).sum()) if "counts" in stored else stored["ids"].size
     return total
 
 

@@ -23,8 +23,6 @@ Naive equivalent (one process, everything in memory)::
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +31,6 @@ from destila.cache import distributed
 from destila.cache.assemble import assemble_shard, write_shard
 from destila.cache.format import (
     FORMAT_VERSION,
-    TMP_MARK,
-    TOKENIZER_DIR,
     Manifest,
     ShardInfo,
     read_manifest,
@@ -50,6 +46,7 @@ from destila.cache.resume import (
     write_progress,
 )
 from destila.cache.spec import BuildSpec
+from destila.cache.tokenizer_files import copy_tokenizer
 
 log = logging.getLogger("destila.cache")
 
@@ -223,7 +220,7 @@ def _prepare(group, spec: BuildSpec, device):
                 old = manifest
             else:
                 refuse_different(old, manifest.content(), output, context)
-            _save_tokenizer(tokenizer, output)
+            old.tokenizer_files = copy_tokenizer(tokenizer, output, old.tokenizer_files)
             recovered = recover(output, old)
             if old is not manifest and recovered.stored_sequences and not recovered.complete:
                 log.info("resuming %s: %d of %d sequences already stored", output, recovered.stored_sequences,
@@ -260,17 +257,6 @@ def _check_fits(model, source, spec: BuildSpec) -> None:
     if spec.targets.kind == "topk" and spec.targets.top_k > vocab:
         raise ValueError(f"top_k: {spec.targets.top_k} is larger than the teacher's vocabulary of {vocab}; "
                          f"pass --top-k {vocab} or less")
-
-
-def _save_tokenizer(tokenizer, output: Path) -> None:
-    target = output / TOKENIZER_DIR
-    if (target / "tokenizer_config.json").is_file():
-        return
-    staging = output / f".{TOKENIZER_DIR}{TMP_MARK}{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    tokenizer.save_pretrained(staging)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(staging, target)
 
 
 def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report) -> None:
