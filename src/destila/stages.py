@@ -59,7 +59,6 @@ def train_from_cache(student: str, out: str | Path, cache: str | Path, *, max_st
     Returns ``{"path", "steps", "train_seconds"}``."""
     from destila.training import DistillationArguments, train_student
     from destila.training.callbacks import StopAfterSeconds
-    from destila.training.run import last_complete_checkpoint
 
     out = Path(out)
     fields = dict(lr_scheduler_type="constant_with_warmup", warmup_steps=5, logging_steps=1, save_steps=20,
@@ -69,7 +68,7 @@ def train_from_cache(student: str, out: str | Path, cache: str | Path, *, max_st
         learning_rate=learning_rate, seed=seed, **{**fields, **options},
     )
     callbacks = (*callbacks, StopAfterSeconds(budget)) if budget else tuple(callbacks)
-    resume = last_complete_checkpoint(out) if out.exists() else None
+    resume = True if out.exists() else None  # the newest complete checkpoint of this stage's own run
     result = train_student(student, out, args, cache=cache, resume=resume, callbacks=callbacks,
                            eval_cache=eval_cache, eval_sequences=eval_sequences)
     return {"path": str(out), "steps": result["steps"], "train_seconds": result["train"].get("train_runtime")}
