@@ -119,6 +119,9 @@ def test_verdict_says_when_the_baseline_got_fewer_steps_and_gives_the_seed_sprea
     trained = {"distilled": _trained(60, 61440), "baseline": _trained(41, 41984)}
     text = verdict(results, trained, held_out_documents=45, cache_tokens=24576, seconds=600, minutes=11)
     assert "only 41 (41,984 tokens) for the baseline" in text
+    tied = {**results, "baseline": results["distilled"]}
+    assert "Neither is ahead" in verdict(tied, trained, held_out_documents=45, cache_tokens=24576, seconds=600,
+                                         minutes=11)
     assert "Mixed: the distilled student is better on agreement only." in text
     assert "perplexity 90.0 and 96.5 distilled (spread 6.5) vs 80.0 and 85.0 baseline (spread 5.0)" in text
 

@@ -46,10 +46,18 @@ def verdict(results: dict[str, dict], trained: dict[str, dict], *, held_out_docu
     d_steps, b_steps = trained["distilled"]["steps"], trained["baseline"]["steps"]
     d_ppl, b_ppl = distilled["perplexity"], baseline["perplexity"]
     d_agree, b_agree = distilled["top1_agreement"], baseline["top1_agreement"]
-    wins = [d_ppl < b_ppl, d_agree > b_agree]
-    outcome = ("The distilled student is better on both." if all(wins) else
-               "The baseline is better on both." if not any(wins) else
-               f"Mixed: the distilled student is better on {'perplexity' if wins[0] else 'agreement'} only.")
+    # +1: the distilled student is better, -1: the baseline, 0: the same.
+    signs = [(d_ppl < b_ppl) - (d_ppl > b_ppl), (d_agree > b_agree) - (d_agree < b_agree)]
+    if signs == [1, 1]:
+        outcome = "The distilled student is better on both."
+    elif signs == [-1, -1]:
+        outcome = "The baseline is better on both."
+    elif signs == [0, 0]:
+        outcome = "Neither is ahead: the two students score the same (too few steps to tell them apart)."
+    else:
+        ahead = " and ".join(name for name, sign in zip(("perplexity", "agreement"), signs) if sign == 1)
+        outcome = (f"Mixed: the distilled student is better on {ahead} only." if ahead else
+                   "Mixed: the baseline is ahead on one, the two are equal on the other.")
     if d_steps == b_steps:
         steps = f"both after {d_steps} steps ({trained['distilled']['tokens']:,} training tokens each)"
     else:
@@ -118,7 +126,9 @@ def curves_figure(runs: dict[str, tuple[list[dict], list[dict]]], held_out_token
                 records, key = (train, train_key) if row == 0 else (held, held_key)
                 points = [(r["step"], r[key] * scale) for r in records if r.get(key) is not None]
                 if points:
-                    ax.plot(*zip(*points), label=name, marker="o" if row == 1 else None, markersize=3)
+                    # Markers where points are few (held-out evaluations, short runs): a lone point shows.
+                    ax.plot(*zip(*points), label=name, marker="o" if row == 1 or len(points) < 30 else None,
+                            markersize=3)
             ax.set_title(f"{title}\n{label}", fontsize=10)
             ax.set_xlabel("optimizer step")
             ax.set_ylabel(unit)
