@@ -12,17 +12,17 @@ file), so a build killed at any instant resumes from its last recorded shard.
 
 Naive equivalent (one process, everything in memory)::
 
-    packed = pack_documents(load_texts(data), tokenizer, seq_len)
-    logp = torch.log_softmax(model(packed).logits.float() / temperature, -1)   # [S, L, V]
-    topk_logprobs, topk_ids = logp[:, :-1].topk(k, -1)                        # trained positions only
-    tail_logmass = logp[:, :-1].scatter(-1, topk_ids, -inf).logsumexp(-1)
+    rows = packed_source(DataSpec(data, seq_len=seq_len), tokenizer)          # destila.data
+    batch = rows.rows(range(len(rows)))                                       # input_ids, position_ids, loss_mask
+    logits = model(batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
+    logp = torch.log_softmax(logits.float() / temperature, -1)[batch["loss_mask"]]   # trained positions only
+    topk_logprobs, topk_ids = logp.topk(k, -1)
+    tail_logmass = logp.scatter(-1, topk_ids, -inf).logsumexp(-1)
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +31,6 @@ from destila.cache import distributed
 from destila.cache.assemble import assemble_shard, write_shard
 from destila.cache.format import (
     FORMAT_VERSION,
-    TMP_MARK,
-    TOKENIZER_DIR,
     Manifest,
     ShardInfo,
     read_manifest,
@@ -48,6 +46,7 @@ from destila.cache.resume import (
     write_progress,
 )
 from destila.cache.spec import BuildSpec
+from destila.cache.tokenizer_files import copy_tokenizer
 
 log = logging.getLogger("destila.cache")
 
@@ -143,6 +142,7 @@ def _content(spec: BuildSpec, tokenizer, source, data_fingerprint: str, vocab_si
         targets=asdict(spec.targets), encoding=spec.encoding, compact=compact, seq_len=spec.seq_len,
         logprob_dtype=spec.logprob_dtype, text_field=spec.text_field, max_tokens=spec.max_tokens,
         data_fingerprint=data_fingerprint, ids_fingerprint=source.fingerprint, sequences=len(source),
+        extras=spec.extras.record(),
     )
 
 
@@ -181,6 +181,7 @@ def _prepare(group, spec: BuildSpec, device):
             if old is not None:
                 new = _flat_content(fields)
                 new.pop("compact")  # depends on the teacher's vocabulary, compared once it is loaded
+                new.pop("extras")  # its fingerprints and width too
                 refuse_different(old, new, output, context)
         except (ValueError, OSError) as err:
             error = err
@@ -196,6 +197,11 @@ def _prepare(group, spec: BuildSpec, device):
     _check_fits(model, source, spec)
     weight, _ = output_head(model)
     fields = _content(spec, tokenizer, source, data_fp, int(weight.shape[0]))
+    teachers = None
+    if spec.extras.active:  # several teachers, or hidden states: the pass goes through a TeacherSet
+        from destila.cache.extras import load_teacher_set
+
+        teachers, fields["extras"] = load_teacher_set(spec, model, tokenizer, device, torch_dtype)
     path, gguf = resolve_source(spec.teacher, spec.gguf_file)
     manifest = Manifest(
         teacher=str(spec.teacher), teacher_path=path, teacher_gguf_file=gguf,
@@ -203,7 +209,8 @@ def _prepare(group, spec: BuildSpec, device):
         teacher_weight_fingerprint=weight_fingerprint(model),
         teacher_dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         tokenizer_size=len(tokenizer), eos_token_id=int(tokenizer.eos_token_id), vocab_size=int(weight.shape[0]),
-        data_source=description, tokens=len(source) * spec.seq_len, destila_version=__version__, **fields,
+        data_source=description, tokens=len(source) * spec.seq_len, destila_version=__version__,
+        data=source.spec.describe() if hasattr(source, "spec") else None, **fields,
     )
     error = None
     if group.is_main:
@@ -213,7 +220,7 @@ def _prepare(group, spec: BuildSpec, device):
                 old = manifest
             else:
                 refuse_different(old, manifest.content(), output, context)
-            _save_tokenizer(tokenizer, output)
+            old.tokenizer_files = copy_tokenizer(tokenizer, output, old.tokenizer_files)
             recovered = recover(output, old)
             if old is not manifest and recovered.stored_sequences and not recovered.complete:
                 log.info("resuming %s: %d of %d sequences already stored", output, recovered.stored_sequences,
@@ -222,7 +229,7 @@ def _prepare(group, spec: BuildSpec, device):
             error = err
     distributed.share_error(group, error)
     distributed.barrier(group)
-    return lock, read_manifest(output), source, model
+    return lock, read_manifest(output), source, teachers if teachers is not None else model
 
 
 def _check_ids(model, input_ids) -> None:
@@ -252,23 +259,14 @@ def _check_fits(model, source, spec: BuildSpec) -> None:
                          f"pass --top-k {vocab} or less")
 
 
-def _save_tokenizer(tokenizer, output: Path) -> None:
-    target = output / TOKENIZER_DIR
-    if (target / "tokenizer_config.json").is_file():
-        return
-    staging = output / f".{TOKENIZER_DIR}{TMP_MARK}{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    tokenizer.save_pretrained(staging)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(staging, target)
-
-
 def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report) -> None:
     import torch
     from tqdm.auto import tqdm
 
     from destila.models import decoder_of, output_head
 
+    teachers = model if hasattr(model, "positions") else None  # a TeacherSet (destila.cache.extras)
+    model = teachers.models[0] if teachers is not None else model
     decoder = decoder_of(model)
     weight, bias = output_head(model)
     device, output, seq_len = weight.device, spec.output, manifest.seq_len
@@ -288,6 +286,13 @@ def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report)
                 stacked = {key: torch.stack([item[key] for item in items]) for key in items[0]}
                 _check_ids(model, stacked["input_ids"])
                 began = time.perf_counter()
+                if teachers is not None:
+                    targets = teachers.positions(stacked["input_ids"].to(device), stacked["loss_mask"],
+                                                 position_ids=stacked["position_ids"].to(device))
+                    report.forward_seconds += time.perf_counter() - began  # forward and head, not told apart
+                    rows.extend(_split_rows(batch, items, targets))
+                    bar.update(len(batch) * seq_len)
+                    continue
                 hidden = decoder(input_ids=stacked["input_ids"].to(device),
                                  position_ids=stacked["position_ids"].to(device), use_cache=False).last_hidden_state
                 _sync(device)
