@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
+from destila.training.engines import check_engine, choose_device
+
 LOSS_IMPLS = ("fused", "chunked", "dense")
 DIVERGENCES = ("forward_kl", "reverse_kl", "jsd", "tvd")
 TAILS = ("bucket", "renorm", "none")
@@ -85,11 +87,9 @@ class DistillationArguments(TrainingArguments):
             raise ValueError(f"online_top_k: expected a positive integer, found {self.online_top_k}")
         if self.remove_unused_columns:
             raise ValueError("remove_unused_columns: must stay False, the batches carry the teacher's top-K")
-        import torch
-
-        if not torch.cuda.is_available():
-            self.dataloader_pin_memory = False  # pinning needs an accelerator; on CPU it only warns
+        choose_device(self)
         super().__post_init__()
+        check_engine(self)
 
     def loss_options(self) -> dict:
         """Keyword arguments for :func:`destila.distill_loss`."""
