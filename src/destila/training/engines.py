@@ -55,3 +55,70 @@ def check_engine(args) -> None:
             "launch, found a single process without a launcher; start it with "
             "`torchrun --nproc-per-node N -m destila train ...` (N = 1 is fine)"
         )
+
+
+def enable_cpu_fsdp(trainer) -> None:
+    """After the Trainer built its Accelerator: make a requested FSDP run on CPU really shard.
+
+    accelerate turns a launch into FSDP only for accelerator back-ends; on a
+    CPU-only machine (gloo) it keeps ``MULTI_CPU`` and the Trainer then trains
+    with DDP although ``--fsdp`` was given. PyTorch's FSDP (``fully_shard``)
+    itself runs on CPU over gloo, so the state is switched to FSDP with the
+    plugin the Trainer built from ``fsdp_config``. Any other mismatch is
+    refused rather than run as something else.
+    """
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    args = trainer.args
+    if args.fsdp_plugin_args is None or trainer.is_fsdp_enabled:
+        return
+    state = trainer.accelerator.state
+    if state.distributed_type != DistributedType.MULTI_CPU:
+        raise ValueError(
+            f"fsdp: requested, but accelerate set up {state.distributed_type.value} instead of FSDP; "
+            "launch with torchrun (or accelerate launch) on a supported back-end, or drop --fsdp"
+        )
+    plugin = FullyShardedDataParallelPlugin(**args.fsdp_plugin_args)
+    if state.mixed_precision != "no":
+        plugin.set_mixed_precision(state.mixed_precision)
+    # accelerate keeps the distributed type in two shared states, and
+    # rebuilds one from the other; both must say FSDP.
+    from accelerate.state import PartialState
+
+    PartialState().distributed_type = DistributedType.FSDP
+    state.distributed_type = DistributedType.FSDP
+    state.fsdp_plugin = plugin
+    trainer.is_fsdp_enabled = True
+
+
+def describe_engine(trainer, model) -> dict:
+    """What actually runs, read from the live objects (not from the flags asked for).
+
+    ``{"engine": "single" | "ddp" | "fsdp1" | "fsdp2" | "deepspeed", "world_size": W,
+    "backend": "gloo" | "nccl" | ..., "global_batch": per-device batch × accumulation × W}``.
+    """
+    import torch.distributed as dist
+
+    state = trainer.accelerator.state
+    kind = state.distributed_type.value
+    if trainer.is_deepspeed_enabled:
+        engine = "deepspeed"
+    elif trainer.is_fsdp_enabled:
+        engine = f"fsdp{state.fsdp_plugin.fsdp_version}"
+    elif state.num_processes > 1:
+        engine = "ddp"
+    else:
+        engine = "single"
+    if engine == "fsdp2":
+        from torch.distributed.fsdp import FSDPModule
+
+        if not isinstance(model, FSDPModule):
+            raise RuntimeError(f"fsdp: FSDP2 was set up but the model is a plain {type(model).__name__}")
+    args = trainer.args
+    return {
+        "engine": engine,
+        "distributed_type": kind,
+        "world_size": state.num_processes,
+        "backend": dist.get_backend() if dist.is_initialized() else None,
+        "global_batch": args.per_device_train_batch_size * args.gradient_accumulation_steps * state.num_processes,
+    }

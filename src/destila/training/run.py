@@ -8,7 +8,7 @@ from pathlib import Path
 
 from destila.models import load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
 from destila.training.arguments import DistillationArguments
-from destila.training.callbacks import JsonlLogCallback
+from destila.training.callbacks import EngineReport, JsonlLogCallback
 from destila.training.datasets import Subset, collate, split_indices
 
 LOG_FILE = "log.jsonl"
@@ -86,7 +86,8 @@ def train_student(
     Writes checkpoints and ``log.jsonl`` into ``out`` and, at the end, the
     student (safetensors, config, tokenizer) loadable with
     ``AutoModelForCausalLM.from_pretrained(out)``. Returns
-    ``{"train": Trainer metrics, "steps": optimizer steps, "eval": held-out metrics or {}}``.
+    ``{"train": Trainer metrics, "steps": optimizer steps, "eval": held-out metrics or {},
+    "engine": what ran (see :func:`destila.training.engines.describe_engine`)}``.
     """
     from transformers import AutoTokenizer
 
@@ -141,7 +142,9 @@ def train_student(
         resume = last_complete_checkpoint(out)
         if resume is None:
             print(f"train: no complete checkpoint in {out}; starting from the beginning")
+    engine = EngineReport(trainer, out / LOG_FILE)
+    trainer.add_callback(engine)
     result = trainer.train(resume_from_checkpoint=resume or None)
     metrics = trainer.evaluate() if eval_ids else {}
     trainer.save_model(str(out))  # weights, config and (processing_class) tokenizer
-    return {"train": result.metrics, "steps": result.global_step, "eval": metrics}
+    return {"train": result.metrics, "steps": result.global_step, "eval": metrics, "engine": engine.engine}

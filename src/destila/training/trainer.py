@@ -21,6 +21,7 @@ import torch
 from transformers import Trainer
 
 from destila.models import check_plain_head
+from destila.training.engines import enable_cpu_fsdp
 from destila.training.head_loss import distill_through_forward
 from destila.training.online import OnlineTeacher, dense_online_loss
 
@@ -43,6 +44,10 @@ class DistillationTrainer(Trainer):
         self.model_accepts_loss_kwargs = True
         self._loss_shifts_labels = False
         self._window = torch.zeros(len(_STATS), dtype=torch.float64)
+
+    def create_accelerator_and_postprocess(self):
+        super().create_accelerator_and_postprocess()
+        enable_cpu_fsdp(self)
 
     # -- loss -----------------------------------------------------------------
 
