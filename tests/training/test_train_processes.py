@@ -19,7 +19,7 @@ def train_command(student, cache, out, *extra):
     return [
         sys.executable, "-m", "destila", "train", str(student), "--cache", str(cache), "-o", str(out),
         "--batch-size", "4", "--lr", "3e-3", "--lr-scheduler", "constant", "--seed", "7", "--logging-steps", "1",
-        "--trainer-arg", "use_cpu=true", *extra,
+        *extra,
     ]
 
 
