@@ -171,6 +171,8 @@ def decoder_of(model):
     Naive equivalent: ``model(input_ids, output_hidden_states=True).hidden_states[-1]``
     without ever materialising the ``[B, T, V]`` logits.
     """
+    if hasattr(model, "get_base_model"):  # a PEFT model: its base_model is the tuner, not the decoder
+        model = model.get_base_model()
     decoder = getattr(model, "base_model", None)
     if decoder is None or decoder is model:
         raise ValueError(f"model: {type(model).__name__} exposes no base model producing hidden states")

@@ -51,6 +51,23 @@ def _flag(name: str, spec: dict) -> str:
     return spec.pop("flag", "--" + name.replace("_", "-"))
 
 
+def add_lora_flags(parser) -> None:
+    """``--lora-r``, ``--lora-alpha``, ... from :class:`LoraArguments` (names, defaults and help declared there)."""
+    from dataclasses import MISSING, fields
+
+    from destila.training.peft_student import LoraArguments
+
+    group = parser.add_argument_group("LoRA student (needs destila[peft])")
+    for spec in fields(LoraArguments):
+        flag = "--" + spec.name.replace("_", "-")
+        if spec.type in (bool, "bool"):
+            group.add_argument(flag, dest=spec.name, action="store_true", help=spec.metadata["help"])
+        else:
+            kind = {"int": int, "float | None": float, "float": float, "str": str}[str(spec.type)]
+            default = spec.default if spec.default is not MISSING else None
+            group.add_argument(flag, dest=spec.name, type=kind, default=default, help=spec.metadata["help"])
+
+
 def register(subparsers) -> None:
     train = subparsers.add_parser(
         "train",
@@ -78,6 +95,7 @@ def register(subparsers) -> None:
         trainer.add_argument(_flag(name, spec), dest=name, **spec)
     for name, text in _SWITCHES.items():
         trainer.add_argument("--" + name.replace("_", "-"), dest=name, action="store_true", help=text)
+    add_lora_flags(train)
     trainer.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
                          help="resume from the last checkpoint in OUT, or from CHECKPOINT")
     trainer.add_argument("--trainer-arg", action="append", default=[], metavar="KEY=VALUE",
@@ -102,6 +120,7 @@ def run(args) -> int:
     from dataclasses import fields
 
     from destila.training import DistillationArguments, train_student
+    from destila.training.peft_student import LoraArguments
 
     options = {name: getattr(args, name) for name in [*_LOSS_FLAGS, *_TRAINER_FLAGS, *_SWITCHES]}
     options["report_to"] = [r for r in options["report_to"].split(",") if r and r != "none"] or "none"
@@ -115,14 +134,17 @@ def run(args) -> int:
     if unknown:
         raise ValueError(f"--trainer-arg: TrainingArguments has no field(s) {', '.join(unknown)}")
     training_args = DistillationArguments(output_dir=args.out, **{**options, **extra})
+    lora = LoraArguments(**{f.name: getattr(args, f.name) for f in fields(LoraArguments)})
     result = train_student(
         args.student, args.out, training_args,
         cache=args.cache, teacher=args.teacher, data=args.data, teacher_gguf_file=args.teacher_gguf_file,
-        seq_len=args.seq_len, max_tokens=args.max_tokens, text_field=args.text_field, resume=args.resume,
+        seq_len=args.seq_len, max_tokens=args.max_tokens, text_field=args.text_field, resume=args.resume, lora=lora,
     )
     if training_args.process_index == 0:
         if result["eval"]:
             print("held-out: " + ", ".join(f"{k.removeprefix('eval_')} {v:.4g}" for k, v in result["eval"].items()
                                            if isinstance(v, float)))
-        print(f"student saved to {args.out}")
+        print(f"{'adapter' if lora.enabled else 'student'} saved to {args.out}")
+        if result["merged"]:
+            print(f"merged student saved to {result['merged']}")
     return 0

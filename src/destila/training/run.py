@@ -10,6 +10,7 @@ from destila.models import load_causal_lm, load_tokenizer, output_head, tokenize
 from destila.training.arguments import DistillationArguments
 from destila.training.callbacks import EngineReport, JsonlLogCallback
 from destila.training.datasets import Subset, collate, split_indices
+from destila.training.peft_student import MERGED_DIR, LoraArguments, merge_adapter, with_adapters
 
 LOG_FILE = "log.jsonl"
 
@@ -80,12 +81,15 @@ def train_student(
     text_field: str = "text",
     resume: bool | str | None = None,
     callbacks: tuple = (),
+    lora: LoraArguments | None = None,
 ) -> dict:
     """Train ``student`` from ``cache`` (offline) or from ``teacher`` on ``data`` (online).
 
     Writes checkpoints and ``log.jsonl`` into ``out`` and, at the end, the
     student (safetensors, config, tokenizer) loadable with
-    ``AutoModelForCausalLM.from_pretrained(out)``. Returns
+    ``AutoModelForCausalLM.from_pretrained(out)``; with ``lora`` adapters
+    enabled, the adapter instead (``PeftModel.from_pretrained``), and with
+    ``lora.merge`` also ``out/merged``, the plain merged model. Returns
     ``{"train": Trainer metrics, "steps": optimizer steps, "eval": held-out metrics or {},
     "engine": what ran (see :func:`destila.training.engines.describe_engine`)}``.
     """
@@ -127,6 +131,8 @@ def train_student(
             teacher_model, args.online_loss, top_k=args.online_top_k,
             temperature=args.temperature, chunk_size=args.chunk_size,
         )
+    if lora is not None and lora.enabled:
+        model = with_adapters(model, lora)
     train_ids, eval_ids = split_indices(len(source), args.eval_fraction)
     trainer = DistillationTrainer(
         model=model,
@@ -146,5 +152,12 @@ def train_student(
     trainer.add_callback(engine)
     result = trainer.train(resume_from_checkpoint=resume or None)
     metrics = trainer.evaluate() if eval_ids else {}
-    trainer.save_model(str(out))  # weights, config and (processing_class) tokenizer
-    return {"train": result.metrics, "steps": result.global_step, "eval": metrics, "engine": engine.engine}
+    trainer.save_model(str(out))  # weights (or the adapter), config and (processing_class) tokenizer
+    merged = None
+    if lora is not None and lora.merge:
+        merged = out / MERGED_DIR
+        if trainer.is_world_process_zero():
+            merge_adapter(out, student, merged)
+        trainer.accelerator.wait_for_everyone()
+    return {"train": result.metrics, "steps": result.global_step, "eval": metrics, "engine": engine.engine,
+            "merged": str(merged) if merged else None}
