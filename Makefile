@@ -10,7 +10,7 @@ TORCH  ?= torch==2.13.0
 TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,--retries 0 --extra-index-url https://download.pytorch.org/whl/cpu)
 PYTEST_ARGS ?=
 
-.PHONY: install test test-slow test-all demo bench-loss clean
+.PHONY: install test test-slow test-all demo bench-loss docs clean
 
 install: $(VENV)/.installed
 
@@ -37,6 +37,10 @@ demo: install
 
 bench-loss: install
 	$(VENV)/bin/destila bench loss --json benchmarks/results/loss_cpu.jsonl --csv benchmarks/results/loss_cpu.csv --plot benchmarks/results/loss_cpu.png
+
+# The measured tables of docs/benchmarks.md and README.md, from benchmarks/results/.
+docs:
+	$(PYTHON) benchmarks/make_docs.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -113,13 +113,14 @@ class Demo:
         return {"path": path}
 
     def caches(self, teacher: str) -> dict:
-        from destila.cache import build_cache, inspect_cache
+        from destila.cache import BuildSpec, build_cache, inspect_cache
+        from destila.targets.spec import TargetSpec
 
         s = self.settings
         train, held = self._documents()
-        common = dict(seq_len=s.seq_len, top_k=s.top_k, batch_size=s.cache_batch_size)
-        report = build_cache(teacher, train, self.out / "cache", max_tokens=s.train_tokens, **common)
-        build_cache(teacher, held, self.out / "cache-heldout", max_tokens=s.eval_tokens, **common)
+        common = dict(seq_len=s.seq_len, targets=TargetSpec(top_k=s.top_k), batch_size=s.cache_batch_size)
+        report = build_cache(BuildSpec(teacher, train, self.out / "cache", max_tokens=s.train_tokens, **common))
+        build_cache(BuildSpec(teacher, held, self.out / "cache-heldout", max_tokens=s.eval_tokens, **common))
         summary = inspect_cache(self.out / "cache")
         return {
             "train_tokens": summary["tokens"], "bytes_per_token": summary["bytes_per_token"],
@@ -157,7 +158,7 @@ class Demo:
         return {"path": str(out), "steps": result["steps"], "train_seconds": result["train"].get("train_runtime")}
 
     def evaluate(self, models: list[str]) -> dict:
-        from destila.evaluation import evaluate_models, render_table
+        from destila.eval import evaluate_models, render_table
 
         s = self.settings
         results = evaluate_models(models, cache=str(self.out / "cache-heldout"), max_tokens=s.eval_tokens,
@@ -170,7 +171,8 @@ class Demo:
 
     def run(self) -> dict:
         from destila.cache import inspect_cache
-        from destila.report import read_training_log, write_report
+        from destila.report import write_report
+        from destila.training.callbacks import read_training_log
 
         s = self.settings
         self.out.mkdir(parents=True, exist_ok=True)
@@ -183,7 +185,7 @@ class Demo:
         budget = max(30.0, left / 2)  # the baseline gets the same steps, so about the same time
         distilled = self._stage(
             "distill", f"4/7 offline fused distillation (about {budget / 60:.1f} min)",
-            lambda: self._train(student, "distilled", s.max_steps, budget, loss_impl="fused"),
+            lambda: self._train(student, "distilled", s.max_steps, budget, impl="fused"),
         )
         baseline = self._stage(
             "baseline", f"5/7 baseline: the same student, cross-entropy only, {distilled['steps']} steps",

@@ -8,17 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from destila.evaluation import markdown_table
-
-
-def read_training_log(path: str | Path) -> list[dict]:
-    """The training records of a ``log.jsonl`` (the last one per step; evaluation records dropped)."""
-    records = {}
-    for line in Path(path).read_text().splitlines():
-        record = json.loads(line)
-        if "loss" in record:
-            records[record["step"]] = record
-    return [records[step] for step in sorted(records)]
+from destila.eval import markdown_table
+from destila.training.callbacks import read_training_log  # noqa: F401 (re-used by the demo)
 
 
 def plot_training_curves(runs: dict[str, list[dict]], path: str | Path) -> Path:

@@ -24,10 +24,19 @@ def direct_topk(model, input_ids: torch.Tensor, k: int, temperature: float = 1.0
     return ids, values, tail, logp
 
 
-def assert_matches_teacher(item_ids, item_lp, item_tail, model, input_ids, k, temperature, logprob_dtype):
-    """The cached top-K equals a direct computation: ids exactly (except at float ties),
-    log-probs within the storage dtype, tail log-mass within float32, total mass 1."""
+def assert_matches_teacher(item_ids, item_lp, item_tail, model, input_ids, k, temperature, logprob_dtype,
+                           trained=None):
+    """The cached top-K equals a direct computation at the trained positions (``trained [B, L]``; default:
+    all but the last): ids exactly (except at float ties), log-probs within the storage dtype, tail
+    log-mass within float32, total mass 1. Untrained positions hold no entries (-inf, id 0, tail 0)."""
+    if trained is None:
+        trained = torch.ones(input_ids.shape, dtype=torch.bool)
+        trained[:, -1] = False
+    assert torch.isneginf(item_lp[~trained]).all() and (item_ids[~trained] == 0).all()
+    assert (item_tail[~trained] == 0).all()
     ids, values, tail, logp = direct_topk(model, input_ids, k, temperature)
+    ids, values, tail, logp = ids[trained], values[trained], tail[trained], logp[trained]
+    item_ids, item_lp, item_tail = item_ids[trained], item_lp[trained], item_tail[trained]
     lp = item_lp.double()
     torch.testing.assert_close(lp, values[..., :k], rtol=RTOL[logprob_dtype], atol=ATOL)
     # The stored log-prob of each stored id is that id's log-prob, whatever its rank.

@@ -11,7 +11,7 @@ from destila.cache.format import CONTENT_FIELDS, MANIFEST
 from destila.data import load_texts, pack_documents
 from destila.models import load_causal_lm, load_tokenizer, tokenizer_fingerprint
 
-SMALL = dict(seq_len=32, max_tokens=32 * 23, top_k=12, logprob_dtype="float16", temperature=1.0, shard_size=5, batch_size=3, chunk_size=50, progress=False)
+SMALL = dict(seq_len=32, max_tokens=32 * 23, top_k=12, logprob_dtype="float16", temperature=1.0, shard_size=5, batch_size=3, head_chunk_rows=50, progress=False)
 
 
 def build(teacher, out, **overrides):

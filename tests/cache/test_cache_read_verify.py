@@ -38,8 +38,12 @@ def test_items_and_attributes(built):
     assert len(cache) == 23 and cache.seq_len == 32 and cache.top_k == 12 and cache.vocab_size == 320
     assert cache.logprob_dtype == torch.float16 and (cache.tokenizer_path / "tokenizer_config.json").is_file()
     item = cache[7]
-    assert set(item) == {"input_ids", "topk_ids", "topk_logprobs", "tail_logmass"}
+    assert set(item) == {"input_ids", "position_ids", "labels", "topk_ids", "topk_logprobs", "tail_logmass"}
     assert item["input_ids"].shape == (32,) and item["input_ids"].dtype == torch.int64
+    assert torch.equal(item["position_ids"], torch.arange(32))
+    assert torch.equal(item["labels"][:-1], item["input_ids"][1:]) and item["labels"][-1] == -100
+    # the last position has no label, so the cache stores no target there
+    assert torch.isneginf(item["topk_logprobs"][-1]).all() and item["tail_logmass"][-1] == 0
     assert item["topk_ids"].shape == (32, 12) and item["topk_ids"].dtype == torch.int64
     assert item["topk_logprobs"].shape == (32, 12) and item["topk_logprobs"].dtype == torch.float16
     assert item["tail_logmass"].shape == (32,) and item["tail_logmass"].dtype == torch.float32
@@ -78,10 +82,14 @@ def test_sound_cache_verifies_and_inspects(built, capsys):
     summary = inspect_cache(built)
     manifest = read_manifest(built)
     assert summary["bytes_per_token"] == sum(s.bytes for s in manifest.shards) / (23 * 32)
-    # K ids int32 + K log-probs float16 + tail float32 + input id int32, plus a small header per shard.
-    assert 12 * 6 + 8 <= summary["bytes_per_token"] < 12 * 6 + 8 + 20
+    # Per trained position (31 of 32): K ids int32 + K log-probs float16 + tail float32; per token: input id
+    # and position id int32, loss mask bool; plus a small header per shard.
+    per_token = 31 / 32 * (12 * 6 + 4) + 9
+    assert per_token <= summary["bytes_per_token"] < per_token + 20
+    assert summary["stored_entries"] == 23 * 31 * 12
+    assert summary["bytes_per_entry"] == sum(s.bytes for s in manifest.shards) / (23 * 31 * 12)
     stats = summary["stats"]
-    assert stats["positions"] == 23 * 32 and 0 < stats["topk_mass_mean"] <= 1
+    assert stats["positions"] == 23 * 31 and 0 < stats["topk_mass_mean"] <= 1
     assert stats["tail_logmass_percentiles"]["p1"] <= stats["tail_logmass_percentiles"]["p99"] < 0
     assert 0 < stats["entropy_topk_mean"] < stats["entropy_bucket_mean"]
     code, out, _ = run_cli(["cache", "inspect", str(built), "--json"], capsys)
@@ -131,13 +139,13 @@ def test_verify_checks_values_not_only_checksums(built, tmp_path):
     manifest = read_manifest(folder)
     shard = manifest.shards[1]
     tensors = load_file(str(folder / shard.name))
-    tensors["topk_logprobs"][0, 0, 0] = float("nan")
-    payload = save(tensors, metadata={"format": "destila-topk-cache/1"})
+    tensors["topk_logprobs"][0, 0] = float("nan")
+    payload = save(tensors, metadata={"format": "destila-topk-cache/2"})
     (folder / shard.name).write_bytes(payload)
     shard.sha256, shard.bytes = hashlib.sha256(payload).hexdigest(), len(payload)
     (folder / "manifest.json").write_text(manifest.to_json())
     report = verify_cache(folder)
-    assert report.faults == [f"{shard.name}: 1 non-finite top-K log-probs"]
+    assert report.faults == [f"{shard.name}: row 0: 1 non-finite top-K log-probs"]
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys, tiny_llama_dir):

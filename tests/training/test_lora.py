@@ -51,7 +51,7 @@ def test_lora_student_learns_saves_an_adapter_and_merges_exactly(tiny_cache, fre
 
 def test_lora_student_trains_online(tiny_llama_dir, fresh_student, tmp_path):
     out = tmp_path / "online"
-    result = train_student(str(fresh_student), out, args_for(out, max_steps=2, online_loss="topk", online_top_k=8),
+    result = train_student(str(fresh_student), out, args_for(out, max_steps=2, online_loss="topk", top_k=8),
                            teacher=str(tiny_llama_dir), data=pydoc_texts(DOCS), seq_len=SEQ_LEN,
                            lora=LoraArguments(lora_r=2))
     assert result["steps"] == 2 and (out / "adapter_model.safetensors").is_file()

@@ -49,7 +49,7 @@ def test_online_topk_matches_a_cache_of_the_same_k(tiny_llama_dir, fresh_student
     offline = tmp_path / "offline"
     train_student(str(fresh_student), offline, online_args(offline, max_steps=3), cache=cache)
     online = tmp_path / "online"
-    train_student(str(fresh_student), online, online_args(online, max_steps=3, online_loss="topk", online_top_k=8),
+    train_student(str(fresh_student), online, online_args(online, max_steps=3, online_loss="topk", top_k=8),
                   teacher=str(tiny_llama_dir), data=pydoc_texts(DOCS), seq_len=SEQ_LEN)
     offline_log, online_log = read_log(offline / "log.jsonl"), read_log(online / "log.jsonl")
     for step in (1, 2, 3):

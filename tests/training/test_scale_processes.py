@@ -84,8 +84,8 @@ def test_documented_torchrun_training_is_data_parallel(workdir, tiny_cache):
 @pytest.mark.slow
 def test_fsdp_full_shard_two_processes_follow_one_process(workdir):
     """Same global batch (2 × 2 vs 1 × 4): the same loss at every step, within 1e-5."""
-    common = ("--max-steps", "5", "--logging-steps", "1", "--lr", "3e-3", "--lr-scheduler", "constant",
-              "--seed", "7", "--save-steps", "100")
+    common = ("--max_steps", "5", "--logging_steps", "1", "--learning_rate", "3e-3", "--lr_scheduler_type", "constant",
+              "--seed", "7", "--save_steps", "100")
     run_documented(documented("destila train student/ --cache cache/ -o single/"), workdir, *common)
     run_documented(documented("torchrun --standalone --nproc-per-node 2 -m destila train student/ --cache cache/ "
                               "-o sharded/"), workdir, *common)

@@ -54,7 +54,7 @@ def train_and_log(student, cache, out, **overrides) -> dict[int, dict]:
 @pytest.mark.parametrize("impl", ["chunked", "dense"])
 def test_loss_implementations_train_identically(tiny_cache, fresh_student, tmp_path, impl):
     fused = train_and_log(fresh_student, tiny_cache, tmp_path / "f", max_steps=4)
-    other = train_and_log(fresh_student, tiny_cache, tmp_path / "o", max_steps=4, loss_impl=impl)
+    other = train_and_log(fresh_student, tiny_cache, tmp_path / "o", max_steps=4, impl=impl)
     for step in range(1, 5):
         assert other[step]["loss"] == pytest.approx(fused[step]["loss"], rel=1e-4)
 

@@ -18,8 +18,8 @@ from train_helpers import fresh_student, read_log, tiny_cache  # noqa: F401 (fix
 def train_command(student, cache, out, *extra):
     return [
         sys.executable, "-m", "destila", "train", str(student), "--cache", str(cache), "-o", str(out),
-        "--batch-size", "4", "--lr", "3e-3", "--lr-scheduler", "constant", "--seed", "7", "--logging-steps", "1",
-        *extra,
+        "--per_device_train_batch_size", "4", "--learning_rate", "3e-3", "--lr_scheduler_type", "constant",
+        "--seed", "7", "--logging_steps", "1", *extra,
     ]
 
 
@@ -34,7 +34,7 @@ def complete_checkpoints(out: Path) -> list[int]:
 
 
 def test_sigkill_then_resume_continues_the_same_trajectory(tiny_cache, fresh_student, tmp_path):
-    steps = ["--max-steps", "120", "--save-steps", "10"]
+    steps = ["--max_steps", "120", "--save_steps", "10"]
     reference = tmp_path / "reference"
     subprocess.run(train_command(fresh_student, tiny_cache, reference, *steps), check=True, env=environment(),
                    capture_output=True)
@@ -65,11 +65,11 @@ def test_sigkill_then_resume_continues_the_same_trajectory(tiny_cache, fresh_stu
 def test_torchrun_two_processes_equal_one_process_with_the_same_global_batch(tiny_cache, fresh_student, tmp_path):
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     single = tmp_path / "single"
-    subprocess.run(train_command(fresh_student, tiny_cache, single, "--max-steps", "5", "--save-steps", "100"),
+    subprocess.run(train_command(fresh_student, tiny_cache, single, "--max_steps", "5", "--save_steps", "100"),
                    check=True, env=environment(), capture_output=True)
     double = tmp_path / "double"
-    command = train_command(fresh_student, tiny_cache, double, "--max-steps", "5", "--save-steps", "100")
-    command[command.index("--batch-size") + 1] = "2"
+    command = train_command(fresh_student, tiny_cache, double, "--max_steps", "5", "--save_steps", "100")
+    command[command.index("--per_device_train_batch_size") + 1] = "2"
     launched = subprocess.run(
         [torchrun, "--nproc-per-node", "2", "--master-port", "29533", *command[1:]],
         env=environment(), capture_output=True, text=True,

@@ -58,7 +58,7 @@ def _warm_up(model, batch, top_k: int, chunk_size: int) -> None:
     """One untimed batch through both paths: the first forward of a process pays one-time setup."""
     import torch
 
-    from destila.cache.topk import teacher_topk
+    from destila.targets.head import teacher_topk
     from destila.models import decoder_of, output_head
 
     weight, bias = output_head(model)
@@ -127,7 +127,7 @@ def measure_interleaved(args) -> None:
     """
     import torch
 
-    from destila.cache.topk import teacher_topk
+    from destila.targets.head import teacher_topk
     from destila.data import load_texts, pack_documents
     from destila.models import decoder_of, load_causal_lm, load_tokenizer, output_head
 

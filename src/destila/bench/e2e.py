@@ -93,11 +93,12 @@ class LongContextConfig:
 def cache_worker(teacher: str, data: str, output: str, seq_len: int, max_tokens: int, top_k: int,
                  device: str) -> dict:
     """Build the cache; the teacher pass's wall time and throughput."""
-    from destila.cache import build_cache
+    from destila.cache import BuildSpec, build_cache
+    from destila.targets.spec import TargetSpec
 
     start = time.perf_counter()
-    report = build_cache(teacher, data, output, seq_len=seq_len, max_tokens=max_tokens, top_k=top_k,
-                         batch_size=1, device=device, progress=False)
+    report = build_cache(BuildSpec(teacher, data, output, seq_len=seq_len, max_tokens=max_tokens,
+                                   targets=TargetSpec(top_k=top_k), batch_size=1, device=device, progress=False))
     return {"seconds": time.perf_counter() - start, "tokens": report.tokens,
             "teacher_tokens_per_second": report.tokens_per_second}
 
@@ -108,7 +109,7 @@ def train_worker(method: str, student: str, out: str, cache: str | None, teacher
     """Train ``steps`` steps with ``method``; each step's wall time and logged loss."""
     from transformers import TrainerCallback
 
-    from destila.report import read_training_log
+    from destila.training.callbacks import read_training_log
     from destila.training import DistillationArguments, train_student
 
     class StepClock(TrainerCallback):
@@ -127,7 +128,7 @@ def train_worker(method: str, student: str, out: str, cache: str | None, teacher
     args = DistillationArguments(
         output_dir=out, max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,
         lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=seed,
-        loss_impl="fused" if method == "online" else method, online_loss="dense", bf16=dtype == "bfloat16",
+        impl="fused" if method == "online" else method, online_loss="dense", bf16=dtype == "bfloat16",
         gradient_checkpointing=gradient_checkpointing, use_cpu=device == "cpu", disable_tqdm=True,
         dataloader_num_workers=0,
     )
@@ -195,7 +196,7 @@ def prepare_student(cfg: E2EConfig, teacher: str) -> str:
 
 def run_e2e(cfg: E2EConfig, on_row=None) -> dict:
     """Every method of ``cfg`` in its own process; ``{"cache": ..., "rows": [...], "break_even_runs": ...}``."""
-    from destila.bench.isolated import run_isolated
+    from destila.measure import run_isolated
     from destila.models import embedded_teacher_dir
 
     workdir = Path(cfg.workdir)
@@ -268,7 +269,7 @@ def break_even_runs(cache_seconds: float, rows: list[dict], steps: int) -> float
 
 def run_long_context(cfg: LongContextConfig, on_row=None) -> list[dict]:
     """One training step per (impl, length) in its own process; an impl stops at its first failure."""
-    from destila.bench.isolated import run_isolated
+    from destila.measure import run_isolated
 
     rows, stopped = [], set()
     for seq_len in cfg.seq_lens:

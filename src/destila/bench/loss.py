@@ -29,7 +29,8 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from destila.bench.isolated import run_isolated
+from destila.losses.options import DEFAULT_LOSS_CHUNK_ROWS
+from destila.measure import run_isolated
 
 WORKER = "destila.bench.loss:loss_worker"
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -50,7 +51,7 @@ class LossBenchConfig:
     impls: tuple[str, ...] = ("fused", "chunked", "dense")
     dtype: str = "float32"
     device: str = "cpu"
-    chunk_size: int = 2048
+    chunk_size: int = DEFAULT_LOSS_CHUNK_ROWS
     repeats: int = 3
     max_seconds: float = 30.0
     timeout: float = 1800.0
@@ -153,7 +154,7 @@ def loss_worker(impl: str, seq_len: int, hidden: int, vocab: int, top_k: int, dt
     import torch
 
     from destila import distill_loss
-    from destila.bench.isolated import PeakMeter, active_meter
+    from destila.measure import PeakMeter, active_meter
 
     meter = active_meter() or PeakMeter(device)
     h, w, ids, lp, tail = _make_inputs(seq_len, hidden, vocab, top_k, getattr(torch, dtype), device, seed)

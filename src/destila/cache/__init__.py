@@ -6,13 +6,14 @@ See :mod:`destila.cache.format` for the folder layout and crash-safety rules.
 from destila.cache.format import FORMAT_VERSION, Manifest, ShardInfo, read_manifest
 from destila.cache.reader import CorruptShardError, TopKCache, collate_topk
 from destila.cache.stats import inspect_cache
-from destila.cache.topk import teacher_topk
 from destila.cache.verify import VerifyReport, verify_cache
+from destila.cache.spec import BuildSpec
 from destila.cache.writer import BuildReport, build_cache
 
 __all__ = [
     "FORMAT_VERSION",
     "BuildReport",
+    "BuildSpec",
     "CorruptShardError",
     "Manifest",
     "ShardInfo",
@@ -22,6 +23,5 @@ __all__ = [
     "collate_topk",
     "inspect_cache",
     "read_manifest",
-    "teacher_topk",
     "verify_cache",
 ]

@@ -9,20 +9,22 @@ A cache is a folder::
       ...
       progress-rank1.json           only during a multi-process build (merged at the end)
 
-A shard is a safetensors file holding, for its ``R`` rows of length ``L``:
+A shard is a safetensors file holding ``R`` consecutive rows (sequences) of
+length ``L``. Position t of a row holds the teacher's distribution of the
+token at t+1; only the ``P`` positions whose ``loss_mask`` is true (over the
+shard, row-major) carry targets. :func:`shard_schema` is the one declaration
+of what a shard holds, per encoding and target kind:
 
-==================  ===========  ===========================================
-``sequence_index``  ``[R]``      int64, the global index of each row's sequence
-``input_ids``       ``[R, L]``   int32, the tokens fed to the teacher
-``topk_ids``        ``[R, L, K]`` int32, the teacher's top-K ids at position t
-``topk_logprobs``   ``[R, L, K]`` float16 / bfloat16 / float32, log p(id | ids[:t+1]),
-                                 normalised over the full vocabulary, sorted descending
-``tail_logmass``    ``[R, L]``   float32, log of the mass outside the top-K
-                                 (``-inf`` when K = V)
-==================  ===========  ===========================================
-
-Position t holds the teacher's distribution of the token at t+1, so the label
-at t is ``input_ids[t+1]`` and the last position has no label.
+every shard          ``sequence_index [R]`` int64, the global index of each row's sequence
+plain, per row       ``input_ids [R, L]`` int32, ``position_ids [R, L]`` int32 (restart at 0 per
+                     document), ``loss_mask [R, L]`` bool (true: the target at t is trained)
+plain, top-K         ``topk_ids [P, K]`` int32, ``topk_logprobs [P, K]`` float16/bfloat16/float32
+                     (log p over the full vocabulary, sorted descending), ``tail_logmass [P]``
+                     float32 (log of the mass outside the top-K, ``-inf`` when K = V)
+plain, sampled       ``sample_ids [P, S]`` int32, ``sample_counts [P, S]`` int32 (each position's
+                     distinct drawn ids by decreasing count, then padding with count 0)
+compact              ``block_offsets [R+1]`` int64, ``blocks [bytes]`` uint8: row r is the zstd
+                     block ``blocks[offsets[r]:offsets[r+1]]`` (:mod:`destila.cache.codec`)
 
 Crash safety rests on three rules: a file is written under a temporary name,
 flushed, fsync'd and renamed (:func:`write_atomic`); the manifest is replaced
@@ -39,7 +41,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 TOKENIZER_DIR = "tokenizer"
 SHARD_PREFIX = "shard-"
@@ -49,7 +51,11 @@ TMP_MARK = ".tmp-"
 LOCK = ".lock"
 
 LOGPROB_DTYPES = ("float16", "bfloat16", "float32")
-TENSORS = ("sequence_index", "input_ids", "topk_ids", "topk_logprobs", "tail_logmass")
+ENCODINGS = ("plain", "compact")
+
+# safetensors' dtype codes, so that shard headers can be checked without torch.
+SAFETENSORS_DTYPES = {"int64": "I64", "int32": "I32", "bool": "BOOL", "uint8": "U8", "float16": "F16",
+                      "bfloat16": "BF16", "float32": "F32"}
 
 # The fields that define a cache's content. A build on an existing cache must
 # agree on all of them; the others (paths, batch size, device, shard size)
@@ -61,8 +67,9 @@ CONTENT_FIELDS = (
     "teacher_dtype",
     "tokenizer_fingerprint",
     "vocab_size",
-    "top_k",
-    "temperature",
+    "targets",
+    "encoding",
+    "compact",
     "seq_len",
     "logprob_dtype",
     "text_field",
@@ -121,8 +128,9 @@ class Manifest:
     tokenizer_size: int
     eos_token_id: int
     vocab_size: int
-    top_k: int
-    temperature: float
+    targets: dict
+    encoding: str
+    compact: dict | None
     seq_len: int
     logprob_dtype: str
     data_source: str
@@ -140,9 +148,37 @@ class Manifest:
     def stored_sequences(self) -> int:
         return sum(s.rows for s in self.shards)
 
+    @property
+    def target_spec(self):
+        """The :class:`~destila.targets.spec.TargetSpec` the targets were made with."""
+        from destila.targets.spec import TargetSpec
+
+        return TargetSpec(**self.targets)
+
+    @property
+    def target_kind(self) -> str:
+        return self.targets["kind"]
+
+    @property
+    def top_k(self) -> int:
+        """Entries per position a reader returns: K (top-K) or S (sampled: at most S distinct ids)."""
+        return self.target_spec.width
+
+    @property
+    def temperature(self) -> float:
+        return float(self.targets["temperature"])
+
+    def layout(self):
+        """The :class:`~destila.cache.codec.CompactLayout` of a compact cache."""
+        from destila.cache.codec import CompactLayout
+
+        return CompactLayout(**self.compact)
+
     def content(self) -> dict:
-        """The content-defining fields (:data:`CONTENT_FIELDS`) as a dict."""
-        return {name: getattr(self, name) for name in CONTENT_FIELDS}
+        """The content-defining fields (:data:`CONTENT_FIELDS`), the target spec's flattened as ``targets.NAME``."""
+        values = {name: getattr(self, name) for name in CONTENT_FIELDS if name != "targets"}
+        values.update({f"targets.{k}": v for k, v in self.target_spec.content().items()})
+        return values
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1)
@@ -162,6 +198,66 @@ class Manifest:
         values = {k: v for k, v in raw.items() if k in names}
         values["shards"] = [ShardInfo(**s) for s in raw.get("shards", [])]
         return cls(**values)
+
+
+def shard_schema(manifest: Manifest, rows: int, positions: int | None = None,
+                 blob_bytes: int | None = None) -> dict[str, tuple[str, tuple]]:
+    """``{name: (dtype, shape)}`` of every tensor of a shard with ``rows`` rows (see the module docstring).
+
+    ``positions`` is the shard's number of trained positions ``P`` and
+    ``blob_bytes`` the length of a compact shard's ``blocks``; a ``None``
+    there leaves that dimension unchecked (``None`` in the shape).
+    """
+    length = manifest.seq_len
+    schema = {"sequence_index": ("int64", (rows,))}
+    if manifest.encoding == "compact":
+        schema["block_offsets"] = ("int64", (rows + 1,))
+        schema["blocks"] = ("uint8", (blob_bytes,))
+        return schema
+    schema.update(input_ids=("int32", (rows, length)), position_ids=("int32", (rows, length)),
+                  loss_mask=("bool", (rows, length)))
+    width = manifest.top_k
+    if manifest.target_kind == "topk":
+        schema.update(topk_ids=("int32", (positions, width)),
+                      topk_logprobs=(manifest.logprob_dtype, (positions, width)),
+                      tail_logmass=("float32", (positions,)))
+    else:
+        schema.update(sample_ids=("int32", (positions, width)), sample_counts=("int32", (positions, width)))
+    return schema
+
+
+def schema_faults(found: dict[str, tuple[str, list]], schema: dict[str, tuple[str, tuple]]) -> list[str]:
+    """Where ``found`` (``{name: (safetensors dtype code, shape)}``, e.g. from a shard header) breaks ``schema``."""
+    faults = []
+    for name, (dtype, shape) in schema.items():
+        if name not in found:
+            faults.append(f"tensor {name} missing")
+            continue
+        code, got = found[name]
+        fits = len(got) == len(shape) and all(want is None or want == g for want, g in zip(shape, got))
+        if code != SAFETENSORS_DTYPES[dtype] or not fits:
+            wanted = "[" + ", ".join("*" if d is None else str(d) for d in shape) + "]"
+            faults.append(f"tensor {name} is {code} {list(got)}, expected {SAFETENSORS_DTYPES[dtype]} {wanted}")
+    extra = sorted(set(found) - set(schema))
+    if extra:
+        faults.append(f"unexpected tensors {', '.join(extra)}")
+    return faults
+
+
+def shard_file_fault(folder: Path, shard: ShardInfo, *, checksum: bool = True) -> str | None:
+    """What is wrong with ``shard``'s file, or None: missing, a size other than recorded, or (with
+    ``checksum``) a SHA-256 other than recorded. The one size/hash check of writer, reader and verify."""
+    path = Path(folder) / shard.name
+    size = path.stat().st_size if path.is_file() else None
+    if size is None:
+        return "file missing"
+    if size != shard.bytes:
+        return f"size {size} bytes, the manifest says {shard.bytes}"
+    if checksum:
+        digest = sha256_file(path)
+        if digest != shard.sha256:
+            return f"checksum mismatch (manifest sha256 {shard.sha256[:16]}…, file {digest[:16]}…): the file is damaged"
+    return None
 
 
 def read_manifest(folder: Path, name: str = MANIFEST) -> Manifest:

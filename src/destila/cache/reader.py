@@ -3,10 +3,15 @@
     cache = TopKCache("cache/")
     item = cache[i]              # sequence i of the packed data
     item["input_ids"]            # [L]    int64, the tokens the teacher saw
+    item["position_ids"]         # [L]    int64, restarting at 0 at each document
+    item["labels"]               # [L]    int64, next token where trained, else -100
     item["topk_ids"]             # [L, K] int64, teacher's top-K ids for the token at t+1
-    item["topk_logprobs"]        # [L, K] stored dtype (float16 by default), sorted descending
+    item["topk_logprobs"]        # [L, K] sorted descending, -inf where untrained or padding
     item["tail_logmass"]         # [L]    float32, log of the mass outside the top-K
     loader = DataLoader(cache, batch_size=8, shuffle=True, num_workers=2, collate_fn=collate_topk)
+
+Every encoding (plain, compact) and target kind (top-K, sampled) reads the
+same way; :mod:`destila.cache.rows` decodes them.
 
 Integrity: opening a cache checks the manifest, that every sequence is
 stored exactly once and that every shard file has the recorded size
@@ -26,7 +31,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from destila.cache.format import MANIFEST, TOKENIZER_DIR, read_manifest, sha256_file
+from destila.cache.codec import BlockError
+from destila.cache.format import MANIFEST, TOKENIZER_DIR, read_manifest, shard_file_fault
+from destila.cache.rows import ShardFormatError, ShardRows
 
 _VERIFY = ("first_touch", "open", "none")
 
@@ -40,7 +47,9 @@ class TopKCache(torch.utils.data.Dataset):
 
     Attributes: ``manifest`` (:class:`~destila.cache.format.Manifest`),
     ``tokenizer_path`` (loadable with ``AutoTokenizer.from_pretrained``),
-    ``seq_len``, ``top_k``, ``vocab_size``, ``logprob_dtype`` (a torch dtype).
+    ``seq_len``, ``top_k`` (entries per position: K, or S for sampled
+    targets), ``vocab_size``, ``logprob_dtype`` (the torch dtype of
+    ``topk_logprobs``: the stored one for plain top-K, else float32).
     Picklable: shard files are opened lazily, once per process.
     """
 
@@ -57,18 +66,17 @@ class TopKCache(torch.utils.data.Dataset):
                 "run the same `destila cache build` command again to finish it"
             )
         self.seq_len, self.top_k, self.vocab_size = m.seq_len, m.top_k, m.vocab_size
-        self.logprob_dtype = getattr(torch, m.logprob_dtype)
+        plain_topk = m.encoding == "plain" and m.target_kind == "topk"
+        self.logprob_dtype = getattr(torch, m.logprob_dtype) if plain_topk else torch.float32
         self.tokenizer_path = self.path / TOKENIZER_DIR
         self._shard_of = np.full(m.sequences, -1, dtype=np.int32)
         self._row_of = np.zeros(m.sequences, dtype=np.int64)
         for number, shard in enumerate(m.shards):
-            file = self.path / shard.name
-            size = file.stat().st_size if file.is_file() else None
-            if size != shard.bytes:
-                found = "missing" if size is None else f"{size} bytes, the manifest says {shard.bytes}"
+            fault = shard_file_fault(self.path, shard, checksum=False)
+            if fault is not None:
                 raise CorruptShardError(
-                    f"{file}: shard is {found}; run `destila cache verify {self.path}`, delete the damaged shard "
-                    "and run the same `destila cache build` command to recompute it"
+                    f"{self.path / shard.name}: {fault}; run `destila cache verify {self.path}`, delete the damaged "
+                    "shard and run the same `destila cache build` command to recompute it"
                 )
             indices = shard.indices()
             if len(indices) != shard.rows or np.any(self._shard_of[indices] != -1):
@@ -100,14 +108,12 @@ class TopKCache(torch.utils.data.Dataset):
         if not -len(self) <= index < len(self):
             raise IndexError(f"sequence {index} out of range for a cache of {len(self)} sequences")
         index %= len(self)
-        handle = self._open(int(self._shard_of[index]))
-        row = int(self._row_of[index])
-        return {
-            "input_ids": handle.get_slice("input_ids")[row].long(),
-            "topk_ids": handle.get_slice("topk_ids")[row].long(),
-            "topk_logprobs": handle.get_slice("topk_logprobs")[row],
-            "tail_logmass": handle.get_slice("tail_logmass")[row],
-        }
+        number = int(self._shard_of[index])
+        rows = self._open(number)
+        try:
+            return rows.item(int(self._row_of[index]))
+        except (BlockError, ShardFormatError) as err:
+            raise CorruptShardError(f"{self.path / self.manifest.shards[number].name}: {err}") from err
 
     def _open(self, number: int):
         if self._pid != os.getpid():  # forked after opening: take fresh handles
@@ -122,10 +128,11 @@ class TopKCache(torch.utils.data.Dataset):
                 self._check(number)
             shard = self.manifest.shards[number]
             try:
-                handle = safe_open(str(self.path / shard.name), framework="pt")
+                handle = ShardRows(safe_open(str(self.path / shard.name), framework="pt"), self.manifest, shard)
+            except ShardFormatError as err:
+                raise CorruptShardError(f"{self.path / shard.name}: {err}") from err
             except Exception as err:  # safetensors raises its own error type for a bad header
                 raise CorruptShardError(f"{self.path / shard.name}: not a readable safetensors file ({err})") from err
-            self._check_shapes(shard, handle)
             self._handles[number] = handle
         return handle
 
@@ -133,36 +140,17 @@ class TopKCache(torch.utils.data.Dataset):
         if number in self._verified:
             return
         shard = self.manifest.shards[number]
-        found = sha256_file(self.path / shard.name)
-        if found != shard.sha256:
+        fault = shard_file_fault(self.path, shard)
+        if fault is not None:
             raise CorruptShardError(
-                f"{self.path / shard.name}: checksum mismatch (manifest sha256 {shard.sha256[:16]}…, file "
-                f"{found[:16]}…): the shard is damaged; delete it and run the same `destila cache build` "
+                f"{self.path / shard.name}: {fault}; delete the shard and run the same `destila cache build` "
                 "command to recompute its sequences"
             )
         self._verified.add(number)
 
-    def _check_shapes(self, shard, handle) -> None:
-        m = self.manifest
-        expected = {
-            "input_ids": [shard.rows, m.seq_len],
-            "topk_ids": [shard.rows, m.seq_len, m.top_k],
-            "topk_logprobs": [shard.rows, m.seq_len, m.top_k],
-            "tail_logmass": [shard.rows, m.seq_len],
-        }
-        for name, shape in expected.items():
-            found = handle.get_slice(name).get_shape() if name in handle.keys() else None
-            if found != shape:
-                raise CorruptShardError(f"{self.path / shard.name}: tensor {name} has shape {found}, expected {shape}")
-
 
 def collate_topk(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Stack cache items into a batch: ``input_ids [B, L]``, ``topk_ids [B, L, K]``,
-    ``topk_logprobs [B, L, K]`` (stored dtype; the loss upcasts), ``tail_logmass [B, L]``,
-    plus ``labels [B, L]`` = ``input_ids`` shifted left with ``-100`` at the last position
-    (the teacher distribution at t is for the token at t+1)."""
-    batch = {key: torch.stack([item[key] for item in items]) for key in items[0]}
-    labels = torch.full_like(batch["input_ids"], -100)
-    labels[:, :-1] = batch["input_ids"][:, 1:]
-    batch["labels"] = labels
-    return batch
+    """Stack cache items into a batch: every field of an item gains a leading ``B``
+    (``input_ids``, ``position_ids``, ``labels`` ``[B, L]``, ``topk_ids``/``topk_logprobs`` ``[B, L, K]``,
+    ``tail_logmass [B, L]``). Labels come from the item: next token where trained, else -100."""
+    return {key: torch.stack([item[key] for item in items]) for key in items[0]}

@@ -35,6 +35,7 @@ from destila.cache.format import (
     is_shard_file,
     is_temporary,
     read_manifest,
+    shard_file_fault,
     write_atomic,
     write_manifest,
 )
@@ -90,12 +91,17 @@ def existing_manifest(folder: Path) -> Manifest | None:
 
 
 def content_differences(old: dict, new: dict) -> list[str]:
-    """``field: cache has A, this build has B`` for every content field that differs."""
+    """``field: cache has A, this build has B`` for every content field (:meth:`Manifest.content`) that differs."""
     return [
-        f"{name}: cache has {old.get(name)!r}, this build has {new[name]!r}"
-        for name in CONTENT_FIELDS
+        f"{name.removeprefix('targets.')}: cache has {old.get(name)!r}, this build has {new[name]!r}"
+        for name in sorted(set(old) | set(new), key=_field_order)
         if name in new and old.get(name) != new[name]
     ]
+
+
+def _field_order(name: str) -> tuple:
+    base = "targets" if name.startswith("targets.") else name
+    return (CONTENT_FIELDS.index(base) if base in CONTENT_FIELDS else len(CONTENT_FIELDS), name)
 
 
 def refuse_different(old: Manifest, new: dict, folder: Path, context: dict[str, str]) -> None:
@@ -132,11 +138,9 @@ def recover(folder: Path, manifest: Manifest) -> Manifest:
             shards.setdefault(entry["name"], ShardInfo(**entry))
     kept, seen = [], set()
     for name, info in sorted(shards.items()):
-        path = folder / name
-        size = path.stat().st_size if path.is_file() else None
-        if size != info.bytes:
-            found = "missing" if size is None else f"{size} bytes instead of {info.bytes}"
-            log.warning("shard %s is %s: its %d sequences will be computed again", name, found, info.rows)
+        fault = shard_file_fault(folder, info, checksum=False)
+        if fault is not None:
+            log.warning("shard %s: %s: its %d sequences will be computed again", name, fault, info.rows)
             continue
         indices = set(int(i) for i in info.indices())
         if indices & seen:  # cannot happen with this writer; never let a sequence be stored twice

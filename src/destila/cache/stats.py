@@ -23,15 +23,24 @@ PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 
 
 def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
-    """A JSON-ready summary of the cache at ``path`` (works on an incomplete cache too)."""
+    """A JSON-ready summary of the cache at ``path`` (works on an incomplete cache too).
+
+    ``bytes_per_token`` is shard bytes over stored tokens; ``bytes_per_entry``
+    is shard bytes over stored target entries (trained positions × K for
+    top-K, or the distinct ids actually stored for sampled targets), counted
+    over every shard.
+    """
     import numpy as np
     import torch
     from safetensors import safe_open
+
+    from destila.cache.rows import ShardRows, dense_item
 
     path = Path(path).expanduser()
     m = read_manifest(path)
     shard_bytes = sum(s.bytes for s in m.shards)
     stored_tokens = m.stored_sequences * m.seq_len
+    entries = _stored_entries(path, m)
     folder_bytes = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     summary = {
         "path": str(path),
@@ -41,6 +50,8 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
         "tokens": m.tokens,
         "seq_len": m.seq_len,
         "top_k": m.top_k,
+        "targets": m.targets,
+        "encoding": m.encoding,
         "vocab_size": m.vocab_size,
         "temperature": m.temperature,
         "logprob_dtype": m.logprob_dtype,
@@ -48,6 +59,8 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
         "shard_bytes": shard_bytes,
         "folder_bytes": folder_bytes,
         "bytes_per_token": shard_bytes / stored_tokens if stored_tokens else None,
+        "stored_entries": entries,
+        "bytes_per_entry": shard_bytes / entries if entries else None,
         "teacher": {
             "name": m.teacher, "path": m.teacher_path, "gguf_file": m.teacher_gguf_file,
             "architecture": m.teacher_architecture, "dtype": m.teacher_dtype,
@@ -65,10 +78,14 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
             break
         rows = shard.rows if max_sequences is None else min(shard.rows, max_sequences - taken)
         with safe_open(str(path / shard.name), framework="pt") as handle:
-            lp = handle.get_slice("topk_logprobs")[:rows].float().reshape(-1, m.top_k)
-            tail = handle.get_slice("tail_logmass")[:rows].reshape(-1)
+            reader = ShardRows(handle, m, shard)
+            stored = [dense_item(reader.stored(r), m) for r in range(rows)]
+        trained = torch.cat([item["labels"] != -100 for item in stored])
+        lp = torch.cat([item["topk_logprobs"] for item in stored]).float()[trained]
+        tail = torch.cat([item["tail_logmass"] for item in stored])[trained]
+        lp = lp.masked_fill(~torch.isfinite(lp), -torch.inf)  # padding of sampled targets: p = 0
         p = lp.exp()
-        h_topk = -(p * lp).sum(-1)
+        h_topk = -torch.where(p > 0, p * lp, 0.0).sum(-1)
         p_tail = tail.exp()
         # 0 · log 0 = 0 when the tail is empty (K = V)
         h_tail = torch.where(p_tail > 0, -p_tail * tail, torch.zeros_like(tail))
@@ -95,11 +112,41 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
     return summary
 
 
+def _stored_entries(path: Path, m) -> int:
+    """Target entries stored in all shards: trained positions × K, or the distinct ids of sampled targets."""
+    from safetensors import safe_open
+
+    from destila.cache.rows import ShardRows
+
+    total = 0
+    for shard in m.shards:
+        with safe_open(str(path / shard.name), framework="pt") as handle:
+            if m.target_kind == "topk" and m.encoding == "plain":
+                total += handle.get_slice("topk_ids").get_shape()[0] * m.top_k
+                continue
+            if m.target_kind == "sampled" and m.encoding == "plain":
+                total += int((handle.get_tensor("sample_counts") > 0).sum())
+                continue
+            reader = ShardRows(handle, m, shard)
+            for r in range(shard.rows):
+                stored = reader.stored(r)
+                total += int((stored["counts"] > 0).sum()) if "counts" in stored else stored["ids"].size
+    return total
+
+
 def _tokenizer_class(folder: Path) -> str | None:
     try:
         return json.loads((folder / "tokenizer_config.json").read_text()).get("tokenizer_class")
     except (OSError, ValueError):
         return None
+
+
+def _targets_line(summary: dict) -> str:
+    targets = summary["targets"]
+    if targets["kind"] == "sampled":
+        return f"S={targets['samples']} draws of V={summary['vocab_size']:,} (seed {targets['seed']})"
+    dtype = f", log-probs {summary['logprob_dtype']}" if summary["encoding"] == "plain" else ""
+    return f"top-K K={targets['top_k']} of V={summary['vocab_size']:,}{dtype}"
 
 
 def format_summary(summary: dict) -> str:
@@ -108,10 +155,11 @@ def format_summary(summary: dict) -> str:
         f"cache          {summary['path']}" + ("" if summary["complete"] else "  (INCOMPLETE)"),
         f"sequences      {summary['stored_sequences']:,} of {summary['sequences']:,} × {summary['seq_len']} tokens "
         f"= {summary['tokens']:,} tokens in {summary['shards']} shards",
-        f"top-K          K={summary['top_k']} of V={summary['vocab_size']:,}, log-probs {summary['logprob_dtype']}, "
+        f"targets        {_targets_line(summary)}, {summary['encoding']} encoding, "
         f"temperature {summary['temperature']}",
         f"disk           {summary['shard_bytes'] / 2**20:,.1f} MiB in shards"
-        + (f", {summary['bytes_per_token']:.1f} bytes/token" if summary["bytes_per_token"] else ""),
+        + (f", {summary['bytes_per_token']:.1f} bytes/token" if summary["bytes_per_token"] else "")
+        + (f", {summary['bytes_per_entry']:.2f} bytes/entry" if summary["bytes_per_entry"] else ""),
         f"teacher        {summary['teacher']['name']} ({summary['teacher']['architecture']}, "
         f"{summary['teacher']['dtype']}, weights {summary['teacher']['weight_fingerprint']})",
         f"tokenizer      {summary['tokenizer']['class']} ({summary['tokenizer']['size']:,} tokens, "

@@ -1,12 +1,17 @@
 """``verify_cache``: read every shard and check it against the manifest and against itself.
 
 Checks, per shard: the file exists with the recorded size and SHA-256; it
-parses as safetensors with the five tensors, dtypes and shapes the manifest
-implies; its ``sequence_index`` equals the manifest's; ids lie in
-``[0, vocab)``; log-probs are finite, ≤ 0 and sorted descending; the tail
-log-mass is finite (``-inf`` only when K = V) and ≤ 0; and each position's
-stored mass ``logsumexp(topk_logprobs, tail_logmass)`` is 0 within what the
-storage dtype allows. Across shards: every sequence is stored exactly once.
+parses as safetensors with the tensors, dtypes and shapes the manifest
+implies (:func:`~destila.cache.format.shard_schema`); its ``sequence_index``
+equals the manifest's; every row decodes (each compact block is a zstd frame
+of exactly the bytes its loss mask implies). Per row: ids lie in
+``[0, vocab)``, input ids too; each position's ids are distinct (compact:
+stored strictly ascending, as the format promises); top-K log-probs are
+finite and ≤ 0 (plain: also sorted descending as stored); the tail log-mass
+is finite (``-inf`` only when K = V) and ≤ 0; each position's mass
+``logsumexp(topk_logprobs, tail_logmass)`` is 0 within what the encoding
+allows; sampled counts sum to S. Across shards: every sequence is stored
+exactly once.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ from destila.cache.format import (
     is_shard_file,
     is_temporary,
     read_manifest,
-    sha256_file,
+    shard_file_fault,
 )
 
 # |log Σp| a position may show from rounding its K log-probs to the storage
 # dtype: about entropy × 2^-mantissa_bits (entropy ≤ ~10 nats), with margin.
-MASS_TOLERANCE = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 1e-1}
+# Compact top-K and sampled targets are normalised exactly when decoded.
+MASS_TOLERANCE = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 1e-1, "exact": 1e-4}
 _SLACK = 1e-3  # log-probs are ≤ 0 up to float rounding of "top logit − logsumexp"
 
 
@@ -81,69 +87,93 @@ def verify_cache(path: str | Path) -> VerifyReport:
     return report
 
 
+def mass_tolerance(manifest) -> float:
+    plain_topk = manifest.encoding == "plain" and manifest.target_kind == "topk"
+    return MASS_TOLERANCE[manifest.logprob_dtype if plain_topk else "exact"]
+
+
 def _check_shard(path: Path, manifest, shard, report: VerifyReport) -> list[str]:
+    import numpy as np
+    from safetensors import safe_open
+
+    from destila.cache.codec import BlockError
+    from destila.cache.rows import ShardFormatError, ShardRows
+
+    fault = shard_file_fault(path, shard)
+    if fault is not None:
+        return [fault]
+    try:
+        handle = safe_open(str(path / shard.name), framework="pt")
+        rows = ShardRows(handle, manifest, shard)
+    except ShardFormatError as err:
+        return [str(err)]
+    except Exception as err:  # safetensors' own error type; the checksum matched, so the writer was wrong
+        return [f"not a readable safetensors file ({err})"]
+    if not np.array_equal(handle.get_tensor("sequence_index").numpy(), shard.indices()):
+        return ["sequence_index differs from the manifest"]
+    for row in range(shard.rows):
+        try:
+            stored = rows.stored(row)
+        except (BlockError, ShardFormatError) as err:
+            return [f"row {row} does not decode: {err}"]
+        faults = _check_row(stored, manifest, report)
+        if faults:
+            return [f"row {row}: {fault}" for fault in faults]
+    return []
+
+
+def _check_row(stored: dict, manifest, report: VerifyReport) -> list[str]:
     import numpy as np
     import torch
 
-    file = path / shard.name
-    if not file.is_file():
-        return ["file missing"]
-    size = file.stat().st_size
-    if size != shard.bytes:
-        return [f"size {size} bytes, the manifest says {shard.bytes}"]
-    digest = sha256_file(file)
-    if digest != shard.sha256:
-        return [f"checksum mismatch (manifest sha256 {shard.sha256[:16]}…, file {digest[:16]}…): the file is damaged"]
-    from safetensors.torch import load_file
-
-    try:
-        tensors = load_file(str(file))
-    except Exception as err:  # safetensors' own error type; the checksum matched, so the writer was wrong
-        return [f"not a readable safetensors file ({err})"]
-    rows, length, k = shard.rows, manifest.seq_len, manifest.top_k
-    expected = {
-        "sequence_index": (torch.int64, (rows,)),
-        "input_ids": (torch.int32, (rows, length)),
-        "topk_ids": (torch.int32, (rows, length, k)),
-        "topk_logprobs": (getattr(torch, manifest.logprob_dtype), (rows, length, k)),
-        "tail_logmass": (torch.float32, (rows, length)),
-    }
-    faults = []
-    for name, (dtype, shape) in expected.items():
-        tensor = tensors.get(name)
-        if tensor is None:
-            faults.append(f"tensor {name} missing")
-        elif tensor.dtype != dtype or tuple(tensor.shape) != shape:
-            faults.append(f"tensor {name} is {tensor.dtype} {tuple(tensor.shape)}, expected {dtype} {shape}")
-    if faults:
+    vocab, faults = manifest.vocab_size, []
+    ids, inputs = stored["ids"], stored["input_ids"]
+    if inputs.min() < 0 or inputs.max() >= vocab:
+        faults.append(f"input_ids outside [0, {vocab})")
+    if "counts" in stored:
+        counts = stored["counts"]
+        real = counts > 0
+        if (ids[real] < 0).any() or (ids[real] >= vocab).any():
+            faults.append(f"sample ids outside [0, {vocab})")
+        if (counts < 0).any() or (counts.sum(axis=1) != manifest.targets["samples"]).any():
+            faults.append(f"sample counts do not sum to S = {manifest.targets['samples']} at every position")
+        if _repeats(np.where(real, ids, -1 - np.arange(ids.shape[1])[None, :])):
+            faults.append("a position repeats a sampled id")
         return faults
-    if not np.array_equal(tensors["sequence_index"].numpy(), shard.indices()):
-        faults.append("sequence_index differs from the manifest")
-    ids, lp, tail = tensors["topk_ids"], tensors["topk_logprobs"].float(), tensors["tail_logmass"]
-    if ids.min() < 0 or ids.max() >= manifest.vocab_size:
-        faults.append(f"topk_ids outside [0, {manifest.vocab_size})")
-    inputs = tensors["input_ids"]
-    if inputs.min() < 0 or inputs.max() >= manifest.vocab_size:
-        faults.append(f"input_ids outside [0, {manifest.vocab_size})")
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+        faults.append(f"topk_ids outside [0, {vocab})")
+    if manifest.encoding == "compact":
+        if ids.shape[1] > 1 and (np.diff(ids, axis=1) <= 0).any():
+            faults.append("top-K ids not strictly ascending as the compact encoding stores them")
+    elif _repeats(ids):
+        faults.append("a position repeats a top-K id")
+    lp = stored["logprobs"]
+    lp = (lp if isinstance(lp, torch.Tensor) else torch.from_numpy(lp)).float()
+    tail = torch.from_numpy(np.asarray(stored["tail"]))
     if not torch.isfinite(lp).all():
         faults.append(f"{int((~torch.isfinite(lp)).sum())} non-finite top-K log-probs")
-    elif lp.max() > _SLACK:
+    elif lp.numel() and lp.max() > _SLACK:
         faults.append(f"top-K log-probs above 0 (max {lp.max().item():.3g})")
-    elif (lp[..., 1:] > lp[..., :-1]).any():
+    elif manifest.encoding == "plain" and (lp[:, 1:] > lp[:, :-1]).any():
         faults.append("top-K log-probs not sorted in descending order")
     bad_tail = ~torch.isfinite(tail)
-    if k == manifest.vocab_size:  # nothing is left out: the tail's log-mass is log 0
+    if manifest.top_k == vocab:  # nothing is left out: the tail's log-mass is log 0
         bad_tail &= ~torch.isneginf(tail)
     if bad_tail.any():
         faults.append(f"{int(bad_tail.sum())} non-finite tail log-masses")
-    elif tail.max() > _SLACK:
+    elif tail.numel() and tail.max() > _SLACK:
         faults.append(f"tail log-mass above 0 (max {tail.max().item():.3g})")
-    if not faults:
-        mass = torch.logsumexp(torch.cat([lp, tail[..., None]], dim=-1), dim=-1).abs().max().item()
+    if not faults and lp.numel():
+        mass = torch.logsumexp(torch.cat([lp, tail[:, None]], dim=-1), dim=-1).abs().max().item()
         report.max_mass_error = max(report.max_mass_error, mass)
-        if mass > MASS_TOLERANCE[manifest.logprob_dtype]:
-            faults.append(
-                f"stored probabilities do not sum to 1: |log Σp| up to {mass:.3g} "
-                f"(> {MASS_TOLERANCE[manifest.logprob_dtype]} for {manifest.logprob_dtype})"
-            )
+        tolerance = mass_tolerance(manifest)
+        if mass > tolerance:
+            faults.append(f"stored probabilities do not sum to 1: |log Σp| up to {mass:.3g} (> {tolerance})")
     return faults
+
+
+def _repeats(ids) -> bool:
+    import numpy as np
+
+    ordered = np.sort(ids, axis=1)
+    return bool((ordered[:, 1:] == ordered[:, :-1]).any())

@@ -1,8 +1,11 @@
-"""The teacher pass: tokenise and pack the data, run the teacher once, write the top-K cache.
+"""The teacher pass: pack the data, run the teacher once, write the cache a :class:`BuildSpec` describes.
 
-Per micro-batch of packed sequences ``[B, L]``: the teacher's decoder gives
-hidden states ``[B·L, H]``; :func:`~destila.cache.topk.teacher_topk` applies
-the output head chunk by chunk, so the ``[B, L, V]`` logits never exist.
+Per micro-batch of packed sequences ``[B, L]`` (with their position ids, so
+packed documents attend only to themselves): the teacher's decoder gives
+hidden states ``[B, L, H]``; only the ``P`` trained positions (loss mask) go
+through the output head, chunk by chunk (:func:`~destila.targets.head.teacher_topk`
+or :func:`~destila.targets.sampled.teacher_sample`), so the ``[B, L, V]``
+logits never exist.
 Rows are grouped into shards; each shard is written atomically and then
 recorded (in the manifest, or under ``torchrun`` in this rank's progress
 file), so a build killed at any instant resumes from its last recorded shard.
@@ -11,33 +14,28 @@ Naive equivalent (one process, everything in memory)::
 
     packed = pack_documents(load_texts(data), tokenizer, seq_len)
     logp = torch.log_softmax(model(packed).logits.float() / temperature, -1)   # [S, L, V]
-    topk_logprobs, topk_ids = logp.topk(k, -1)
-    tail_logmass = logp.scatter(-1, topk_ids, -inf).logsumexp(-1)
+    topk_logprobs, topk_ids = logp[:, :-1].topk(k, -1)                        # trained positions only
+    tail_logmass = logp[:, :-1].scatter(-1, topk_ids, -inf).logsumexp(-1)
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from destila.cache import distributed
+from destila.cache.assemble import assemble_shard, write_shard
 from destila.cache.format import (
     FORMAT_VERSION,
-    LOGPROB_DTYPES,
     TMP_MARK,
     TOKENIZER_DIR,
     Manifest,
     ShardInfo,
-    encode_ranges,
     read_manifest,
-    shard_name,
-    write_atomic,
     write_manifest,
 )
 from destila.cache.resume import (
@@ -49,10 +47,10 @@ from destila.cache.resume import (
     refuse_different,
     write_progress,
 )
+from destila.cache.spec import BuildSpec
 
 log = logging.getLogger("destila.cache")
 
-_TEACHER_DTYPES = ("auto", "float32", "bfloat16", "float16")
 _CONTEXT_ATTRS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
 
@@ -84,44 +82,26 @@ class BuildReport:
         return self.written_tokens / self.pass_seconds if self.pass_seconds else 0.0
 
 
-def build_cache(
-    teacher: str,
-    data: str | Path | Sequence[str],
-    output: str | Path,
-    *,
-    gguf_file: str | None = None,
-    text_field: str = "text",
-    seq_len: int = 512,
-    max_tokens: int | None = None,
-    top_k: int = 100,
-    temperature: float = 1.0,
-    logprob_dtype: str = "float16",
-    batch_size: int = 8,
-    device: str = "cpu",
-    dtype: str = "auto",
-    shard_size: int = 128,
-    chunk_size: int = 1024,
-    progress: bool = True,
-) -> BuildReport:
-    """Run ``teacher`` once over ``data`` and store its top-K distributions in ``output``.
+def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> BuildReport:
+    """Run the teacher once over the data and store its targets in the cache folder ``spec`` describes.
 
-    ``teacher`` is anything :func:`destila.models.load_causal_lm` accepts;
-    ``data`` anything :func:`destila.data.load_texts` accepts, or a list of
-    documents. ``shard_size`` is in sequences; ``chunk_size`` in rows of the
-    output head. Resumes an interrupted build of the same arguments; refuses
-    (``ValueError``) an existing cache built with different ones. Under
-    ``torchrun`` rank r computes the sequences r, r+W, r+2W, … (of those not
-    yet stored) and the result does not depend on the number of processes.
+    ``build_cache(BuildSpec(teacher, data, output, ...))``, or with flat
+    keyword options (target fields among them) ``build_cache(teacher, data,
+    output, top_k=…, seq_len=…)`` (see :meth:`BuildSpec.from_options`).
+    Resumes an interrupted build of the same spec; refuses (``ValueError``)
+    an existing cache built with a different one. Under ``torchrun`` rank r
+    computes the sequences r, r+W, r+2W, … (of those not yet stored) and the
+    result does not depend on the number of processes.
     """
-    _check_arguments(top_k, temperature, logprob_dtype, batch_size, shard_size, chunk_size, dtype)
-    output = Path(output).expanduser()
-    group, device = distributed.join(device)
+    if not isinstance(spec, BuildSpec):
+        spec = BuildSpec.from_options(spec, data, output, **options)
+    elif data is not None or output is not None or options:
+        raise ValueError("build_cache: pass either a BuildSpec or (teacher, data, output, **options), not both")
+    output = spec.output
+    group, device = distributed.join(spec.device)
     lock = None
     try:
-        lock, manifest, packed, model = _prepare(
-            group, teacher, gguf_file, data, text_field, seq_len, max_tokens, top_k, temperature,
-            logprob_dtype, device, dtype, output, progress,
-        )
+        lock, manifest, source, model = _prepare(group, spec, device)
         report = BuildReport(
             output, manifest.sequences, manifest.tokens, manifest.complete,
             rank=group.rank, world_size=group.world,
@@ -134,7 +114,7 @@ def build_cache(
         # Round-robin over what is left: r, r+W, r+2W, … on a fresh build, and
         # still an even split when a resume finds the ranks unequally advanced.
         mine = [i for i in range(manifest.sequences) if i not in done][group.rank :: group.world]
-        _teacher_pass(model, packed, mine, manifest, output, group, report, batch_size, shard_size, chunk_size, progress)
+        _teacher_pass(model, source, mine, manifest, spec, group, report)
         distributed.barrier(group)
         if group.world > 1 and group.is_main:
             manifest = recover(output, read_manifest(output))
@@ -147,43 +127,49 @@ def build_cache(
         distributed.leave(group)
 
 
-def _check_arguments(top_k, temperature, logprob_dtype, batch_size, shard_size, chunk_size, dtype) -> None:
-    if logprob_dtype not in LOGPROB_DTYPES:
-        raise ValueError(f"logprob_dtype: expected one of {', '.join(LOGPROB_DTYPES)}, found {logprob_dtype!r}")
-    if dtype not in _TEACHER_DTYPES:
-        raise ValueError(f"dtype: expected one of {', '.join(_TEACHER_DTYPES)}, found {dtype!r}")
-    if not temperature > 0:
-        raise ValueError(f"temperature: expected a number > 0, found {temperature}")
-    for name, value in (("top_k", top_k), ("batch_size", batch_size), ("shard_size", shard_size), ("chunk_size", chunk_size)):
-        if value < 1:
-            raise ValueError(f"{name}: expected an integer ≥ 1, found {value}")
+def _content(spec: BuildSpec, tokenizer, source, data_fingerprint: str, vocab_size: int | None) -> dict:
+    """The manifest fields a build decides before loading the teacher (its content, and the encoding's layout)."""
+    from dataclasses import asdict
+
+    from destila.cache.codec import CompactLayout
+    from destila.models import tokenizer_fingerprint
+
+    compact = None
+    if spec.encoding == "compact":
+        # ids of the tokenizer's range; the teacher's head is checked against it once loaded
+        compact = CompactLayout.for_vocab(vocab_size or max(len(tokenizer), 2)).to_dict()
+    return dict(
+        format_version=FORMAT_VERSION, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+        targets=asdict(spec.targets), encoding=spec.encoding, compact=compact, seq_len=spec.seq_len,
+        logprob_dtype=spec.logprob_dtype, text_field=spec.text_field, max_tokens=spec.max_tokens,
+        data_fingerprint=data_fingerprint, ids_fingerprint=source.fingerprint, sequences=len(source),
+    )
 
 
-def _prepare(group, teacher, gguf_file, data, text_field, seq_len, max_tokens, top_k, temperature,
-             logprob_dtype, device, dtype, output, progress):
-    """Load everything, agree with what ``output`` already holds; returns ``(lock, manifest, packed, model)``."""
+def _flat_content(fields: dict) -> dict:
+    from destila.targets.spec import TargetSpec
+
+    flat = {k: v for k, v in fields.items() if k != "targets"}
+    flat.update({f"targets.{k}": v for k, v in TargetSpec(**fields["targets"]).content().items()})
+    return flat
+
+
+def _prepare(group, spec: BuildSpec, device):
+    """Load everything, agree with what the output folder already holds; returns ``(lock, manifest, source, model)``."""
     import torch
 
     from destila import __version__
-    from destila.data import data_fingerprint, ids_fingerprint, load_texts, pack_documents
+    from destila.cache.source import load_source
     from destila.models import (
         check_plain_head, config_hash, load_causal_lm, load_tokenizer, output_head, resolve_source,
-        tokenizer_fingerprint, weight_fingerprint,
+        weight_fingerprint,
     )
 
-    tokenizer = load_tokenizer(teacher, gguf_file)
-    if isinstance(data, (str, Path)):
-        texts, source = load_texts(data, text_field), str(data)
-    else:
-        texts, source = [t for t in data if t], f"<{len(data)} documents given in Python>"
-    packed = pack_documents(texts, tokenizer, seq_len, max_tokens)
-    fields = dict(
-        format_version=FORMAT_VERSION, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), top_k=top_k,
-        temperature=float(temperature), seq_len=seq_len, logprob_dtype=logprob_dtype, text_field=text_field,
-        max_tokens=max_tokens, data_fingerprint=data_fingerprint(texts), ids_fingerprint=ids_fingerprint(packed),
-        sequences=packed.shape[0],
-    )
-    context = {"data_source": source, "teacher": str(teacher)}
+    output = spec.output
+    tokenizer = load_tokenizer(spec.teacher, spec.gguf_file)
+    source, description, data_fp = load_source(spec.data, tokenizer, spec.seq_len, spec.max_tokens, spec.text_field)
+    fields = _content(spec, tokenizer, source, data_fp, None)
+    context = {"data_source": description, "teacher": str(spec.teacher)}
 
     # Refuse a mismatched resume before loading the model, which may take minutes.
     lock, old, error = None, None, None
@@ -192,28 +178,31 @@ def _prepare(group, teacher, gguf_file, data, text_field, seq_len, max_tokens, t
             lock = lock_folder(output)
             old = existing_manifest(output)
             if old is not None:
-                refuse_different(old, fields, output, context)
+                new = _flat_content(fields)
+                new.pop("compact")  # depends on the teacher's vocabulary, compared once it is loaded
+                refuse_different(old, new, output, context)
         except (ValueError, OSError) as err:
             error = err
     distributed.share_error(group, error)
 
-    torch_dtype = None if dtype == "auto" else getattr(torch, dtype)
-    if not progress:
+    torch_dtype = None if spec.dtype == "auto" else getattr(torch, spec.dtype)
+    if not spec.progress:
         import transformers
 
         transformers.utils.logging.disable_progress_bar()  # its weight-loading bar, in logs, is noise
-    model = load_causal_lm(teacher, gguf_file=gguf_file, device=device, dtype=torch_dtype)
+    model = load_causal_lm(spec.teacher, gguf_file=spec.gguf_file, device=device, dtype=torch_dtype)
     check_plain_head(model)
-    _check_fits(model, packed, seq_len, top_k)
+    _check_fits(model, source, spec)
     weight, _ = output_head(model)
-    path, gguf = resolve_source(teacher, gguf_file)
+    fields = _content(spec, tokenizer, source, data_fp, int(weight.shape[0]))
+    path, gguf = resolve_source(spec.teacher, spec.gguf_file)
     manifest = Manifest(
-        teacher=str(teacher), teacher_path=path, teacher_gguf_file=gguf,
+        teacher=str(spec.teacher), teacher_path=path, teacher_gguf_file=gguf,
         teacher_architecture=type(model).__name__, teacher_config_hash=config_hash(model),
         teacher_weight_fingerprint=weight_fingerprint(model),
         teacher_dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         tokenizer_size=len(tokenizer), eos_token_id=int(tokenizer.eos_token_id), vocab_size=int(weight.shape[0]),
-        data_source=source, tokens=packed.numel(), destila_version=__version__, **fields,
+        data_source=description, tokens=source.tokens, destila_version=__version__, **fields,
     )
     error = None
     if group.is_main:
@@ -232,11 +221,21 @@ def _prepare(group, teacher, gguf_file, data, text_field, seq_len, max_tokens, t
             error = err
     distributed.share_error(group, error)
     distributed.barrier(group)
-    return lock, read_manifest(output), packed, model
+    return lock, read_manifest(output), source, model
 
 
-def _check_fits(model, packed, seq_len, top_k) -> None:
-    config = model.config
+def _check_ids(model, input_ids) -> None:
+    embeddings = model.get_input_embeddings().num_embeddings
+    largest = int(input_ids.max())
+    if largest >= embeddings:
+        raise ValueError(
+            f"tokenizer: produces token id {largest} but the teacher has {embeddings} input embeddings; "
+            "the tokenizer does not belong to this model"
+        )
+
+
+def _check_fits(model, source, spec: BuildSpec) -> None:
+    config, seq_len = model.config, spec.seq_len
     for attr in _CONTEXT_ATTRS:
         context = getattr(config, attr, None)
         if isinstance(context, int) and context > 0:
@@ -246,15 +245,10 @@ def _check_fits(model, packed, seq_len, top_k) -> None:
                     f"(config.{attr}); pass --seq-len {context} or less"
                 )
             break
-    embeddings = model.get_input_embeddings().num_embeddings
-    if int(packed.max()) >= embeddings:
-        raise ValueError(
-            f"tokenizer: produces token id {int(packed.max())} but the teacher has {embeddings} input embeddings; "
-            "the tokenizer does not belong to this model"
-        )
     vocab = model.get_output_embeddings().weight.shape[0]
-    if top_k > vocab:
-        raise ValueError(f"top_k: {top_k} is larger than the teacher's vocabulary of {vocab}; pass --top-k {vocab} or less")
+    if spec.targets.kind == "topk" and spec.targets.top_k > vocab:
+        raise ValueError(f"top_k: {spec.targets.top_k} is larger than the teacher's vocabulary of {vocab}; "
+                         f"pass --top-k {vocab} or less")
 
 
 def _save_tokenizer(tokenizer, output: Path) -> None:
@@ -268,7 +262,7 @@ def _save_tokenizer(tokenizer, output: Path) -> None:
     os.replace(staging, target)
 
 
-def _teacher_pass(model, packed, mine, manifest, output, group, report, batch_size, shard_size, chunk_size, progress):
+def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report) -> None:
     import torch
     from tqdm.auto import tqdm
 
@@ -276,38 +270,36 @@ def _teacher_pass(model, packed, mine, manifest, output, group, report, batch_si
 
     decoder = decoder_of(model)
     weight, bias = output_head(model)
-    device = weight.device
-    seq_len = manifest.seq_len
-    groups = [mine[i : i + shard_size] for i in range(0, len(mine), shard_size)]
+    device, output, seq_len = weight.device, spec.output, manifest.seq_len
+    groups = [mine[i : i + spec.shard_size] for i in range(0, len(mine), spec.shard_size)]
     bar = tqdm(
         total=len(mine) * seq_len, unit="tok", unit_scale=True, dynamic_ncols=True,
         desc="teacher pass" if group.world == 1 else f"teacher pass (rank 0 of {group.world})",
-        disable=not (progress and group.is_main),
+        disable=not (spec.progress and group.is_main),
     )
     written: list[ShardInfo] = []
     with bar, torch.inference_mode():
-        for number, rows in enumerate(groups, 1):
-            tensors = _shard_tensors(len(rows), seq_len, manifest.top_k, manifest.logprob_dtype)
-            tensors["sequence_index"] = torch.tensor(rows, dtype=torch.int64)
-            tensors["input_ids"] = packed[rows].to(torch.int32)
-            for start in range(0, len(rows), batch_size):
-                ids = packed[rows[start : start + batch_size]].to(device)
+        for number, sequences in enumerate(groups, 1):
+            rows = []
+            for start in range(0, len(sequences), spec.batch_size):
+                batch = sequences[start : start + spec.batch_size]
+                items = [source[i] for i in batch]
+                stacked = {key: torch.stack([item[key] for item in items]) for key in items[0]}
+                _check_ids(model, stacked["input_ids"])
                 began = time.perf_counter()
-                hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state
+                hidden = decoder(input_ids=stacked["input_ids"].to(device),
+                                 position_ids=stacked["position_ids"].to(device), use_cache=False).last_hidden_state
                 _sync(device)
                 middle = time.perf_counter()
-                top_ids, top_lp, tail = _head(hidden, weight, bias, manifest, chunk_size, rows[start])
+                mask = stacked["loss_mask"]
+                targets = _head(hidden[mask.to(device)], weight, bias, manifest, spec, batch, mask)
                 _sync(device)
                 report.forward_seconds += middle - began
                 report.head_seconds += time.perf_counter() - middle
-                span = slice(start, start + ids.shape[0])
-                shape = (ids.shape[0], seq_len, manifest.top_k)
-                tensors["topk_ids"][span] = top_ids.view(shape).to(torch.int32).cpu()
-                tensors["topk_logprobs"][span] = top_lp.view(shape).to(tensors["topk_logprobs"].dtype).cpu()
-                tensors["tail_logmass"][span] = tail.view(shape[:2]).cpu()
-                bar.update(ids.numel())
+                rows.extend(_split_rows(batch, items, targets))
+                bar.update(len(batch) * seq_len)
             began = time.perf_counter()
-            info = _write_shard(output, tensors, rows)
+            info = write_shard(output, assemble_shard(manifest, rows), sequences, lambda w: _durable(output, w))
             written.append(info)
             if group.world == 1:
                 manifest.shards.append(info)
@@ -317,51 +309,48 @@ def _teacher_pass(model, packed, mine, manifest, output, group, report, batch_si
             else:
                 _durable(output, lambda: write_progress(output, group.rank, written))
             report.write_seconds += time.perf_counter() - began
-            report.written_sequences += len(rows)
-            report.written_tokens += len(rows) * seq_len
-            if not (progress and group.is_main):
+            report.written_sequences += len(sequences)
+            report.written_tokens += len(sequences) * seq_len
+            if not (spec.progress and group.is_main):
                 log.info("shard %d/%d written (%s): %d sequences, %.0f tok/s", number, len(groups), info.name,
-                         len(rows), report.tokens_per_second)
+                         len(sequences), report.tokens_per_second)
 
 
-def _head(hidden, weight, bias, manifest, chunk_size, first_sequence):
+def _head(hidden, weight, bias, manifest, spec: BuildSpec, sequences, mask) -> dict:
+    """The targets of the trained positions ``hidden [P, H]`` of ``sequences`` (``mask [B, L]``), on the CPU."""
     import torch
 
-    from destila.cache.topk import teacher_topk
+    targets = spec.targets
+    if targets.kind == "sampled":
+        from destila.targets.sampled import position_keys, teacher_sample
 
-    top_ids, top_lp, tail = teacher_topk(
-        hidden.reshape(-1, hidden.shape[-1]), weight, bias, manifest.top_k, manifest.temperature, chunk_size
-    )
-    if not torch.isfinite(top_lp).all():
+        rows, positions = mask.nonzero(as_tuple=True)
+        keys = position_keys(targets.seed, torch.tensor(sequences)[rows].numpy(), positions.numpy())
+        ids, counts = teacher_sample(hidden, weight, bias, keys, targets.samples, targets.temperature,
+                                     targets.head_chunk_rows)
+        return {"ids": ids.cpu(), "counts": counts.cpu()}
+    from destila.targets.head import teacher_topk
+
+    ids, logprobs, tail = teacher_topk(hidden, weight, bias, targets.top_k, targets.temperature,
+                                       targets.head_chunk_rows)
+    if not torch.isfinite(logprobs).all():
         raise ValueError(
-            f"teacher: non-finite logits in the batch starting at sequence {first_sequence} "
+            f"teacher: non-finite logits in the batch starting at sequence {sequences[0]} "
             f"(teacher dtype {manifest.teacher_dtype}); try --dtype float32"
         )
-    return top_ids, top_lp, tail
+    return {"ids": ids.cpu(), "logprobs": logprobs.cpu(), "tail": tail.cpu()}
 
 
-def _shard_tensors(rows: int, seq_len: int, top_k: int, logprob_dtype: str) -> dict:
-    import torch
-
-    return {
-        "topk_ids": torch.empty(rows, seq_len, top_k, dtype=torch.int32),
-        "topk_logprobs": torch.empty(rows, seq_len, top_k, dtype=getattr(torch, logprob_dtype)),
-        "tail_logmass": torch.empty(rows, seq_len, dtype=torch.float32),
-    }
-
-
-def _write_shard(output: Path, tensors: dict, rows: list[int]) -> ShardInfo:
-    from safetensors.torch import save
-
-    # One metadata key: safetensors orders several in a random (hash map) order,
-    # and equal content must give byte-identical, checksum-identical shards.
-    payload = save(tensors, metadata={"format": f"destila-topk-cache/{FORMAT_VERSION}"})
-    name = shard_name(rows[0])
-    _durable(output, lambda: write_atomic(output / name, payload))
-    return ShardInfo(
-        name=name, rows=len(rows), sequences=encode_ranges(rows), sha256=hashlib.sha256(payload).hexdigest(),
-        bytes=len(payload),
-    )
+def _split_rows(sequences, items, targets: dict) -> list[dict]:
+    """Per-sequence rows (:mod:`destila.cache.assemble`) from a batch's flat targets over its trained positions."""
+    rows, at = [], 0
+    for index, item in zip(sequences, items):
+        count = int(item["loss_mask"].sum())
+        row = {"sequence_index": index, **item}
+        row.update({key: value[at : at + count] for key, value in targets.items()})
+        rows.append(row)
+        at += count
+    return rows
 
 
 def _durable(output: Path, write) -> None:

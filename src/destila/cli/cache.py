@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import sys
 
+from destila.cache.spec import BuildSpec
+from destila.cli.fields import add_fields, values_of
+from destila.targets.spec import TargetSpec
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("cache", help="build, inspect or verify a teacher's top-K cache")
@@ -16,31 +20,8 @@ def register(subparsers) -> None:
         "Killed at any point, the same command resumes. Under `torchrun --nproc-per-node N -m destila cache "
         "build …` the sequences are split across the processes.",
     )
-    build.add_argument("teacher", metavar="TEACHER", help="HF model folder, hub id, .gguf file, or 'smollm2'")
-    build.add_argument(
-        "data", metavar="DATA",
-        help="'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder of them, or a folder datasets can load",
-    )
-    build.add_argument("-o", "--output", required=True, metavar="CACHE", help="cache folder (created, or resumed)")
-    build.add_argument("--gguf-file", help="GGUF file name inside the TEACHER folder")
-    build.add_argument("--text-field", default="text", help="field holding the text in jsonl/parquet/csv (default: text)")
-    build.add_argument("--seq-len", type=int, default=512, help="tokens per packed sequence (default: 512)")
-    build.add_argument("--max-tokens", type=int, help="stop after this many tokens (whole sequences)")
-    build.add_argument("--top-k", type=int, default=100, help="teacher ids kept per position (default: 100)")
-    build.add_argument("--temperature", type=float, default=1.0, help="teacher logits are divided by T (default: 1.0)")
-    build.add_argument(
-        "--logprob-dtype", default="float16", choices=["float16", "bfloat16", "float32"],
-        help="storage dtype of the top-K log-probs (default: float16)",
-    )
-    build.add_argument("--batch-size", type=int, default=8, help="sequences per teacher forward (default: 8)")
-    build.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, … (default: cpu)")
-    build.add_argument(
-        "--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-        help="teacher weights dtype (default: as stored)",
-    )
-    build.add_argument("--shard-size", type=int, default=128, help="sequences per shard file (default: 128)")
-    build.add_argument("--chunk-size", type=int, default=1024, help="rows per output-head chunk (default: 1024)")
-    build.add_argument("--quiet", action="store_true", help="no progress bar; one log line per shard")
+    add_fields(build, BuildSpec, positional=("teacher", "data"), exclude=("targets",))
+    add_fields(build.add_argument_group("targets (what the teacher provides per position)"), TargetSpec)
     build.set_defaults(func=_build)
 
     inspect = verbs.add_parser("inspect", help="counts, sizes and teacher-distribution statistics of a cache")
@@ -60,13 +41,9 @@ def _build(args) -> int:
     from destila.cache import build_cache
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    spec = BuildSpec(**values_of(args, BuildSpec, exclude=("targets",)), targets=TargetSpec(**values_of(args, TargetSpec)))
     try:
-        report = build_cache(
-            args.teacher, args.data, args.output, gguf_file=args.gguf_file, text_field=args.text_field,
-            seq_len=args.seq_len, max_tokens=args.max_tokens, top_k=args.top_k, temperature=args.temperature,
-            logprob_dtype=args.logprob_dtype, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
-            shard_size=args.shard_size, chunk_size=args.chunk_size, progress=not args.quiet,
-        )
+        report = build_cache(spec)
     except (ValueError, FileNotFoundError, FileExistsError):
         raise  # main prints these as one line, exit 2
     except OSError as err:  # full disk, permissions: not the user's arguments, but still one clear line

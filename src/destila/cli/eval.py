@@ -33,7 +33,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from rich.console import Console
 
-    from destila.evaluation import DEFAULT_PROMPT, evaluate_models, render_table
+    from destila.eval import DEFAULT_PROMPT, evaluate_models, render_table
 
     indices = None
     if args.eval_fraction is not None:

@@ -12,6 +12,8 @@ import sys
 from importlib import import_module
 
 COMMANDS = ["cache", "student", "train", "eval", "bench", "demo"]
+# Commands whose module parses the rest of the command line itself: ``run(argv)``.
+OWN_PARSERS = ("train",)
 
 
 class UserError(Exception):
@@ -33,16 +35,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in OWN_PARSERS:
+        # This command parses its own flags (HfArgumentParser over a dataclass).
+        command = argv[0]
+        module = import_module(f"destila.cli.{command}")
+        _call(command, lambda: module.run(argv[1:]))
+        return
     parser = build_parser()
     args = parser.parse_args(argv)
+    _call(args.command, lambda: args.func(args))
+
+
+def _call(command: str, run) -> None:
     try:
-        code = args.func(args)
+        code = run()
     except (UserError, ValueError, FileNotFoundError, FileExistsError) as err:
         # Library code raises ValueError/FileNotFoundError with a message that
         # says what was expected and found; a traceback would only bury it.
-        print(f"destila {args.command}: error: {err}", file=sys.stderr)
+        print(f"destila {command}: error: {err}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        print(f"destila {args.command}: interrupted", file=sys.stderr)
+        print(f"destila {command}: interrupted", file=sys.stderr)
         sys.exit(130)
     sys.exit(code or 0)

@@ -7,6 +7,6 @@ for the options.
 """
 
 from destila.losses.api import DistillLoss, distill_loss
-from destila.losses.options import DIVERGENCES, IMPLS, TAILS, LossOptions
+from destila.losses.options import DIVERGENCES, IGNORE_INDEX, IMPLS, TAILS, LossOptions
 
-__all__ = ["distill_loss", "DistillLoss", "LossOptions", "DIVERGENCES", "TAILS", "IMPLS"]
+__all__ = ["distill_loss", "DistillLoss", "LossOptions", "DIVERGENCES", "TAILS", "IMPLS", "IGNORE_INDEX"]

@@ -11,6 +11,9 @@ from destila.losses.inputs import check_and_prepare
 from destila.losses.options import LossOptions
 
 _IMPLS = {"fused": fused_loss, "chunked": chunked_loss, "dense": dense_loss}
+# The keyword defaults below are LossOptions' own, so the two cannot differ.
+_DEFAULT = LossOptions()
+_OPTION_NAMES = frozenset(LossOptions.__dataclass_fields__)
 
 
 def _run(options: LossOptions, hidden, weight, topk_ids, topk_logprobs, tail_logmass, labels, bias, num_items,
@@ -34,10 +37,11 @@ def _run(options: LossOptions, hidden, weight, topk_ids, topk_logprobs, tail_log
 def distill_loss(
     hidden: Tensor, weight: Tensor, topk_ids: Tensor, topk_logprobs: Tensor,
     tail_logmass: Tensor | None = None, labels: Tensor | None = None, *,
-    bias: Tensor | None = None, divergence: str = "forward_kl", beta: float = 0.5, tail: str = "bucket",
-    temperature: float = 1.0, soft_weight: float = 1.0, hard_weight: float = 0.0,
-    num_items: int | Tensor | None = None, ignore_index: int = -100, impl: str = "fused",
-    chunk_size: int = 2048, return_stats: bool = False,
+    bias: Tensor | None = None, divergence: str = _DEFAULT.divergence, beta: float = _DEFAULT.beta,
+    tail: str = _DEFAULT.tail, temperature: float = _DEFAULT.temperature, soft_weight: float = _DEFAULT.soft_weight,
+    hard_weight: float = _DEFAULT.hard_weight, num_items: int | Tensor | None = None,
+    ignore_index: int = _DEFAULT.ignore_index, impl: str = _DEFAULT.impl, chunk_size: int = _DEFAULT.chunk_size,
+    return_stats: bool = False,
 ):
     """Distillation loss of a student's last hidden states against a teacher's cached top-K.
 
@@ -85,9 +89,7 @@ def distill_loss(
     mismatch, an id out of range or repeated within a row, a label out of
     range, or a non-finite / positive teacher log-prob on a kept row.
     """
-    options = LossOptions(divergence=divergence, beta=beta, tail=tail, temperature=temperature,
-                          soft_weight=soft_weight, hard_weight=hard_weight, ignore_index=ignore_index,
-                          impl=impl, chunk_size=chunk_size)
+    options = LossOptions(**{name: value for name, value in locals().items() if name in _OPTION_NAMES})
     return _run(options, hidden, weight, topk_ids, topk_logprobs, tail_logmass, labels, bias, num_items,
                 return_stats)
 

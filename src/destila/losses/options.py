@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 DIVERGENCES = ("forward_kl", "reverse_kl", "jsd", "tvd")
 TAILS = ("bucket", "renorm", "none")
 IMPLS = ("fused", "chunked", "dense")
+# Label value that leaves a row out of the loss (PyTorch's and transformers' convention).
+IGNORE_INDEX = -100
+DEFAULT_LOSS_CHUNK_ROWS = 2048
 
 
 def _choice(name: str, value, allowed: tuple[str, ...]) -> None:
@@ -44,24 +47,28 @@ class LossOptions:
     """Everything about the loss except the tensors. Validated in ``__post_init__``."""
 
     divergence: str = field(default="forward_kl", metadata={
+        "choices": list(DIVERGENCES),
         "help": "forward_kl Σ p log(p/q); reverse_kl Σ q log(q/p); jsd β·KL(p‖m)+(1−β)·KL(q‖m) "
                 "with m = βp+(1−β)q; tvd ½ Σ |p−q|. All over the buckets chosen by `tail`."})
     beta: float = field(default=0.5, metadata={"help": "JSD mixing weight β in (0, 1); ignored otherwise."})
     tail: str = field(default="bucket", metadata={
+        "choices": list(TAILS),
         "help": "bucket: K teacher tokens + one bucket for the rest (a proper KL, ≤ the full one); "
                 "renorm: teacher renormalised over its top-K, no rest bucket (biased); "
                 "none: raw top-K teacher probabilities, no rest bucket (can go negative)."})
     temperature: float = field(default=1.0, metadata={
-        "help": "Student logits are divided by T before the softmax; the soft term is scaled by T². "
-                "The teacher's log-probs are used as cached (apply T when building the cache)."})
+        "help": "Softmax temperature T: student logits are divided by T and the soft term is scaled by T². "
+                "The teacher's log-probs come tempered already (a cache's T is fixed when it is built, and "
+                "training refuses a different one)."})
     soft_weight: float = field(default=1.0, metadata={"help": "Weight of the distillation term (≥ 0)."})
     hard_weight: float = field(default=0.0, metadata={
         "help": "Weight of the cross-entropy on `labels` at T = 1 (≥ 0); > 0 needs labels."})
-    ignore_index: int = field(default=-100, metadata={"help": "Label value marking a row to leave out."})
+    ignore_index: int = field(default=IGNORE_INDEX, metadata={"help": "Label value marking a row to leave out."})
     impl: str = field(default="fused", metadata={
+        "choices": list(IMPLS),
         "help": "fused: lm_head inside the loss, [chunk, V] memory; chunked: full logits once, loss "
                 "over row chunks; dense: full [N, V] grids through autograd (the reference)."})
-    chunk_size: int = field(default=2048, metadata={
+    chunk_size: int = field(default=DEFAULT_LOSS_CHUNK_ROWS, metadata={
         "help": "Rows per chunk for fused and chunked: the [chunk, V] float32 buffer is their "
                 "largest allocation. Ignored by dense."})
 
@@ -75,10 +82,13 @@ class LossOptions:
         set_(self, "temperature", _number("temperature", self.temperature, low=0.0, low_open=True))
         set_(self, "soft_weight", _number("soft_weight", self.soft_weight, low=0.0))
         set_(self, "hard_weight", _number("hard_weight", self.hard_weight, low=0.0))
+        if self.soft_weight == 0 and self.hard_weight == 0:
+            raise ValueError("soft_weight/hard_weight: expected at least one > 0, found both 0; "
+                             "the loss would be 0 whatever the student does")
         if isinstance(self.ignore_index, bool) or not isinstance(self.ignore_index, int):
             raise ValueError(f"ignore_index: expected an int, found {self.ignore_index!r}")
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
             raise ValueError(
                 f"chunk_size: expected a positive int (rows per chunk), found {self.chunk_size!r}; "
-                f"2048 (the default) was fastest on a 2-core CPU; smaller saves memory"
+                f"{DEFAULT_LOSS_CHUNK_ROWS} (the default) was fastest on a 2-core CPU; smaller saves memory"
             )

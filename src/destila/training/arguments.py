@@ -1,100 +1,149 @@
-"""`DistillationArguments`: `transformers.TrainingArguments` plus the loss options.
+"""`DistillationArguments`: `transformers.TrainingArguments` plus the loss and target options.
+
+Nothing about the loss is declared here: its fields are generated from
+:class:`destila.losses.LossOptions` (names, types, defaults, help) and
+validated by building one, and the online teacher's fields come from
+:class:`destila.targets.TargetSpec` the same way. So the CLI (which
+``HfArgumentParser`` derives from this class), the Trainer and
+:func:`destila.distill_loss` cannot drift apart.
 
 Everything the Trainer already offers (checkpoints, resume, gradient
-accumulation, mixed precision, gradient checkpointing, LR schedules,
-``report_to``, multi-process launching) stays available unchanged; the fields
-added here only choose how the distillation loss is computed.
+accumulation, mixed precision, LR schedules, ``report_to``, torchrun) stays
+available under its usual name. A few Trainer defaults change to values that
+work for distillation from a student cut out of its teacher (see
+:data:`DISTILLATION_DEFAULTS`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+import importlib.util
+import typing
+from dataclasses import field
 
 from transformers import TrainingArguments
 
+from destila.losses.options import LossOptions
+from destila.targets.spec import TargetSpec
 from destila.training.engines import check_engine, choose_device
 
-LOSS_IMPLS = ("fused", "chunked", "dense")
-DIVERGENCES = ("forward_kl", "reverse_kl", "jsd", "tvd")
-TAILS = ("bucket", "renorm", "none")
 ONLINE_LOSSES = ("dense", "topk")
+# ignore_index is the data path's business (every collate writes IGNORE_INDEX);
+# temperature is shared by the two specs and comes from LossOptions.
+_LOSS_FIELDS_LEFT_OUT = ("ignore_index",)
+_TARGET_FIELDS_LEFT_OUT = ("temperature",)
+
+# Trainer defaults that differ from TrainingArguments'. A student cut from its
+# teacher starts far from it: 5e-5 with linear decay barely moves it in the few
+# hundred steps a distillation run has; 5e-4 held constant after a short warm-up
+# is what the demo's runs were tuned with. Batches carry the teacher's targets,
+# which the model's forward does not name, so columns must not be pruned.
+DISTILLATION_DEFAULTS = {
+    "learning_rate": 5e-4,
+    "lr_scheduler_type": "constant_with_warmup",
+    "warmup_steps": 10.0,
+    "logging_steps": 10.0,
+    "remove_unused_columns": False,
+    "report_to": "none",
+}
 
 
-def _choice(name: str, value, allowed) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name}: expected one of {', '.join(allowed)}, found {value!r}")
+def _spec_fields(spec, left_out: tuple[str, ...], prefix: str = "") -> list[tuple]:
+    """``(name, type, field)`` triples for :func:`dataclasses.make_dataclass`, copied from ``spec``."""
+    hints = typing.get_type_hints(spec)
+    return [
+        (f.name, hints[f.name],
+         field(default=f.default, metadata={**f.metadata, "help": prefix + f.metadata.get("help", "")}))
+        for f in dataclasses.fields(spec) if f.name not in left_out
+    ]
 
 
-@dataclass
-class DistillationArguments(TrainingArguments):
-    """Training arguments for distillation from a top-K cache or an online teacher."""
+def _own_fields() -> list[tuple]:
+    return [
+        ("eval_fraction", float, field(default=0.0, metadata={
+            "help": "Fraction of the sequences held out for evaluation (0 disables)."})),
+        ("online_loss", str, field(default="dense", metadata={
+            "help": "Online only: dense (full-vocabulary divergence, the paper's baseline) or topk (the teacher's "
+                    "top-K computed on the fly, then the same loss as from a cache).",
+            "choices": list(ONLINE_LOSSES)})),
+        ("allow_tokenizer_mismatch", bool, field(default=False, metadata={
+            "help": "Train although the student's tokenizer differs from the targets' (accepted only when both "
+                    "vocabularies have the same size)."})),
+    ]
 
-    loss_impl: str = field(
-        default="fused",
-        metadata={"help": "fused (lm_head fused into the loss, chunked; the point of destila), "
-                  "chunked (full logits once, loss over row chunks) or dense (full [N, V] grids)"},
-    )
-    divergence: str = field(default="forward_kl", metadata={"help": "forward_kl, reverse_kl, jsd or tvd"})
-    beta: float = field(default=0.5, metadata={"help": "JSD mixture weight β in (0, 1)"})
-    tail: str = field(
-        default="bucket",
-        metadata={"help": "bucket (top-K plus one bucket for the rest), renorm (teacher renormalised "
-                  "over its top-K) or none (raw top-K probabilities)"},
-    )
-    temperature: float = field(default=1.0, metadata={"help": "softmax temperature T; the soft term is scaled by T²"})
-    soft_weight: float = field(default=1.0, metadata={"help": "weight of the divergence to the teacher"})
-    hard_weight: float = field(default=0.0, metadata={"help": "weight of the cross-entropy on the data's next tokens"})
-    chunk_size: int = field(default=2048, metadata={"help": "rows per chunk for the chunked and fused losses"})
-    eval_fraction: float = field(
-        default=0.0, metadata={"help": "fraction of the sequences held out for evaluation (0 disables)"}
-    )
-    online_loss: str = field(
-        default="dense",
-        metadata={"help": "online only: dense (full-vocabulary divergence, the paper's baseline) or "
-                  "topk (teacher top-K computed on the fly, then the same loss as from a cache)"},
-    )
-    online_top_k: int = field(default=100, metadata={"help": "online topk only: K"})
-    allow_tokenizer_mismatch: bool = field(
-        default=False,
-        metadata={"help": "train although the student's tokenizer differs from the cache's "
-                  "(only accepted when both vocabularies have the same size)"},
-    )
-    # Defaults that differ from TrainingArguments: batches carry the teacher's
-    # top-K, which the model's forward signature does not name, and the
-    # usual 500-step intervals are far too sparse for distillation runs.
-    remove_unused_columns: bool = field(default=False, metadata={"help": "keep the top-K columns in batches"})
-    logging_steps: float = field(default=10, metadata={"help": "log every N steps"})
 
-    def __post_init__(self):
-        _choice("loss_impl", self.loss_impl, LOSS_IMPLS)
-        _choice("divergence", self.divergence, DIVERGENCES)
-        _choice("tail", self.tail, TAILS)
-        _choice("online_loss", self.online_loss, ONLINE_LOSSES)
-        if not 0.0 < self.beta < 1.0:
-            raise ValueError(f"beta: expected a number in (0, 1), found {self.beta}")
-        if not self.temperature > 0:
-            raise ValueError(f"temperature: expected a positive number, found {self.temperature}")
-        if self.soft_weight < 0 or self.hard_weight < 0 or self.soft_weight + self.hard_weight == 0:
-            raise ValueError(
-                f"soft_weight/hard_weight: expected non-negative weights, not both zero, "
-                f"found {self.soft_weight}/{self.hard_weight}"
-            )
-        if self.chunk_size < 1:
-            raise ValueError(f"chunk_size: expected a positive integer, found {self.chunk_size}")
-        if not 0.0 <= self.eval_fraction < 1.0:
-            raise ValueError(f"eval_fraction: expected a number in [0, 1), found {self.eval_fraction}")
-        if self.online_top_k < 1:
-            raise ValueError(f"online_top_k: expected a positive integer, found {self.online_top_k}")
-        if self.remove_unused_columns:
-            raise ValueError("remove_unused_columns: must stay False, the batches carry the teacher's top-K")
-        choose_device(self)
-        super().__post_init__()
-        check_engine(self)
+def _changed_defaults() -> list[tuple]:
+    """The TrainingArguments fields whose default changes, re-declared with the same type and help."""
+    base = {f.name: f for f in dataclasses.fields(TrainingArguments)}
+    hints = typing.get_type_hints(TrainingArguments)
+    out = []
+    for name, default in DISTILLATION_DEFAULTS.items():
+        help_text = base[name].metadata.get("help", "")
+        out.append((name, hints[name], field(default=default, metadata={**base[name].metadata, "help": help_text})))
+    # -o/--out: the CLI's spelling of output_dir.
+    meta = {**base["output_dir"].metadata, "aliases": ["-o", "--out"]}
+    out.append(("output_dir", hints["output_dir"], field(default=None, metadata=meta)))
+    return out
 
-    def loss_options(self) -> dict:
-        """Keyword arguments for :func:`destila.distill_loss`."""
-        return dict(
-            divergence=self.divergence, beta=self.beta, tail=self.tail, temperature=self.temperature,
-            soft_weight=self.soft_weight, hard_weight=self.hard_weight,
-            impl=self.loss_impl, chunk_size=self.chunk_size,
-        )
+
+def _post_init(self) -> None:
+    if self.online_loss not in ONLINE_LOSSES:
+        raise ValueError(f"online_loss: expected one of {', '.join(ONLINE_LOSSES)}, found {self.online_loss!r}")
+    if not 0.0 <= self.eval_fraction < 1.0:
+        raise ValueError(f"eval_fraction: expected a number in [0, 1), found {self.eval_fraction}")
+    if self.remove_unused_columns:
+        raise ValueError("remove_unused_columns: must stay False, the batches carry the teacher's targets")
+    self.loss_options()  # validates every loss option, with LossOptions' messages
+    self.target_spec()
+    _check_reporters(self.report_to)
+    choose_device(self)  # CPU-only machines: use_cpu, so torchrun gives DDP over gloo and bf16 is accepted
+    TrainingArguments.__post_init__(self)
+    check_engine(self)
+
+
+def _check_reporters(report_to) -> None:
+    """``--report_to tensorboard`` without tensorboard installed: one line saying what to install."""
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    packages = {"tensorboard": ("tensorboard", "destila[tensorboard]"), "wandb": ("wandb", "wandb"),
+                "mlflow": ("mlflow", "mlflow"), "trackio": ("trackio", "trackio")}
+    for name in names:
+        for reporter in str(name).split(","):
+            module, install = packages.get(reporter.strip(), (None, None))
+            if module and importlib.util.find_spec(module) is None:
+                raise ValueError(f"report_to: {reporter.strip()} needs the package {module}, which is not "
+                                 f"installed; pip install '{install}' or pass --report_to none")
+
+
+def _loss_options(self) -> LossOptions:
+    """The :class:`LossOptions` these arguments hold (validated)."""
+    return LossOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(LossOptions)
+                          if f.name not in _LOSS_FIELDS_LEFT_OUT})
+
+
+def _target_spec(self) -> TargetSpec:
+    """The :class:`TargetSpec` of the online teacher (temperature shared with the student's)."""
+    values = {f.name: getattr(self, f.name) for f in dataclasses.fields(TargetSpec) if f.name != "temperature"}
+    return TargetSpec(temperature=self.temperature, **values)
+
+
+DistillationArguments = dataclasses.make_dataclass(
+    "DistillationArguments",
+    [
+        *_spec_fields(LossOptions, _LOSS_FIELDS_LEFT_OUT),
+        *_spec_fields(TargetSpec, _TARGET_FIELDS_LEFT_OUT, prefix="Online only: "),
+        *_own_fields(),
+        *_changed_defaults(),
+    ],
+    bases=(TrainingArguments,),
+    namespace={
+        "__post_init__": _post_init,
+        "loss_options": _loss_options,
+        "target_spec": _target_spec,
+        "__doc__": "Training arguments for distillation from a top-K cache or an online teacher.\n\n"
+                   "Every ``transformers.TrainingArguments`` field, plus the fields of "
+                   ":class:`destila.losses.LossOptions` (except ``ignore_index``), ``top_k`` and "
+                   "``head_chunk_rows`` of :class:`destila.targets.TargetSpec` for an online teacher, "
+                   "``eval_fraction``, ``online_loss`` and ``allow_tokenizer_mismatch``.",
+    },
+)
+DistillationArguments.__module__ = __name__

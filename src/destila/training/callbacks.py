@@ -1,4 +1,4 @@
-"""Trainer callbacks: every logged step as one JSON line in the output folder."""
+"""Trainer callbacks: every logged step as one JSON line in the output folder (and its reader)."""
 
 from __future__ import annotations
 
@@ -70,3 +70,13 @@ class EngineReport(TrainerCallback):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as handle:
             handle.write(json.dumps({"step": state.global_step, "time": time.time(), **self.engine}) + "\n")
+
+
+def read_training_log(path: str | Path) -> list[dict]:
+    """The training records of a ``log.jsonl`` (the last one per step; evaluation records dropped)."""
+    records = {}
+    for line in Path(path).read_text().splitlines():
+        record = json.loads(line)
+        if "loss" in record:
+            records[record["step"]] = record
+    return [records[step] for step in sorted(records)]

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from destila.models import load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
+from destila.targets.spec import check_training_temperature
 from destila.training.arguments import DistillationArguments
 from destila.training.callbacks import EngineReport, JsonlLogCallback
 from destila.training.datasets import Subset, collate, split_indices
@@ -95,7 +96,7 @@ def train_student(
     """
     from transformers import AutoTokenizer
 
-    from destila.training.online import OnlineTeacher
+    from destila.targets.online import OnlineTeacher
     from destila.training.trainer import DistillationTrainer
 
     if (cache is None) == (teacher is None) or (teacher is not None and data is None):
@@ -111,6 +112,7 @@ def train_student(
 
         source = TopKCache(cache)
         tokenizer = AutoTokenizer.from_pretrained(source.tokenizer_path)
+        check_training_temperature(args.temperature, source.manifest.temperature, f"the cache {cache}")
         check_student(
             model, student, vocab_size=source.vocab_size, fingerprint=source.manifest.tokenizer_fingerprint,
             seq_len=source.seq_len, allow_tokenizer_mismatch=args.allow_tokenizer_mismatch,
@@ -127,10 +129,7 @@ def train_student(
         )
         texts = list(data) if isinstance(data, (list, tuple)) else load_texts(data, text_field=text_field)
         source = pack_documents(texts, tokenizer, seq_len, max_tokens=max_tokens)
-        online = OnlineTeacher(
-            teacher_model, args.online_loss, top_k=args.online_top_k,
-            temperature=args.temperature, chunk_size=args.chunk_size,
-        )
+        online = OnlineTeacher(teacher_model, args.online_loss, args.target_spec())
     if lora is not None and lora.enabled:
         model = with_adapters(model, lora)
     train_ids, eval_ids = split_indices(len(source), args.eval_fraction)

@@ -3,7 +3,7 @@
 The student runs its ordinary forward, and its output head, instead of
 logits, returns :func:`destila.distill_loss` of the hidden states it is given
 against its own weight (and bias) (:mod:`destila.training.head_loss`), so
-with the default ``loss_impl="fused"`` the ``[B, T, V]`` student logits never
+with the default ``impl="fused"`` the ``[B, T, V]`` student logits never
 exist and sharded engines gather the head's weight as for any forward. Targets
 come from the batch (a cache) or from an :class:`OnlineTeacher`.
 
@@ -15,15 +15,16 @@ micro-batch 4 × accumulation 1 give the same gradient.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 from transformers import Trainer
 
 from destila.models import check_plain_head
+from destila.targets.online import OnlineTeacher, dense_online_loss
 from destila.training.engines import enable_cpu_fsdp
 from destila.training.head_loss import distill_through_forward
-from destila.training.online import OnlineTeacher, dense_online_loss
 
 _STATS = ("soft", "hard", "rows", "agree")
 
@@ -61,7 +62,7 @@ class DistillationTrainer(Trainer):
     def _distill(self, model, inputs: dict, num_items=None, **overrides):
         """``(loss, stats)`` for one batch, with the args' loss options updated by ``overrides``."""
         inputs = self._targets(inputs)
-        options = {**self.args.loss_options(), **overrides}
+        options = {**dataclasses.asdict(self.args.loss_options()), **overrides}
         labels = inputs["labels"]
         if "teacher_logits" in inputs:  # online dense: the paper's full-vocabulary baseline
             logits = model(input_ids=inputs["input_ids"], use_cache=False).logits

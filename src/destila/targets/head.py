@@ -1,13 +1,15 @@
 """The teacher's output head, chunk by chunk: top-K log-probs and the exact tail mass.
 
 This is the one place where the teacher's ``[rows, vocab]`` logits exist, and
-only ``chunk_size`` rows at a time. The cache writer calls it on the hidden
+only ``head_chunk_rows`` rows at a time. The cache writer calls it on the hidden
 states of each micro-batch; online distillation calls it on the fly.
 """
 
 from __future__ import annotations
 
 import torch
+
+from destila.targets.spec import DEFAULT_HEAD_CHUNK_ROWS
 
 
 def teacher_topk(
@@ -16,7 +18,7 @@ def teacher_topk(
     bias: torch.Tensor | None,
     k: int,
     temperature: float = 1.0,
-    chunk_size: int = 1024,
+    head_chunk_rows: int = DEFAULT_HEAD_CHUNK_ROWS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Top-K of ``softmax((hidden @ weight.T + bias) / temperature)`` and the log-mass left out.
 
@@ -32,7 +34,7 @@ def teacher_topk(
         topk_logprobs, topk_ids = logp.topk(k, -1)
         tail_logmass = logp.scatter(1, topk_ids, -inf).logsumexp(-1)
 
-    Per chunk of ``chunk_size`` rows one float32 ``[C, V]`` buffer holds the
+    Per chunk of ``head_chunk_rows`` rows one float32 ``[C, V]`` buffer holds the
     logits; the top-K entries are then overwritten with ``-inf`` in place and
     the buffer's logsumexp (computed in place, shifted by the largest tail
     logit) is the tail's. The full logsumexp is
@@ -50,8 +52,8 @@ def teacher_topk(
         raise ValueError(f"teacher_topk: k must be in [1, vocab size {vocab}], found {k}")
     if temperature <= 0:
         raise ValueError(f"teacher_topk: temperature must be > 0, found {temperature}")
-    if chunk_size < 1:
-        raise ValueError(f"teacher_topk: chunk_size must be ≥ 1, found {chunk_size}")
+    if head_chunk_rows < 1:
+        raise ValueError(f"teacher_topk: head_chunk_rows must be ≥ 1, found {head_chunk_rows}")
     device = hidden.device
     # Logits are accumulated in float32 even for bf16 teachers: rounding them
     # to bf16 before the softmax would move every stored log-prob.
@@ -65,10 +67,10 @@ def teacher_topk(
     tail_logmass = torch.empty(rows, dtype=torch.float32, device=device)
     # One buffer for all chunks; the last, shorter chunk uses its first rows
     # (a row slice of a contiguous tensor is contiguous, as mm(out=) needs).
-    full = torch.empty(min(chunk_size, rows), vocab, dtype=torch.float32, device=device)
+    full = torch.empty(min(head_chunk_rows, rows), vocab, dtype=torch.float32, device=device)
     with torch.no_grad():
-        for start in range(0, rows, chunk_size):
-            stop = min(start + chunk_size, rows)
+        for start in range(0, rows, head_chunk_rows):
+            stop = min(start + head_chunk_rows, rows)
             h = hidden[start:stop]
             h = h if h.dtype == torch.float32 else h.float()
             if temperature != 1.0:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from destila.cache.topk import teacher_topk
+from destila.targets.head import teacher_topk
 
 
 def oracle(hidden, weight, bias, k, temperature):

@@ -12,8 +12,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from destila.cache.topk import teacher_topk
+from destila.targets.head import teacher_topk
+from destila.losses.options import IGNORE_INDEX
 from destila.models import check_plain_head, decoder_of, output_head
+from destila.targets.spec import TargetSpec
 
 
 def full_vocab_divergence(student_logits, teacher_logits, divergence: str, beta: float = 0.5, temperature: float = 1.0):
@@ -44,7 +46,7 @@ def full_vocab_divergence(student_logits, teacher_logits, divergence: str, beta:
 
 def dense_online_loss(
     student_logits, teacher_logits, labels, *, divergence="forward_kl", beta=0.5, temperature=1.0,
-    soft_weight=1.0, hard_weight=0.0, num_items=None, ignore_index=-100,
+    soft_weight=1.0, hard_weight=0.0, num_items=None, ignore_index=IGNORE_INDEX,
 ):
     """``(loss, stats)`` with the normalisation of :func:`destila.distill_loss`.
 
@@ -67,28 +69,33 @@ def dense_online_loss(
 
 
 class OnlineTeacher:
-    """The teacher, frozen, producing targets for a batch of ``input_ids [B, T]``."""
+    """The teacher, frozen, producing targets of ``spec`` for a batch of ``input_ids [B, T]``.
 
-    def __init__(self, model, mode: str, top_k: int = 100, temperature: float = 1.0, chunk_size: int = 2048):
+    ``mode="topk"`` computes exactly what the cache would store for ``spec``;
+    ``mode="dense"`` returns the full tempered-later logits (the baseline).
+    """
+
+    def __init__(self, model, mode: str, spec: TargetSpec | None = None):
         check_plain_head(model)
         self.model = model.eval().requires_grad_(False)
-        self.mode, self.top_k, self.temperature, self.chunk_size = mode, top_k, temperature, chunk_size
+        self.mode, self.spec = mode, spec or TargetSpec()
 
     def to(self, device):
         self.model.to(device)
         return self
 
     @torch.no_grad()
-    def targets(self, input_ids) -> dict:
+    def targets(self, input_ids, **model_inputs) -> dict:
         """``{"teacher_logits" [B, T, V]}`` (dense) or the cache's top-K fields (topk)."""
         weight, bias = output_head(self.model)
-        hidden = decoder_of(self.model)(input_ids=input_ids, use_cache=False).last_hidden_state
+        hidden = decoder_of(self.model)(input_ids=input_ids, use_cache=False, **model_inputs).last_hidden_state
         if self.mode == "dense":
             logits = hidden.float() @ weight.float().T
             return {"teacher_logits": logits if bias is None else logits + bias.float()}
         batch, length, _ = hidden.shape
+        spec = self.spec
         ids, logprobs, tail = teacher_topk(
-            hidden.reshape(batch * length, -1), weight, bias, self.top_k, self.temperature, self.chunk_size
+            hidden.reshape(batch * length, -1), weight, bias, spec.top_k, spec.temperature, spec.head_chunk_rows
         )
         return {
             "topk_ids": ids.reshape(batch, length, -1),

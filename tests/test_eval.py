@@ -9,7 +9,7 @@ from conftest import pydoc_texts
 from destila.cache import build_cache
 from destila.cli.main import main as cli
 from destila.data import pack_documents
-from destila.evaluation import comparison_rows, evaluate_model, markdown_table
+from destila.eval import comparison_rows, evaluate_model, markdown_table
 from destila.student import init_student
 
 

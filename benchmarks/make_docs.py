@@ -1,0 +1,334 @@
+"""Write the measured tables of the docs from the files in benchmarks/results/.
+
+Every table of figures in docs/benchmarks.md (and the demo table of README.md)
+sits between two markers and is produced here from a results file, never
+typed by hand:
+
+    <!-- table:loss-cpu -->
+    ...generated...
+    <!-- /table:loss-cpu -->
+
+    python benchmarks/make_docs.py           # rewrite the tables in place
+    python benchmarks/make_docs.py --check   # exit 1 if a doc is not up to date
+
+Adding a table for a new results file takes a function and a marker pair:
+
+    @table("cache-pass", "cache_pass.json")            # name, results file(s)
+    def cache_pass(result: dict) -> str:               # one argument per file
+        return render_rows(["seq-len", "tok/s"], [[r["seq_len"], r["tps"]] for r in result["rows"]])
+
+then put ``<!-- table:cache-pass -->`` and ``<!-- /table:cache-pass -->`` in
+the doc (``doc=`` names another file than docs/benchmarks.md). ``.json`` files
+are passed parsed, ``.jsonl`` as a list of records, anything else as text. A
+marker without a registered table, or a registered table without its
+markers, is an error, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = "benchmarks/results"
+GIB = 2 ** 30
+
+
+@dataclass(frozen=True)
+class Table:
+    """A generated table: its marker name, the doc it lives in, its results files and its renderer."""
+
+    name: str
+    doc: str
+    sources: tuple[str, ...]
+    render: Callable[..., str]
+
+
+TABLES: dict[str, Table] = {}
+
+
+def table(name: str, *sources: str, doc: str = "docs/benchmarks.md") -> Callable:
+    """Register ``render(*parsed_sources) -> markdown`` as the table ``name`` of ``doc``."""
+    def register(render: Callable[..., str]) -> Callable[..., str]:
+        if name in TABLES:
+            raise ValueError(f"table {name!r} is registered twice")
+        TABLES[name] = Table(name, doc, sources, render)
+        return render
+    return register
+
+
+# ---------------------------------------------------------------- helpers
+
+def load(path: Path) -> Any:
+    """A results file: ``.json`` parsed, ``.jsonl`` as a list of records, other files as text."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        return json.loads(text)
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return text
+
+
+def render_rows(header: list[str], rows: list[list[Any]], align: str | None = None) -> str:
+    """A markdown table; ``align`` is one character per column, ``l`` or ``r`` (default: first left, rest right)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    rule = ["---" if a == "l" else "---:" for a in align]
+    lines = [header, rule] + [[str(cell) for cell in row] for row in rows]
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+
+
+def gib(value: float | None) -> str:
+    return "–" if value is None else f"{value / GIB:.2f} GiB"
+
+
+def machine_line(machine: dict) -> str:
+    """One line naming the machine and software that produced a result, from its recorded fields."""
+    parts = [machine.get("cpu") or "?", f"{machine.get('cores', '?')} cores"]
+    if machine.get("ram_bytes"):
+        parts.append(f"{machine['ram_bytes'] / GIB:.0f} GiB RAM")
+    if machine.get("gpu"):
+        parts.append(str(machine["gpu"]))
+    parts.append(f"torch {machine.get('torch', '?')}")
+    if machine.get("threads"):
+        parts.append(f"{machine['threads']} threads")
+    return f"Machine: {', '.join(parts)}."
+
+
+def command_block(command: str) -> str:
+    return f"```bash\n{command}\n```"
+
+
+# ---------------------------------------------------------------- tables
+
+@table("loss-cpu", "loss_cpu.jsonl")
+def loss_cpu(records: list[dict]) -> str:
+    """`destila bench loss` on CPU: peak memory and time of each impl, with the floor timed in the same process."""
+    by = {(r["impl"], r["seq_len"]): r for r in records}
+    first = records[0]
+
+    def peak(r: dict) -> str:
+        if r["status"] == "ok":
+            return f"{r['peak_bytes'] / GIB:.2f}"
+        predicted = f" (predicted {r['predicted_bytes'] / GIB:.1f} GiB)" if r.get("predicted_bytes") else ""
+        return r["status"] + predicted
+
+    def seconds(r: dict) -> str:
+        return f"{r['seconds']:.2f}" if r["status"] == "ok" else r["status"]
+
+    def ratio(a: float | None, b: float | None, digits: int) -> str:
+        return f"{a / b:.{digits}f}" if a and b else "–"
+
+    rows = []
+    for n in sorted({r["seq_len"] for r in records}):
+        fused, chunked, dense = by[("fused", n)], by[("chunked", n)], by[("dense", n)]
+        ok = {name: r for name, r in (("fused", fused), ("dense", dense)) if r["status"] == "ok"}
+        rows.append([
+            n, peak(fused), peak(chunked), peak(dense),
+            seconds(fused), f"{fused['floor_seconds']:.2f}" if fused["status"] == "ok" else "–",
+            seconds(chunked), seconds(dense),
+            ratio(fused["seconds"], fused.get("floor_seconds"), 3),
+            ratio(ok.get("fused", {}).get("seconds"), ok.get("dense", {}).get("seconds"), 2),
+            ratio(ok.get("dense", {}).get("peak_bytes"), ok.get("fused", {}).get("peak_bytes"), 1),
+        ])
+    header = ["N", "fused peak GiB", "chunked peak GiB", "dense peak GiB", "fused s", "floor s (same process)",
+              "chunked s", "dense s", "fused / floor", "fused / dense (time)", "dense / fused (memory)"]
+    settings = (f"{first['dtype']}, H {first['hidden']}, V {first['vocab']}, K {first['top_k']}, "
+                f"chunk {first['chunk_size']}, device {first['device']}.")
+    # Growth of the fused peak with N against the growth of its O(N·(H+K)) inputs and gradients:
+    # a term in N·V would show as one float32 N·V array per step.
+    fused_ns = sorted(n for (impl, n), r in by.items() if impl == "fused" and r["status"] == "ok")
+    growth = []
+    for start in sorted({fused_ns[0], 4096} & set(fused_ns[:-1])):
+        lo, hi = by[("fused", start)], by[("fused", fused_ns[-1])]
+        per_nv = (hi["seq_len"] - lo["seq_len"]) * lo["vocab"] * 4
+        growth.append(f"Fused peak from N = {start} to {fused_ns[-1]}: "
+                      f"+{(hi['peak_bytes'] - lo['peak_bytes']) / 2**20:.1f} MiB, while its inputs and gradients "
+                      f"grow by +{(hi['input_bytes'] - lo['input_bytes']) / 2**20:.1f} MiB; one float32 N·V array "
+                      f"would add {per_nv / 2**20:.0f} MiB.")
+    return "\n\n".join([command_block(first["command"]), machine_line(first) + " " + settings,
+                        render_rows(header, rows), " ".join(growth)])
+
+
+@table("e2e-cpu", "e2e_cpu.json")
+def e2e_cpu(result: dict) -> str:
+    """`destila bench e2e`: the paper's table (online vs offline dense / chunked / fused)."""
+    names = {"online": "online (teacher every step, full-vocabulary KL)", "dense": "offline dense",
+             "chunked": "offline forward-chunked", "fused": "offline fused"}
+    rows = []
+    for r in result["rows"]:
+        if r["status"] != "ok":
+            rows.append([names.get(r["method"], r["method"]), r["status"]] + ["–"] * 6)
+            continue
+        delta = "–" if r["method"] == "online" else f"{r['loss_diff_vs_online']:+.4f}"
+        rows.append([names.get(r["method"], r["method"]), gib(r["peak_bytes"]), f"{r['step_seconds']:.2f} s",
+                     f"{r['tokens_per_second']:.0f}", f"{r['final_loss']:.6f}", delta,
+                     f"{r['memory_vs_online']:.2f}", f"{r['time_vs_online']:.2f}"])
+    header = ["method", "peak memory (above baseline)", "step time", "tokens/s", "final loss", "Δ loss vs online",
+              "memory vs online", "time vs online"]
+    config, cache = result["config"], result["cache"]
+    settings = (f"Teacher `{config['teacher']}`, student: {config['student'] or str(config['student_layers']) + '-layer cut'}"
+                f", data `{config['data']}`, seq-len {config['seq_len']}, batch {config['batch_size']}, "
+                f"{config['steps']} steps ({config['warmup_steps']} warm-up), learning rate {config['learning_rate']}, "
+                f"K = {config['top_k']}, seed {config['seed']}, {config['device']} {config['dtype']}.")
+    cache_line = (f"Cache build (one-time): {cache['seconds']:.1f} s for {cache['tokens']:,} tokens "
+                  f"({cache['teacher_tokens_per_second']:.0f} tokens/s), peak {gib(cache['peak_bytes'])}; "
+                  f"it pays for itself after {result['break_even_runs']:.2f} runs of these {config['steps']} steps.")
+    offline = [r["final_loss"] for r in result["rows"] if r["status"] == "ok" and r["method"] != "online"]
+    spread = (f" The offline methods' final losses agree to {(max(offline) - min(offline)) / min(offline):.0e} "
+              "relative." if len(offline) > 1 else "")
+    return "\n\n".join([command_block(result["machine"]["command"]), machine_line(result["machine"]) + " " + settings,
+                        render_rows(header, rows), cache_line + spread])
+
+
+@table("e2e-long-context-cpu", "e2e_long_context_cpu.json")
+def e2e_long_context_cpu(result: dict) -> str:
+    """`destila bench e2e --long-context`: one training step per loss and length under a memory budget."""
+    impls = ["dense", "chunked", "fused"]
+    by = {(r["impl"], r["seq_len"]): r for r in result["rows"]}
+    lengths = sorted({r["seq_len"] for r in result["rows"]})
+
+    def cell(r: dict | None) -> str:
+        if r is None or r["status"] == "skipped":
+            return "–"
+        if r["status"] == "ok":
+            return f"{gib(r['peak_bytes'])}, {r['seconds']:.1f} s"
+        return f"**{r['status']}** ({r['error']})"
+
+    rows = [[f"{n:,}"] + [cell(by.get((impl, n))) for impl in impls] for n in lengths]
+    longest, fit = [], {}
+    for impl in impls:
+        fits = [n for n in lengths if by.get((impl, n), {}).get("status") == "ok"]
+        fit[impl] = max(fits) if fits else None
+        longest.append(f"{impl} {max(fits):,}" if fits else f"{impl} none")
+    if fit["dense"] and fit["fused"]:
+        longest[-1] += f" (fused reaches {fit['fused'] / fit['dense']:g} × dense's longest"
+        longest[-1] += ", the longest length tried)" if fit["fused"] == lengths[-1] else ")"
+    budget = result["rows"][0]["memory_budget"]
+    return "\n\n".join([
+        command_block(result["machine"]["command"]), machine_line(result["machine"]) +
+        f" Memory budget {gib(budget)} above the process baseline.",
+        render_rows(["tokens", "dense", "forward-chunked", "fused"], rows),
+        "Longest sequence that fits: " + ", ".join(longest) + " tokens."])
+
+
+@table("offline-vs-online", "offline_vs_online_eval.json", "offline_vs_online_offline_log.jsonl",
+       "offline_vs_online_online_log.jsonl", "offline_vs_online.txt")
+def offline_vs_online(evaluation: list[dict], offline_log: list[dict], online_log: list[dict], console: str) -> str:
+    """benchmarks/offline_vs_online.sh: held-out quality, step time and peak RSS of offline fused vs online dense."""
+    def median_step(log: list[dict]) -> float:
+        # The script's own definition: median gap between consecutive per-step records.
+        times = [r["time"] for r in log if "loss" in r]
+        return statistics.median(b - a for a, b in zip(times, times[1:]))
+
+    timed = {m.group(1): (int(m.group(2)) * 1024, float(m.group(3)))
+             for m in re.finditer(r"^(offline|online): max_rss_kib (\d+) wall_s ([\d.]+)$", console, re.M)}
+    off, on = evaluation
+    off_step, on_step = median_step(offline_log), median_step(online_log)
+    (off_rss, off_wall), (on_rss, on_wall) = timed["offline"], timed["online"]
+    steps = sum(1 for r in offline_log if "loss" in r)
+    rows = [
+        ["held-out KL to the teacher, full vocabulary (nats/token)", f"{off['kl_to_teacher']:.4f}",
+         f"{on['kl_to_teacher']:.4f}", f"{off['kl_to_teacher'] / on['kl_to_teacher']:.4f}"],
+        ["held-out top-1 agreement with the teacher", f"{off['top1_agreement']:.1%}", f"{on['top1_agreement']:.1%}", ""],
+        ["held-out perplexity", f"{off['perplexity']:.1f}", f"{on['perplexity']:.1f}", ""],
+        ["median step time (s)", f"{off_step:.2f}", f"{on_step:.2f}", f"{off_step / on_step:.2f}"],
+        ["peak memory: max RSS of the training process (GiB)", f"{off_rss / GIB:.2f}", f"{on_rss / GIB:.2f}",
+         f"{off_rss / on_rss:.2f}"],
+        [f"wall time of the {steps}-step run, loading and saving included (s)", f"{off_wall:.0f}", f"{on_wall:.0f}",
+         f"{off_wall / on_wall:.2f}"],
+    ]
+    return render_rows(["", "offline fused (cache)", "online dense", "offline / online"], rows)
+
+
+@table("demo", "demo/report.json", doc="README.md")
+def demo(report: dict) -> str:
+    """`destila demo`: teacher, distilled and cross-entropy-only students on held-out documents."""
+    models = {r["model"]: r for r in report["results"]}
+    order = [name for name in ("teacher", "distilled", "baseline") if name in models]
+    metrics = [
+        ("perplexity", lambda r: f"{r['perplexity']:.1f}"),
+        ("next-token accuracy", lambda r: f"{r['accuracy']:.1%}"),
+        ("top-1 agreement with the teacher", lambda r: f"{r['top1_agreement']:.1%}"),
+        ("KL to the teacher (top-K bucket, nats/token)", lambda r: f"{max(r['kl_to_teacher'], 0.0):.2f}"),
+        ("parameters", lambda r: f"{r['parameters'] / 1e6:.1f} M"),
+        ("forward tokens/s / generated tokens/s", lambda r: f"{r['forward_tokens_per_second']:.0f} / "
+                                                             f"{r['generate_tokens_per_second']:.1f}"),
+        ("peak memory (MB)", lambda r: f"{r['peak_bytes'] / 1e6:,.0f}"),
+    ]
+    rows = [[label] + [fmt(models[name]) for name in order] for label, fmt in metrics]
+    settings, stages = report["settings"], report["stages"]
+    stage_line = ", ".join(f"{name} {info['seconds']:.0f} s" for name, info in stages.items())
+    tokens = models[order[0]]["tokens"]
+    steps = ", ".join(f"{name} {sum('loss' in r for r in log)}"
+                      for name, log in report.get("training", {}).items())
+    return "\n\n".join([
+        render_rows(["held-out, " + f"{tokens:,} tokens"] + order, rows),
+        (f"Training steps: {steps}. " if steps else "") +
+        f"Settings: seq-len {settings['seq_len']}, {settings['train_tokens']:,} cached training tokens, "
+        f"K = {settings['top_k']}, {settings['student_layers']}-layer student, batch {settings['batch_size']}, "
+        f"learning rate {settings['learning_rate']}, {settings['minutes']:g}-minute budget. "
+        f"Time per stage: {stage_line}."])
+
+
+# ---------------------------------------------------------------- driver
+
+_MARKER = re.compile(r"<!-- table:([a-z0-9-]+) -->\n.*?<!-- /table:\1 -->", re.S)
+
+
+def render_docs(root: Path = ROOT) -> dict[Path, str]:
+    """The text every doc with generated tables should have, keyed by its path (nothing is written)."""
+    docs: dict[Path, str] = {}
+    for doc in sorted({t.doc for t in TABLES.values()}):
+        path = root / doc
+        text = path.read_text(encoding="utf-8")
+        found = set(re.findall(r"<!-- table:([a-z0-9-]+) -->", text))
+        wanted = {name for name, t in TABLES.items() if t.doc == doc}
+        if found != wanted:
+            raise ValueError(f"{doc}: expected table markers for {sorted(wanted)}, found {sorted(found)}; "
+                             "add the missing `<!-- table:NAME -->` / `<!-- /table:NAME -->` pairs "
+                             "or register the table in benchmarks/make_docs.py")
+
+        def fill(match: re.Match) -> str:
+            spec = TABLES[match.group(1)]
+            parsed = [load(root / RESULTS / source) for source in spec.sources]
+            sources = ", ".join(f"`{RESULTS}/{source}`" for source in spec.sources)
+            body = spec.render(*parsed).strip()
+            return (f"<!-- table:{spec.name} -->\n"
+                    f"<!-- generated by benchmarks/make_docs.py from {sources}; edit that file, not this table -->\n"
+                    f"{body}\n<!-- /table:{spec.name} -->")
+
+        new = _MARKER.sub(fill, text)
+        if len(_MARKER.findall(text)) != len(found):
+            raise ValueError(f"{doc}: a `<!-- table:NAME -->` marker has no matching `<!-- /table:NAME -->`")
+        docs[path] = new
+    return docs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only report docs that are not up to date (exit 1)")
+    args = parser.parse_args(argv)
+    stale = []
+    try:
+        docs = render_docs()
+    except (ValueError, FileNotFoundError) as error:
+        print(f"make_docs.py: error: {error}", file=sys.stderr)
+        return 2
+    for path, text in docs.items():
+        if path.read_text(encoding="utf-8") != text:
+            stale.append(path)
+            if not args.check:
+                path.write_text(text, encoding="utf-8")
+    for path in stale:
+        print(f"{'stale' if args.check else 'updated'}: {path.relative_to(ROOT)}")
+    return 1 if (args.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""`BuildSpec`: everything one `destila cache build` needs, declared once.
+
+The command line's flags (``destila cache build --help``) are generated from
+these fields and from :class:`~destila.targets.spec.TargetSpec`'s; Python
+users pass the same object to :func:`~destila.cache.writer.build_cache`::
+
+    build_cache(BuildSpec("smollm2", "pydoc", "cache/", seq_len=512, encoding="compact",
+                          targets=TargetSpec(top_k=100)))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Sequence
+
+from destila.cache.format import ENCODINGS, LOGPROB_DTYPES
+from destila.targets.spec import TargetSpec
+
+TEACHER_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass
+class BuildSpec:
+    """One teacher pass over ``data``, stored in the cache folder ``output``.
+
+    Only :data:`~destila.cache.format.CONTENT_FIELDS`-relevant fields
+    (teacher, data, sequence length, targets, encoding, dtypes) change what
+    is stored; ``batch_size``, ``device``, ``shard_size`` and
+    ``targets.head_chunk_rows`` may differ between a build and its resume.
+    """
+
+    teacher: str = field(metadata={
+        "help": "HF model folder, hub id, .gguf file, or 'smollm2'", "metavar": "TEACHER"})
+    data: str | Path | Sequence[str] = field(metadata={
+        "help": "'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder of them, or a folder datasets can load "
+                "(from Python also a list of documents)", "metavar": "DATA"})
+    output: str | Path = field(metadata={
+        "help": "cache folder (created, or resumed)", "metavar": "CACHE", "aliases": ["-o"]})
+    gguf_file: str | None = field(default=None, metadata={"help": "GGUF file name inside the TEACHER folder"})
+    text_field: str = field(default="text", metadata={"help": "field holding the text in jsonl/parquet/csv"})
+    seq_len: int = field(default=512, metadata={"help": "tokens per packed sequence"})
+    max_tokens: int | None = field(default=None, metadata={
+        "help": "stop after this many tokens (whole sequences); default: all the data"})
+    targets: TargetSpec = field(default_factory=TargetSpec, metadata={
+        "help": "what the teacher provides per position (its own flags)"})
+    encoding: str = field(default="plain", metadata={
+        "help": "shard encoding: 'plain' (safetensors tensors any reader can load) or 'compact' (ids delta-coded, "
+                "log-probs quantised, zstd: about a quarter of the bytes; see docs/cache.md)",
+        "choices": ENCODINGS})
+    logprob_dtype: str = field(default="float16", metadata={
+        "help": "storage dtype of the top-K log-probs in the plain encoding", "choices": LOGPROB_DTYPES})
+    batch_size: int = field(default=8, metadata={"help": "sequences per teacher forward"})
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, …"})
+    dtype: str = field(default="auto", metadata={
+        "help": "teacher weights dtype ('auto': as stored)", "choices": TEACHER_DTYPES})
+    shard_size: int = field(default=128, metadata={"help": "sequences per shard file"})
+    progress: bool = field(default=True, metadata={
+        "help": "progress bar while building (--no-progress or --quiet: one log line per shard instead)", "aliases": ["--quiet"]})
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.targets, TargetSpec):
+            raise ValueError(f"targets: expected a TargetSpec, found {type(self.targets).__name__}")
+        for name, choices in (("encoding", ENCODINGS), ("logprob_dtype", LOGPROB_DTYPES), ("dtype", TEACHER_DTYPES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name}: expected one of {', '.join(choices)}, found {getattr(self, name)!r}")
+        for name in ("seq_len", "batch_size", "shard_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected an integer ≥ 1, found {value!r}")
+        if self.seq_len < 2:
+            raise ValueError(f"seq_len: expected at least 2 tokens (one input and one label), found {self.seq_len}")
+        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < self.seq_len):
+            raise ValueError(f"max_tokens: expected at least one sequence of {self.seq_len} tokens, found "
+                             f"{self.max_tokens!r}; raise --max-tokens or lower --seq-len")
+        self.output = Path(self.output).expanduser()
+
+    @classmethod
+    def from_options(cls, teacher, data, output, **options) -> BuildSpec:
+        """A spec from flat keyword options, the target spec's among them (``top_k=…``, ``temperature=…``).
+
+        Naive equivalent: ``BuildSpec(teacher, data, output, targets=TargetSpec(top_k=…), seq_len=…)``.
+        """
+        target_names = {f.name for f in fields(TargetSpec)}
+        target_options = {k: options.pop(k) for k in list(options) if k in target_names}
+        targets = options.pop("targets", None) or TargetSpec()
+        if target_options:
+            targets = replace(targets, **target_options)
+        unknown = sorted(set(options) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"build_cache: unknown options {', '.join(unknown)}; expected fields of BuildSpec or "
+                             "TargetSpec")
+        return cls(teacher, data, output, targets=targets, **options)

@@ -1,0 +1,74 @@
+"""Quality of a model on held-out batches: perplexity, accuracy, and KL / agreement to its teacher."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from destila.losses import IGNORE_INDEX, distill_loss
+from destila.losses.options import DEFAULT_LOSS_CHUNK_ROWS
+from destila.models import decoder_of, output_head
+from destila.targets.online import full_vocab_divergence
+
+
+@torch.no_grad()
+def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_LOSS_CHUNK_ROWS) -> dict:
+    """Sums over the rows with a label, for ``batches`` of ``input_ids [B, L]`` and ``labels [B, L]``
+    (plus the cache's top-K fields when evaluating against a cache).
+
+    Returns ``rows``, ``nll`` (Σ −log q(label)), ``correct`` (argmax = label)
+    and, against a teacher or a cache, ``kl`` (Σ forward KL: over the full
+    vocabulary when ``teacher`` is given, else over the cache's top-K
+    buckets) and ``agree`` (argmax = teacher's top-1). Naive
+    equivalent: full ``[N, V]`` logits of both models; here only
+    ``chunk_size × V`` at a time.
+    """
+    weight, bias = output_head(model)
+    sums = {"rows": 0.0, "nll": 0.0, "correct": 0.0}
+    if teacher is not None or "topk_ids" in batches[0]:
+        sums.update(kl=0.0, agree=0.0)
+    for batch in batches:
+        input_ids = batch["input_ids"]
+        labels = batch["labels"].flatten()  # next tokens; IGNORE_INDEX where nothing is scored
+        hidden = decoder_of(model)(input_ids=input_ids, use_cache=False).last_hidden_state.flatten(0, 1)
+        if "topk_ids" in batch and teacher is None:  # with the teacher at hand, its full KL replaces the top-K one
+            _, stats = distill_loss(
+                hidden, weight, batch["topk_ids"].flatten(0, 1), batch["topk_logprobs"].flatten(0, 1),
+                batch["tail_logmass"].flatten(), labels,
+                bias=bias, chunk_size=chunk_size, return_stats=True,
+            )
+            sums["kl"] += stats["soft"].item()
+            sums["agree"] += stats["agree"].item()
+        if teacher is not None:
+            t_weight, t_bias = output_head(teacher)
+            t_hidden = decoder_of(teacher)(input_ids=input_ids, use_cache=False).last_hidden_state.flatten(0, 1)
+        for start in range(0, hidden.shape[0], chunk_size):
+            rows = slice(start, start + chunk_size)
+            valid = labels[rows] != IGNORE_INDEX
+            logits = _logits(hidden[rows], weight, bias)[valid]
+            target = labels[rows][valid]
+            sums["rows"] += float(valid.sum())
+            sums["nll"] += torch.nn.functional.cross_entropy(logits, target, reduction="sum").item()
+            sums["correct"] += float((logits.argmax(-1) == target).sum())
+            if teacher is not None:
+                t_logits = _logits(t_hidden[rows], t_weight, t_bias)[valid]
+                sums["kl"] += full_vocab_divergence(logits, t_logits, "forward_kl").sum().item()
+                sums["agree"] += float((logits.argmax(-1) == t_logits.argmax(-1)).sum())
+    return sums
+
+
+def _logits(hidden, weight, bias):
+    logits = hidden.float() @ weight.float().T
+    return logits if bias is None else logits + bias.float()
+
+
+def metrics_from_sums(sums: dict) -> dict:
+    rows = max(sums["rows"], 1.0)
+    metrics = {"tokens": int(sums["rows"]), "perplexity": math.exp(sums["nll"] / rows),
+               "cross_entropy": sums["nll"] / rows, "accuracy": sums["correct"] / rows}
+    if "kl" in sums:
+        metrics.update(kl_to_teacher=sums["kl"] / rows, top1_agreement=sums["agree"] / rows)
+    return metrics
+
+

@@ -1,0 +1,99 @@
+"""Side-by-side evaluation of models on held-out data.
+
+For every model: perplexity and next-token accuracy on the data; KL to the
+teacher and top-1 agreement with it (the top-K bucket KL from a cache, or the
+full-vocabulary KL when the teacher itself is given); parameters, size on
+disk, forward and generation throughput, and peak memory. Each model is
+evaluated in its own process (:func:`destila.measure.run_isolated`),
+so its peak memory is its own.
+"""
+
+from __future__ import annotations
+
+from destila.eval.quality import metrics_from_sums, quality_sums
+from destila.eval.speed import forward_tokens_per_second, generate, size_on_disk
+from destila.losses.options import DEFAULT_LOSS_CHUNK_ROWS
+from destila.models import load_causal_lm, load_tokenizer
+
+DEFAULT_PROMPT = "The `with` statement in Python"
+
+
+def evaluate_model(
+    model: str, *, cache: str | None = None, indices: list[int] | None = None, data: str | list[str] | None = None,
+    teacher: str | None = None, seq_len: int = 512, max_tokens: int | None = 16384, text_field: str = "text",
+    batch_size: int = 4, chunk_size: int = DEFAULT_LOSS_CHUNK_ROWS, prompt: str = DEFAULT_PROMPT, new_tokens: int = 32,
+    device: str = "cpu",
+) -> dict:
+    """Every metric of one model (see the module docstring); a JSON-able dict.
+
+    Data: ``cache`` (its sequences ``indices``, or all of them) or ``data``
+    (texts packed into ``seq_len`` tokens with the model's tokenizer), up to
+    ``max_tokens`` tokens. ``teacher`` adds the full-vocabulary KL and
+    agreement. ``peak_bytes`` is the model's own peak (weights, forward,
+    generation), taken before any teacher is loaded.
+    """
+    from destila.measure import PeakMeter
+    from destila.models import resolve_source
+
+    if (cache is None) == (data is None):
+        raise ValueError("eval: give either a cache or data")
+    meter = PeakMeter(device)
+    lm = load_causal_lm(model, device=device)
+    tokenizer = load_tokenizer(model)
+    if cache is not None:
+        from destila.cache import TopKCache
+
+        source = TopKCache(cache)
+        chosen = list(range(len(source))) if indices is None else list(indices)
+        if max_tokens is not None:
+            chosen = chosen[: max(1, max_tokens // source.seq_len)]
+        items = [source[i] for i in chosen]
+    else:
+        from destila.data import load_texts, pack_documents
+
+        texts = list(data) if isinstance(data, (list, tuple)) else load_texts(data, text_field=text_field)
+        items = [{"input_ids": row} for row in pack_documents(texts, tokenizer, seq_len, max_tokens=max_tokens)]
+    from destila.training.datasets import collate  # FIXME(lead): the data package's collate
+
+    batches = [{k: v.to(device) for k, v in collate(items[i:i + batch_size]).items()}
+               for i in range(0, len(items), batch_size)]
+    forward_speed = forward_tokens_per_second(lm, batches[0]["input_ids"])
+    sample, generate_speed = generate(lm, tokenizer, prompt, new_tokens)
+    if teacher is None:
+        sums = quality_sums(lm, batches, None, chunk_size)
+        peak = meter.peak()
+    else:
+        peak = meter.peak()
+        sums = quality_sums(lm, batches, load_causal_lm(teacher, device=device), chunk_size)
+    path = resolve_source(model)[0]
+    return {
+        "model": model,
+        "path": path,
+        **metrics_from_sums(sums),
+        "parameters": sum(p.numel() for p in lm.parameters()),
+        "size_bytes": size_on_disk(path),
+        "forward_tokens_per_second": forward_speed,
+        "generate_tokens_per_second": generate_speed,
+        "peak_bytes": peak,
+        "sample": sample,
+        "prompt": prompt,
+    }
+
+
+def evaluate_models(models: list[str], *, isolated: bool = True, timeout: float | None = None, **options) -> list[dict]:
+    """:func:`evaluate_model` for each model, each in a fresh process when ``isolated`` (for its peak memory)."""
+    from destila.measure import run_isolated
+
+    results = []
+    for model in models:
+        if not isolated:
+            results.append(evaluate_model(model, **options))
+            continue
+        run = run_isolated("destila.eval.run:evaluate_model", {"model": model, **options},
+                           device=options.get("device", "cpu"), timeout=timeout)
+        if run["status"] != "ok":
+            raise RuntimeError(f"eval: evaluating {model} failed ({run['status']}): {run.get('error')}")
+        results.append(run["result"])
+    return results
+
+

@@ -1,0 +1,61 @@
+"""The comparison of evaluated models as a table (terminal or Markdown), ratios to the first model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+METRICS = (  # key, label, format, show the ratio to the first model
+    ("perplexity", "perplexity", "{:.2f}", True),
+    ("accuracy", "next-token accuracy", "{:.1%}", True),
+    # Against itself the teacher's KL is 0 (up to float16 rounding): no ratio.
+    ("kl_to_teacher", "KL to teacher (nats/token)", "{:.4f}", False),
+    ("top1_agreement", "top-1 agreement with teacher", "{:.1%}", True),
+    ("parameters", "parameters", "{:,.0f}", True),
+    ("size_bytes", "size on disk (MB)", "{:.1f}", True),
+    ("forward_tokens_per_second", "forward (tokens/s)", "{:,.0f}", True),
+    ("generate_tokens_per_second", "generation (new tokens/s)", "{:,.1f}", True),
+    ("peak_bytes", "peak memory (MB)", "{:,.0f}", True),
+)
+
+
+def comparison_rows(results: list[dict]) -> list[tuple[str, list[str]]]:
+    """``(label, cells)`` per metric: each model's value and its ratio to the first model's."""
+    rows = []
+    for key, label, fmt, with_ratio in METRICS:
+        if not any(r.get(key) is not None for r in results):
+            continue
+        base = results[0].get(key)
+        cells = []
+        for result in results:
+            value = result.get(key)
+            if value is None:
+                cells.append("–")
+                continue
+            shown = value / 1e6 if key in ("size_bytes", "peak_bytes") else value
+            cell = fmt.format(shown).replace("-0.0000", "0.0000")
+            if with_ratio and result is not results[0] and base not in (None, 0):
+                cell += f" (×{value / base:.2f})"
+            cells.append(cell)
+        rows.append((label, cells))
+    return rows
+
+
+def render_table(results: list[dict], title: str = "destila eval"):
+    """A ``rich`` table: metrics as rows, models as columns, ratios to the first model."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("metric")
+    for result in results:
+        table.add_column(Path(result["model"]).name or result["model"], justify="right")
+    for label, cells in comparison_rows(results):
+        table.add_row(label, *cells)
+    return table
+
+
+def markdown_table(results: list[dict]) -> str:
+    """The same comparison as :func:`render_table`, as a Markdown table."""
+    names = [Path(r["model"]).name or r["model"] for r in results]
+    lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in comparison_rows(results)]
+    return "\n".join(lines)
