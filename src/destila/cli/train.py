@@ -33,6 +33,7 @@ def build_parser():
 
     from destila.training import DistillationArguments
 
+    from destila.placement import DEVICE_MAPS
     from destila.training.peft_student import LoraArguments
 
     parser = HfArgumentParser([DistillationArguments, LoraArguments], prog="destila train", description=DESCRIPTION,
@@ -49,6 +50,10 @@ def build_parser():
     source.add_argument("--text-field", default="text", help="online: text field of jsonl/parquet data")
     source.add_argument("--seq-len", type=int, default=512, help="online: tokens per packed sequence")
     source.add_argument("--max-tokens", type=int, help="online: cap on the tokens taken from the data")
+    source.add_argument("--teacher-device-map", choices=list(DEVICE_MAPS),
+                        help="online: spread a teacher too large for one device (accelerate big-model inference)")
+    source.add_argument("--teacher-max-memory", help="online, with --teacher-device-map: e.g. 0=20GiB,cpu=64GiB")
+    source.add_argument("--teacher-offload-folder", help="online, with --teacher-device-map: folder for layers on disk")
     parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
                         help="resume from the last checkpoint in the output folder, or from CHECKPOINT")
     return parser
@@ -121,6 +126,8 @@ def run(argv: list[str]) -> int:
         args.student, out, training_args,
         cache=args.cache, teacher=args.teacher, data=args.data, teacher_gguf_file=args.teacher_gguf_file,
         seq_len=args.seq_len, max_tokens=args.max_tokens, text_field=args.text_field, resume=args.resume, lora=lora,
+        teacher_placement=dict(device_map=args.teacher_device_map, max_memory=args.teacher_max_memory,
+                               offload_folder=args.teacher_offload_folder),
     )
     if training_args.process_index == 0:
         if result["eval"]:

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 from destila.targets.head import teacher_topk
 from destila.losses.options import IGNORE_INDEX
-from destila.models import check_plain_head, decoder_of, output_head
+from destila.models import check_plain_head, decoder_of
+from destila.placement import head_weights, input_device
 from destila.targets.spec import TargetSpec
 
 
@@ -81,14 +82,22 @@ class OnlineTeacher:
         self.mode, self.spec = mode, spec or TargetSpec()
 
     def to(self, device):
-        self.model.to(device)
+        if getattr(self.model, "hf_device_map", None) is None:  # a device-mapped teacher stays where it was put
+            self.model.to(device)
         return self
 
     @torch.no_grad()
     def targets(self, input_ids, **model_inputs) -> dict:
-        """``{"teacher_logits" [B, T, V]}`` (dense) or the cache's top-K fields (topk)."""
-        weight, bias = output_head(self.model)
+        """``{"teacher_logits" [B, T, V]}`` (dense) or the cache's top-K fields (topk), on ``input_ids``' device."""
+        device = input_device(self.model)
+        moved = {key: value.to(device) if torch.is_tensor(value) else value for key, value in model_inputs.items()}
+        with head_weights(self.model) as (weight, bias):
+            found = self._targets(weight, bias, input_ids.to(device), **moved)
+        return {key: value.to(input_ids.device) for key, value in found.items()}
+
+    def _targets(self, weight, bias, input_ids, **model_inputs) -> dict:
         hidden = decoder_of(self.model)(input_ids=input_ids, use_cache=False, **model_inputs).last_hidden_state
+        hidden = hidden.to(weight.device)
         if self.mode == "dense":
             logits = hidden.float() @ weight.float().T
             return {"teacher_logits": logits if bias is None else logits + bias.float()}

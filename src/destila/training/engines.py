@@ -34,6 +34,13 @@ def choose_device(args) -> None:
     This is also what makes ``bf16`` accepted on CPU (transformers refuses
     bf16 without ``use_cpu`` when no bf16-capable GPU is present).
     """
+    if args.deepspeed and (args.use_cpu or not accelerator_available()):
+        # accelerate only turns DeepSpeed on for an accelerator; on CPU the
+        # Trainer would quietly train without it.
+        raise ValueError(
+            "deepspeed: DeepSpeed needs a GPU and none was found (or --use_cpu was given); on CPU shard with "
+            "--fsdp full_shard under torchrun instead (see docs/scale.md)"
+        )
     if not args.use_cpu and not accelerator_available():
         args.use_cpu = True
     if args.use_cpu:

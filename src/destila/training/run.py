@@ -83,6 +83,7 @@ def train_student(
     resume: bool | str | None = None,
     callbacks: tuple = (),
     lora: LoraArguments | None = None,
+    teacher_placement: dict | None = None,
 ) -> dict:
     """Train ``student`` from ``cache`` (offline) or from ``teacher`` on ``data`` (online).
 
@@ -90,7 +91,9 @@ def train_student(
     student (safetensors, config, tokenizer) loadable with
     ``AutoModelForCausalLM.from_pretrained(out)``; with ``lora`` adapters
     enabled, the adapter instead (``PeftModel.from_pretrained``), and with
-    ``lora.merge`` also ``out/merged``, the plain merged model. Returns
+    ``lora.merge`` also ``out/merged``, the plain merged model.
+    ``teacher_placement`` (online only) holds :func:`destila.models.load_causal_lm`'s
+    ``device_map``/``max_memory``/``offload_folder`` for a teacher larger than one device. Returns
     ``{"train": Trainer metrics, "steps": optimizer steps, "eval": held-out metrics or {},
     "engine": what ran (see :func:`destila.training.engines.describe_engine`)}``.
     """
@@ -120,7 +123,7 @@ def train_student(
     else:
         from destila.data import load_texts, pack_documents
 
-        teacher_model = load_causal_lm(teacher, gguf_file=teacher_gguf_file)
+        teacher_model = load_causal_lm(teacher, gguf_file=teacher_gguf_file, **(teacher_placement or {}))
         tokenizer = load_tokenizer(teacher, gguf_file=teacher_gguf_file)
         check_student(
             model, student, vocab_size=output_head(teacher_model)[0].shape[0],
