@@ -64,3 +64,16 @@ def test_bad_lora_options_are_refused():
         LoraArguments(merge=True)
     with pytest.raises(ValueError, match="lora_r: expected a non-negative rank"):
         LoraArguments(lora_r=-1)
+
+
+@pytest.mark.slow
+def test_documented_lora_command(tiny_cache, fresh_student, tmp_path):
+    from test_scale_processes import documented, run_documented
+
+    (tmp_path / "student").symlink_to(fresh_student, target_is_directory=True)
+    (tmp_path / "cache").symlink_to(tiny_cache, target_is_directory=True)
+    launched = run_documented(documented("destila train student/ --cache cache/ -o lora/"), tmp_path,
+                              "--max_steps", "3")
+    assert "merged student saved to lora/merged" in launched.stdout
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "lora" / "merged")
+    assert not any("lora" in key for key in merged.state_dict())
