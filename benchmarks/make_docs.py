@@ -246,6 +246,103 @@ def offline_vs_online(evaluation: list[dict], offline_log: list[dict], online_lo
     return render_rows(["", "offline fused (cache)", "online dense", "offline / online"], rows)
 
 
+@table("loss-peers-cpu", "loss_peers_cpu.jsonl", "loss_peers_cpu_load.txt", "loss_peers_16k_cpu.jsonl",
+       "loss_peers_16k_cpu_load.txt")
+def loss_peers_cpu(records: list[dict], load: str, records_16k: list[dict], load_16k: str) -> str:
+    """`destila bench loss --peers`: the 8K + 16K sweep, then 16K again for the peers it skipped by the
+    budget estimate (each run with its own fused row: every ratio is within one run)."""
+    return "\n\n".join([_peers_sweep(records, load), "The peers skipped at 16K above, measured in a second run "
+                         "(with its own floor and fused rows):", _peers_sweep(records_16k, load_16k)])
+
+
+def _peers_sweep(records: list[dict], load: str) -> str:
+    """One `destila bench loss --peers` run: every row beside destila fused at the same N."""
+    fused = {r["seq_len"]: r for r in records if r["impl"] == "fused" and r["status"] == "ok"}
+    rows = []
+    for r in records:
+        if r["impl"] == "floor":
+            continue
+        base = fused.get(r["seq_len"])
+        ran = r["status"] == "ok" and base is not None
+        over_floor = ran and r.get("ratio_to_floor") and base.get("ratio_to_floor")
+        rows.append([
+            r["seq_len"], r.get("peer") or r["impl"], r.get("inputs") or "", r.get("divergence") or "",
+            f"{r['peak_bytes'] / GIB:.2f}" if r["status"] == "ok" else f"{r['status']}: {r['error']}",
+            f"{r['peak_bytes'] / base['peak_bytes']:.1f}" if ran else "–",
+            f"{r['seconds']:.1f}" if r["status"] == "ok" else "–",
+            f"{r['ratio_to_floor']:.2f}" if r["status"] == "ok" else "–",
+            f"{r['ratio_to_floor'] / base['ratio_to_floor']:.2f}" if over_floor else "–",
+        ])
+    header = ["N", "loss (package: what is called)", "teacher input it needs (built and counted)", "divergence",
+              "peak GiB", "memory ÷ fused", "fwd+bwd s", "÷ floor (same process)", "÷ fused's (time)"]
+    first = records[0]
+    settings = (f"{first['dtype']}, H {first['hidden']}, V {first['vocab']}, K {first['top_k']}, "
+                f"chunk {first['chunk_size']} rows, device {first['device']}.")
+    return "\n\n".join([command_block(first["command"]), machine_line(first) + " " + settings,
+                        render_rows(header, rows, align="llll" + "r" * 5),
+                        "Machine load (`uptime`) at the start and the end of the sweep:\n\n"
+                        + f"```text\n{load.strip()}\n```"])
+
+
+@table("e2e-peers-cpu", "e2e_peers_cpu.json", "e2e_peers_cpu_load.txt")
+def e2e_peers_cpu(result: dict, load: str) -> str:
+    """`destila bench e2e --peers`: TRL's GKD trainer beside destila online and offline fused, held-out full KL."""
+    names = {"online": "destila online (teacher every step, full-vocabulary KL)",
+             "fused": "destila offline fused (top-K cache)"}
+    rows = []
+    for r in result["rows"]:
+        name = r.get("trainer") or names.get(r["method"], r["method"])
+        if r["status"] != "ok":
+            rows.append([name, f"{r['status']}: {r['error']}"] + ["–"] * 6)
+            continue
+        kl_gap = r.get("heldout_kl_vs_trl-gkd")
+        rows.append([name, gib(r["peak_bytes"]), f"{r['step_seconds']:.1f} s",
+                     f"{r['heldout_kl']:.4f}" if r.get("heldout_kl") is not None else r.get("heldout_error", "–"),
+                     f"{r['memory_vs_trl-gkd']:.2f}" if r.get("memory_vs_trl-gkd") else "–",
+                     f"{r['time_vs_trl-gkd']:.2f}" if r.get("time_vs_trl-gkd") else "–",
+                     f"{100 * kl_gap:+.2f}%" if kl_gap is not None else "–",
+                     " ".join(f"{x:.4f}" for x in r["losses"])])
+    header = ["trainer", "peak memory (above baseline)", "step time (median)", "held-out full KL (nats/token)",
+              "memory ÷ TRL", "time ÷ TRL", "held-out KL vs TRL", "training loss per step"]
+    config = result["config"]
+    settings = (f"Teacher `{config['teacher']}`, student: "
+                f"{config['student'] or str(config['student_layers']) + '-layer cut'}, data `{config['data']}`, "
+                f"seq-len {config['seq_len']}, batch {config['batch_size']}, {config['steps']} steps "
+                f"({config['warmup_steps']} warm-up, not in the median), learning rate {config['learning_rate']}, "
+                f"seed {config['seed']}, {config['device']} {config['dtype']}; held-out KL over the "
+                f"{result['heldout_tokens']:,} tokens after the trained ones.")
+    return "\n\n".join([command_block(result["machine"]["command"]),
+                        machine_line(result["machine"]) + " " + settings,
+                        render_rows(header, rows, align="l" + "r" * 7),
+                        "Machine load (`uptime`) at the start and the end of the run:\n\n"
+                        + f"```text\n{load.strip()}\n```"])
+
+
+@table("targets-caches", "targets_caches.jsonl")
+def targets_caches(records: list[dict]) -> str:
+    """benchmarks/targets_compare.py caches: bytes, build time, reader speed and decode KL of each target cache."""
+    latest = {r["config"]: r for r in records if r.get("stage") == "caches"}  # a rerun replaces a config's record
+    fp16 = latest.get("topk100-plain-fp16")
+    rows = []
+    for name, r in latest.items():
+        kind = r["targets"]
+        targets = f"top-{kind['top_k']}" if kind["kind"] == "topk" else f"sampled S = {kind['samples']}"
+        dtype = f" {r['logprob_dtype']}" if r["encoding"] == "plain" and kind["kind"] == "topk" else ""
+        share = f"{r['bytes_per_token'] / fp16['bytes_per_token']:.3f}" if fp16 else "–"
+        kl = (f"{r['decode_kl_mean']:.2e} / {r['decode_kl_max']:.2e}" if "decode_kl_mean" in r
+              else ("reference" if name.endswith("fp32") else "–"))
+        rows.append([f"{targets}, {r['encoding']}{dtype}", f"{r['bytes_per_token']:.1f}", f"{r['bytes_per_entry']:.3f}",
+                     share, f"{r['build_seconds']:.0f}", f"{r['reader_tokens_per_s']:,}", kl])
+    first = next(iter(latest.values()))
+    header = ["targets, encoding", "bytes / token", "bytes / entry", "of plain fp16", "build (s)",
+              "reader (tok/s)", "decode KL mean / max (nats)"]
+    commands = list(dict.fromkeys("python " + r["command"] for r in latest.values()))
+    return (render_rows(header, rows) + f"\n\n{first['tokens']:,} tokens of `{first['data']}` "
+            f"(seq-len {first['seq_len']}), teacher `{first['teacher']}`; {first['cpus']} CPUs, torch {first['torch']}, "
+            f"{first['torch_threads']} thread. The runs that made these records:\n\n"
+            + command_block("\n".join(commands)))
+
+
 @table("demo", "demo/report.json", doc="README.md")
 def demo(report: dict) -> str:
     """`destila demo`: teacher, distilled and cross-entropy-only students on held-out documents."""

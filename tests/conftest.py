@@ -27,8 +27,19 @@ def pydoc_texts(limit: int | None = None) -> list[str]:
     return texts[:limit] if limit else texts
 
 
-def train_tiny_tokenizer(vocab_size: int = TINY_VOCAB):
-    """A byte-level BPE tokenizer with ``<|endoftext|>`` = 0 (EOS, also used as pad)."""
+# SmolLM2-Instruct's ChatML template (the embedded teacher's), so tiny chat tests render like the real one.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def train_tiny_tokenizer(vocab_size: int = TINY_VOCAB, chat: bool = False):
+    """A byte-level BPE tokenizer with ``<|endoftext|>`` = 0 (EOS, also used as pad).
+
+    ``chat=True`` adds ``<|im_start|>`` = 1, ``<|im_end|>`` = 2 and a ChatML chat template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -37,17 +48,41 @@ def train_tiny_tokenizer(vocab_size: int = TINY_VOCAB):
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=["<|endoftext|>"],
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"] if chat else ["<|endoftext|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     core.train_from_iterator(pydoc_texts(20), trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    if chat:
+        tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+        tokenizer.chat_template = CHATML_TEMPLATE
+    return tokenizer
 
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     return train_tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_tokenizer():
+    return train_tiny_tokenizer(chat=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_llama_dir(tmp_path_factory, tiny_chat_tokenizer):
+    """A tiny random Llama with the ChatML tiny tokenizer saved beside it."""
+    path = tmp_path_factory.mktemp("tiny-chat-llama")
+    make_tiny_model("llama", len(tiny_chat_tokenizer)).save_pretrained(path)
+    tiny_chat_tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _data_store_in_tmp(tmp_path_factory):
+    """Token stores of the test run go to a temporary folder, not the user's cache."""
+    os.environ["DESTILA_DATA_CACHE"] = str(tmp_path_factory.mktemp("data-stores"))
 
 
 def make_tiny_model(family: str, vocab_size: int, seed: int = 0, layers: int = 4, hidden: int = 32):

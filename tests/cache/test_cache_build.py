@@ -42,6 +42,7 @@ def test_cache_equals_direct_teacher_computation(tiny_model_dir, tmp_path, optio
         assert_matches_teacher(
             item["topk_ids"][None], item["topk_logprobs"][None], item["tail_logmass"][None], model,
             packed[i : i + 1], settings["top_k"], settings["temperature"], settings["logprob_dtype"],
+            trained=(item["labels"] != -100)[None], position_ids=item["position_ids"][None],
         )
 
 

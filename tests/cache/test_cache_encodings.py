@@ -147,3 +147,24 @@ def test_keyword_convenience_equals_the_spec(tiny_llama_dir, tmp_path):
     with pytest.raises(ValueError, match="encoding: expected one of plain, compact"):
         BuildSpec(str(tiny_llama_dir), "pydoc", tmp_path / "z", encoding="zip")
     np.testing.assert_equal(BuildSpec("t", "d", "o").output.name, "o")
+
+
+def test_cli_builds_a_compact_sampled_cache_and_inspects_it(tiny_llama_dir, tmp_path, capsys):
+    import json
+
+    from destila.cli.main import main
+
+    out = tmp_path / "cli"
+    with pytest.raises(SystemExit) as done:
+        main(["cache", "build", str(tiny_llama_dir), "pydoc", "-o", str(out), "--seq-len", "32", "--max-tokens", "192",
+              "--targets", "sampled", "--samples", "8", "--encoding", "compact", "--quiet"])
+    assert done.value.code == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        main(["cache", "inspect", str(out), "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["targets"]["kind"] == "sampled" and summary["encoding"] == "compact"
+    assert summary["bytes_per_token"] > 0 and 0 < summary["stored_entries"] <= 6 * 31 * 8
+    with pytest.raises(SystemExit) as done:
+        main(["cache", "build", str(tiny_llama_dir), "pydoc", "-o", str(tmp_path / "bad"), "--samples", "0"])
+    assert done.value.code == 2 and "samples: expected a positive integer" in capsys.readouterr().err

@@ -93,8 +93,8 @@ def kill_after(out, shards: int, delay: float):
     return when
 
 
-def finish_and_compare(teacher, out, reference):
-    finished = subprocess.run(command(teacher, out), env=ENV, capture_output=True, text=True)
+def finish_and_compare(teacher, out, reference, *extra):
+    finished = subprocess.run(command(teacher, out, *extra), env=ENV, capture_output=True, text=True)
     assert finished.returncode == 0, finished.stderr
     assert "resumed after" in finished.stdout
     assert_same_cache(out, reference)
@@ -106,6 +106,18 @@ def test_sigkill_mid_pass_then_resume_equals_an_uninterrupted_build(slow_teacher
     assert run_and_kill(command(slow_teacher, out), kill_after(out, total // 3, 0.02)), "ended before the kill"
     assert 0 < recorded_shards(out) < total
     finish_and_compare(slow_teacher, out, reference)
+
+
+def test_sigkill_mid_compact_build_then_resume_is_byte_identical(slow_teacher, tmp_path_factory, tmp_path):
+    reference = tmp_path_factory.mktemp("compact-reference") / "c"
+    build_cache(str(slow_teacher), "pydoc", reference, encoding="compact", **KWARGS)
+    out = tmp_path / "c"
+    total = len(read_manifest(reference).shards)
+    compact = ("--encoding", "compact")
+    assert run_and_kill(command(slow_teacher, out, *compact), kill_after(out, total // 2, 0.01)), "ended before the kill"
+    assert 0 < recorded_shards(out) < total
+    finish_and_compare(slow_teacher, out, reference, *compact)  # every shard's SHA-256 equal
+    assert verify_cache(out).ok
 
 
 @pytest.mark.slow

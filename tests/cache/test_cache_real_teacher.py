@@ -23,7 +23,8 @@ def test_smollm2_cache_equals_direct_computation(tmp_path):
     for i in (0, 5):
         item = cache[i]
         assert_matches_teacher(item["topk_ids"][None], item["topk_logprobs"][None], item["tail_logmass"][None],
-                               model, packed[i : i + 1], 100, 1.0, "float16")
+                               model, packed[i : i + 1], 100, 1.0, "float16",
+                               trained=(item["labels"] != -100)[None], position_ids=item["position_ids"][None])
 
 
 def test_gguf_teacher_file(tmp_path):

@@ -11,10 +11,10 @@ from destila.cli.train import build_parser
 from destila.losses import LossOptions, distill_loss
 from destila.targets import TargetSpec
 from destila.training import DistillationArguments
-from destila.training.arguments import DISTILLATION_DEFAULTS
+from destila.training.arguments import DISTILLATION_DEFAULTS, ONLINE_TARGET_FIELDS
 
 LOSS_FIELDS = [f for f in dataclasses.fields(LossOptions) if f.name != "ignore_index"]
-TARGET_FIELDS = [f for f in dataclasses.fields(TargetSpec) if f.name != "temperature"]
+TARGET_FIELDS = [f for f in dataclasses.fields(TargetSpec) if f.name in ONLINE_TARGET_FIELDS]
 
 
 def _actions():
@@ -31,9 +31,9 @@ def test_every_option_has_one_default_and_one_set_of_choices(spec_field):
     trainer = _field(DistillationArguments, name)
     action = _actions()[name]
     assert trainer.default == spec_field.default == action.default
-    assert trainer.metadata.get("choices") == spec_field.metadata.get("choices")
+    assert trainer.metadata.get("choices") == spec_field.metadata.get("choices")  # the same object, copied
     if "choices" in spec_field.metadata:
-        assert list(action.choices) == spec_field.metadata["choices"]
+        assert list(action.choices) == list(spec_field.metadata["choices"])
     assert spec_field.metadata["help"] in (action.help or "")
 
 
@@ -63,6 +63,13 @@ def test_loss_validation_is_the_loss_options_own(tmp_path):
         DistillationArguments(output_dir=str(tmp_path), soft_weight=0.0, hard_weight=0.0)
     with pytest.raises(ValueError, match="soft_weight/hard_weight"):
         LossOptions(soft_weight=0.0, hard_weight=0.0)
+
+
+def test_the_training_seed_is_the_trainers(tmp_path):
+    """TargetSpec's sampling seed must not shadow TrainingArguments.seed."""
+    from transformers import TrainingArguments
+
+    assert _field(DistillationArguments, "seed").default == _field(TrainingArguments, "seed").default
 
 
 def test_online_target_spec_shares_the_students_temperature(tmp_path):

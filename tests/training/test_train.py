@@ -6,7 +6,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from destila.training import DistillationArguments, train_student
-from destila.training.datasets import next_token_labels, split_indices
+from destila.data import next_token_labels
+from destila.training.datasets import split_indices
 from train_helpers import fresh_student, read_log, tiny_cache  # noqa: F401 (fixtures)
 
 

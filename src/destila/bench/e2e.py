@@ -107,24 +107,10 @@ def train_worker(method: str, student: str, out: str, cache: str | None, teacher
                  seq_len: int, steps: int, batch_size: int, learning_rate: float, seed: int, device: str,
                  dtype: str, gradient_checkpointing: bool) -> dict:
     """Train ``steps`` steps with ``method``; each step's wall time and logged loss."""
-    from transformers import TrainerCallback
-
     from destila.training.callbacks import read_training_log
     from destila.training import DistillationArguments, train_student
 
-    class StepClock(TrainerCallback):
-        def __init__(self):
-            self.seconds, self.start = [], None
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            _synchronize(device)
-            self.start = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            _synchronize(device)
-            self.seconds.append(time.perf_counter() - self.start)
-
-    clock = StepClock()
+    clock = step_clock(device)
     args = DistillationArguments(
         output_dir=out, max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,
         lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=seed,
@@ -139,6 +125,25 @@ def train_worker(method: str, student: str, out: str, cache: str | None, teacher
     records = read_training_log(Path(out) / "log.jsonl")
     return {"step_seconds": clock.seconds, "losses": [r["loss"] for r in records],
             "kl": [r["kl"] for r in records], "ce": [r["ce"] for r in records]}
+
+
+def step_clock(device: str):
+    """A Trainer callback that records each optimizer step's wall time in ``.seconds``."""
+    from transformers import TrainerCallback
+
+    class StepClock(TrainerCallback):
+        def __init__(self):
+            self.seconds, self.start = [], None
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            _synchronize(device)
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            _synchronize(device)
+            self.seconds.append(time.perf_counter() - self.start)
+
+    return StepClock()
 
 
 def long_context_worker(impl: str, student: str, seq_len: int, top_k: int, device: str, dtype: str,

@@ -33,6 +33,7 @@ from destila.losses.options import DEFAULT_LOSS_CHUNK_ROWS
 from destila.measure import run_isolated
 
 WORKER = "destila.bench.loss:loss_worker"
+PEER_WORKER = "destila.bench.peers_worker:peer_worker"
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Float32 [N, V] arrays' worth of memory at dense's peak (log-softmax, dense
 # teacher grid, masks, gradients), measured with this sweep on CPU: +1.28 GiB
@@ -58,6 +59,8 @@ class LossBenchConfig:
     memory_budget: int | None = None
     threads: int | None = None
     seed: int = 0
+    peers: tuple[str, ...] = ()  # see destila.bench.peers_loss.PEERS
+    peer_beta: float = 0.0  # the peers' generalized-JSD β: 0 is the forward KL
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -69,6 +72,13 @@ class LossBenchConfig:
         for name in ("hidden", "vocab", "top_k", "chunk_size", "repeats"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected a positive integer, found {getattr(self, name)}")
+        from destila.bench.peers_loss import PEERS
+
+        unknown = [p for p in self.peers if p not in PEERS]
+        if unknown:
+            raise ValueError(f"peers: expected some of {', '.join(PEERS)}, found {unknown}")
+        if not 0.0 <= self.peer_beta <= 1.0:
+            raise ValueError(f"peer_beta: expected a JSD β in [0, 1] (0: forward KL), found {self.peer_beta}")
         if self.top_k > self.vocab:
             raise ValueError(f"top_k: expected ≤ vocab = {self.vocab}, found {self.top_k}")
         if not self.seq_lens or min(self.seq_lens) < 1:
@@ -144,30 +154,43 @@ def _floor_step(h, w, chunk: int) -> None:
 
 def loss_worker(impl: str, seq_len: int, hidden: int, vocab: int, top_k: int, dtype: str, device: str,
                 chunk_size: int, repeats: int, max_seconds: float, seed: int = 0) -> dict:
-    """One configuration, run inside :func:`run_isolated`.
-
-    Each timed run of ``impl`` is followed by a timed run of the floor in the
-    same process, so that both see the same machine load (other processes
-    on a shared machine shift absolute times by tens of percent within
-    minutes). Peak memory counts the impl's runs only, inputs included.
-    """
+    """One configuration, run inside :func:`run_isolated`: see :func:`time_against_floor`."""
     import torch
 
     from destila import distill_loss
+
+    h, w, ids, lp, tail = _make_inputs(seq_len, hidden, vocab, top_k, getattr(torch, dtype), device, seed)
+
+    def loss(rows: int) -> None:
+        distill_loss(h[:rows], w, ids[:rows], lp[:rows], tail[:rows], impl=impl, chunk_size=chunk_size).backward()
+
+    return time_against_floor(loss, h, w, seq_len=seq_len, chunk_size=chunk_size, repeats=repeats,
+                              max_seconds=max_seconds, device=device, floor_only=impl == "floor")
+
+
+def time_against_floor(run, h, w, *, seq_len: int, chunk_size: int, repeats: int, max_seconds: float,
+                       device: str, floor_only: bool = False) -> dict:
+    """Time ``run(rows)`` (one fwd+bwd over the first ``rows`` rows) against the floor, in this process.
+
+    Each timed run is followed by a timed run of the floor (:func:`_floor_step`
+    on the same ``h [N, H]`` and ``w [V, H]``), so that both see the same
+    machine load (other processes on a shared machine shift absolute times
+    by tens of percent within minutes). Peak memory counts ``run``'s runs
+    only, inputs included (everything alive when this is called).
+    ``floor_only``: time the floor itself as the run.
+    """
+    import torch
+
     from destila.measure import PeakMeter, active_meter
 
     meter = active_meter() or PeakMeter(device)
-    h, w, ids, lp, tail = _make_inputs(seq_len, hidden, vocab, top_k, getattr(torch, dtype), device, seed)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
     def floor(rows: int) -> None:
         _floor_step(h.detach()[:rows], w.detach(), chunk_size)
 
-    def loss(rows: int) -> None:
-        distill_loss(h[:rows], w, ids[:rows], lp[:rows], tail[:rows], impl=impl, chunk_size=chunk_size).backward()
-
-    run = floor if impl == "floor" else loss
-    paired = impl != "floor"
+    if floor_only:
+        run = floor
 
     def timed(fn, rows: int) -> float:
         h.grad = w.grad = None  # the previous run's gradients are not this run's memory
@@ -180,7 +203,7 @@ def loss_worker(impl: str, seq_len: int, hidden: int, vocab: int, top_k: int, dt
     meter.restart_peak()
     timed(run, min(seq_len, 2 * chunk_size))  # warm-up: allocator, kernels, code paths
     peak = meter.peak()
-    if paired:
+    if not floor_only:
         timed(floor, min(seq_len, 2 * chunk_size))
     times: list[float] = []
     floor_times: list[float] = []
@@ -188,7 +211,7 @@ def loss_worker(impl: str, seq_len: int, hidden: int, vocab: int, top_k: int, dt
         meter.restart_peak()
         times.append(timed(run, seq_len))
         peak = max(peak, meter.peak())
-        if paired:
+        if not floor_only:
             floor_times.append(timed(floor, seq_len))
     floor_times = floor_times or times
     gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
@@ -208,7 +231,7 @@ def run_loss_sweep(cfg: LossBenchConfig, on_row=None) -> list[dict]:
     failed_at: dict[str, int] = {}
     for n in cfg.seq_lens:
         group = []
-        for impl in ("floor", *cfg.impls):
+        for impl in ("floor", *cfg.impls, *cfg.peers):
             row = _run_one(impl, n, cfg, failed_at)
             if row["status"] == "oom":
                 failed_at.setdefault(impl, n)
@@ -225,21 +248,34 @@ def run_loss_sweep(cfg: LossBenchConfig, on_row=None) -> list[dict]:
 
 
 def _run_one(impl: str, n: int, cfg: LossBenchConfig, failed_at: dict) -> dict:
-    predicted = predicted_bytes(impl, n, cfg)
+    from destila.bench.peers_loss import DESTILA_DIVERGENCE, DESTILA_INPUTS, PEERS, peer_configuration
+
     row = {"impl": impl, "seq_len": n, "hidden": cfg.hidden, "vocab": cfg.vocab, "top_k": cfg.top_k,
            "dtype": cfg.dtype, "device": cfg.device, "chunk_size": cfg.chunk_size, "status": None,
            "peak_bytes": None, "seconds": None, "times": None, "repeats_done": 0, "floor_seconds": None,
-           "floor_times": None,
-           "predicted_bytes": predicted, "input_bytes": input_bytes(n, cfg), "error": None, **cfg.extra}
+           "floor_times": None, "predicted_bytes": predicted_bytes(impl, n, cfg) if impl not in PEERS else None,
+           "input_bytes": input_bytes(n, cfg), "error": None, **cfg.extra}
+    if cfg.peers:  # the columns that say what each row needs and computes
+        row.update(peer=f"destila: {impl}" if impl != "floor" else "lm_head GEMMs",
+                   inputs=DESTILA_INPUTS if impl != "floor" else "-",
+                   divergence=DESTILA_DIVERGENCE if impl != "floor" else "-")
+    worker, kwargs = WORKER, None
+    if impl in PEERS:
+        fields, kwargs, reason = peer_configuration(impl, n, cfg)
+        row.update(fields)
+        if reason:
+            return {**row, "status": "unavailable", "error": reason}
+        worker = PEER_WORKER
     if impl in failed_at:
         return {**row, "status": "skipped", "error": f"oom at seq_len={failed_at[impl]}"}
-    if cfg.memory_budget is not None and predicted > cfg.memory_budget:
-        return {**row, "status": "skipped",
-                "error": f"predicted {predicted / 2**30:.1f} GiB > budget {cfg.memory_budget / 2**30:.1f} GiB"}
-    kwargs = dict(impl=impl, seq_len=n, hidden=cfg.hidden, vocab=cfg.vocab, top_k=cfg.top_k, dtype=cfg.dtype,
-                  device=cfg.device, chunk_size=cfg.chunk_size, repeats=cfg.repeats, max_seconds=cfg.max_seconds,
-                  seed=cfg.seed)
-    report = run_isolated(WORKER, kwargs, device=cfg.device, timeout=cfg.timeout, memory_limit=cfg.memory_budget,
+    if cfg.memory_budget is not None and row["predicted_bytes"] > cfg.memory_budget:
+        return {**row, "status": "skipped", "error": f"predicted {row['predicted_bytes'] / 2**30:.1f} GiB > "
+                                                     f"budget {cfg.memory_budget / 2**30:.1f} GiB"}
+    if kwargs is None:
+        kwargs = dict(impl=impl, seq_len=n, hidden=cfg.hidden, vocab=cfg.vocab, top_k=cfg.top_k, dtype=cfg.dtype,
+                      device=cfg.device, chunk_size=cfg.chunk_size, repeats=cfg.repeats,
+                      max_seconds=cfg.max_seconds, seed=cfg.seed)
+    report = run_isolated(worker, kwargs, device=cfg.device, timeout=cfg.timeout, memory_limit=cfg.memory_budget,
                           threads=cfg.threads)
     result = report["result"] or {}
     return {**row, "status": report["status"], "peak_bytes": report["peak_bytes"], "error": report["error"],

@@ -7,6 +7,7 @@ process group: gloo on CPU, nccl on CUDA. Rank 0 owns the cache folder
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -79,6 +80,24 @@ def share_error(group: Group, error: BaseException | None) -> None:
             raise _ERROR_TYPES.get(kind, RuntimeError)(message)
     if error is not None:
         raise error
+
+
+@contextlib.contextmanager
+def main_first(group: Group):
+    """Run the body on rank 0 first, then on the other ranks (which find its work done, e.g. a token store).
+
+    An error on rank 0 is raised on every rank, as :func:`share_error` does.
+    """
+    if group.is_main:
+        try:
+            yield
+        except (ValueError, OSError) as err:
+            share_error(group, err)
+            raise
+        share_error(group, None)
+    else:
+        share_error(group, None)
+        yield
 
 
 def leave(group: Group) -> None:

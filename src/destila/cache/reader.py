@@ -66,6 +66,9 @@ class TopKCache(torch.utils.data.Dataset):
                 "run the same `destila cache build` command again to finish it"
             )
         self.seq_len, self.top_k, self.vocab_size = m.seq_len, m.top_k, m.vocab_size
+        hidden = (m.extras or {}).get("hidden") or {}
+        # Teacher hidden states (``--hidden-layers``): which layers, at which stored width.
+        self.hidden_layers, self.hidden_dim = hidden.get("layers"), hidden.get("dim")
         plain_topk = m.encoding == "plain" and m.target_kind == "topk"
         self.logprob_dtype = getattr(torch, m.logprob_dtype) if plain_topk else torch.float32
         self.tokenizer_path = self.path / TOKENIZER_DIR
@@ -152,5 +155,8 @@ class TopKCache(torch.utils.data.Dataset):
 def collate_topk(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Stack cache items into a batch: every field of an item gains a leading ``B``
     (``input_ids``, ``position_ids``, ``labels`` ``[B, L]``, ``topk_ids``/``topk_logprobs`` ``[B, L, K]``,
-    ``tail_logmass [B, L]``). Labels come from the item: next token where trained, else -100."""
-    return {key: torch.stack([item[key] for item in items]) for key in items[0]}
+    ``tail_logmass [B, L]``). Labels come from the item: next token where trained, else -100.
+    The project's one collate, :func:`destila.data.collate`."""
+    from destila.data.collate import collate
+
+    return collate(items)

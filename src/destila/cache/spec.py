@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Sequence
 
+from destila.cache.extras import TeacherExtras
 from destila.cache.format import ENCODINGS, LOGPROB_DTYPES
 from destila.placement import DEVICE_MAPS
 from destila.targets.spec import TargetSpec
@@ -47,7 +48,7 @@ class BuildSpec:
         "help": "what the teacher provides per position (its own flags)"})
     encoding: str = field(default="plain", metadata={
         "help": "shard encoding: 'plain' (safetensors tensors any reader can load) or 'compact' (ids delta-coded, "
-                "log-probs quantised, zstd: about a quarter of the bytes; see docs/cache.md)",
+                "log-probs quantised, zstd: a third of the bytes at K = 100; see docs/cache.md)",
         "choices": ENCODINGS})
     logprob_dtype: str = field(default="float16", metadata={
         "help": "storage dtype of the top-K log-probs in the plain encoding", "choices": LOGPROB_DTYPES})
@@ -65,6 +66,8 @@ class BuildSpec:
     shard_size: int = field(default=128, metadata={"help": "sequences per shard file"})
     progress: bool = field(default=True, metadata={
         "help": "progress bar while building (--no-progress or --quiet: one log line per shard instead)", "aliases": ["--quiet"]})
+    extras: TeacherExtras = field(default_factory=TeacherExtras, metadata={
+        "help": "several teachers mixed, and teacher hidden states stored (its own flags)"})
 
     def __post_init__(self) -> None:
         if not isinstance(self.targets, TargetSpec):
@@ -82,6 +85,13 @@ class BuildSpec:
             raise ValueError(f"max_tokens: expected at least one sequence of {self.seq_len} tokens, found "
                              f"{self.max_tokens!r}; raise --max-tokens or lower --seq-len")
         self.output = Path(self.output).expanduser()
+        if not isinstance(self.extras, TeacherExtras):
+            raise ValueError(f"extras: expected a TeacherExtras, found {type(self.extras).__name__}")
+        if self.extras.mixture and self.targets.kind != "topk":
+            raise ValueError("teacher_weights: a mixture of teachers is stored as top-K targets; drop --kind sampled")
+        if self.extras.hidden_layers is not None and self.encoding != "plain":
+            raise ValueError("hidden_layers: teacher hidden states are stored in the plain encoding only; "
+                             "drop --encoding compact")
 
     @classmethod
     def from_options(cls, teacher, data, output, **options) -> BuildSpec:
@@ -89,13 +99,22 @@ class BuildSpec:
 
         Naive equivalent: ``BuildSpec(teacher, data, output, targets=TargetSpec(top_k=…), seq_len=…)``.
         """
+        from destila.data.spec import DataSpec
+
+        if isinstance(data, DataSpec):  # the data spec carries the row layout; explicit options must agree with it
+            for name in ("seq_len", "max_tokens", "text_field"):
+                options.setdefault(name, getattr(data, name))
         target_names = {f.name for f in fields(TargetSpec)}
         target_options = {k: options.pop(k) for k in list(options) if k in target_names}
+        extra_names = {f.name for f in fields(TeacherExtras)}
+        extra_options = {k: options.pop(k) for k in list(options) if k in extra_names}
+        if extra_options:
+            options["extras"] = replace(options.get("extras") or TeacherExtras(), **extra_options)
         targets = options.pop("targets", None) or TargetSpec()
         if target_options:
             targets = replace(targets, **target_options)
         unknown = sorted(set(options) - {f.name for f in fields(cls)})
         if unknown:
-            raise ValueError(f"build_cache: unknown options {', '.join(unknown)}; expected fields of BuildSpec or "
-                             "TargetSpec")
+            raise ValueError(f"build_cache: unknown options {', '.join(unknown)}; expected fields of BuildSpec, "
+                             "TargetSpec or TeacherExtras")
         return cls(teacher, data, output, targets=targets, **options)

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from destila.cache.format import TOKENIZER_DIR, read_manifest
+from destila.losses.options import IGNORE_INDEX
 
 PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 
@@ -72,6 +73,13 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
         },
         "data": {"source": m.data_source, "text_field": m.text_field, "fingerprint": m.data_fingerprint},
     }
+    hidden = (m.extras or {}).get("hidden")
+    if m.extras:
+        summary["extras"] = m.extras
+    if hidden and stored_tokens and m.target_kind == "topk":
+        # teacher_hidden is float16 [P, n, D]; P = the trained positions = stored entries / K.
+        positions = entries / m.top_k
+        summary["hidden_bytes_per_token"] = positions * len(hidden["layers"]) * hidden["dim"] * 2 / stored_tokens
     tails, masses, entropy_topk, entropy_bucket, taken = [], [], [], [], 0
     for shard in m.shards:
         if max_sequences is not None and taken >= max_sequences:
@@ -80,7 +88,7 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
         with safe_open(str(path / shard.name), framework="pt") as handle:
             reader = ShardRows(handle, m, shard)
             stored = [dense_item(reader.stored(r), m) for r in range(rows)]
-        trained = torch.cat([item["labels"] != -100 for item in stored])
+        trained = torch.cat([item["labels"] != IGNORE_INDEX for item in stored])
         lp = torch.cat([item["topk_logprobs"] for item in stored]).float()[trained]
         tail = torch.cat([item["tail_logmass"] for item in stored])[trained]
         lp = lp.masked_fill(~torch.isfinite(lp), -torch.inf)  # padding of sampled targets: p = 0
@@ -160,6 +168,11 @@ def format_summary(summary: dict) -> str:
         f"disk           {summary['shard_bytes'] / 2**20:,.1f} MiB in shards"
         + (f", {summary['bytes_per_token']:.1f} bytes/token" if summary["bytes_per_token"] else "")
         + (f", {summary['bytes_per_entry']:.2f} bytes/entry" if summary["bytes_per_entry"] else ""),
+        *([f"hidden states  layers {summary['extras']['hidden']['layers']} at D = "
+           f"{summary['extras']['hidden']['dim']} ({summary['extras']['hidden']['projection']}), "
+           f"{summary['hidden_bytes_per_token']:.1f} of the bytes/token"] if summary.get("hidden_bytes_per_token") else []),
+        *([f"mixture        {summary['extras']['mixture']['weights']} of the teacher and "
+           f"{', '.join(summary['extras']['mixture']['teachers'])}"] if (summary.get("extras") or {}).get("mixture") else []),
         f"teacher        {summary['teacher']['name']} ({summary['teacher']['architecture']}, "
         f"{summary['teacher']['dtype']}, weights {summary['teacher']['weight_fingerprint']})",
         f"tokenizer      {summary['tokenizer']['class']} ({summary['tokenizer']['size']:,} tokens, "

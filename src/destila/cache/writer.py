@@ -144,6 +144,7 @@ def _content(spec: BuildSpec, tokenizer, source, data_fingerprint: str, vocab_si
         targets=asdict(spec.targets), encoding=spec.encoding, compact=compact, seq_len=spec.seq_len,
         logprob_dtype=spec.logprob_dtype, text_field=spec.text_field, max_tokens=spec.max_tokens,
         data_fingerprint=data_fingerprint, ids_fingerprint=source.fingerprint, sequences=len(source),
+        extras=spec.extras.record(),
     )
 
 
@@ -168,7 +169,8 @@ def _prepare(group, spec: BuildSpec, device):
 
     output = spec.output
     tokenizer = load_tokenizer(spec.teacher, spec.gguf_file)
-    source, description, data_fp = load_source(spec.data, tokenizer, spec.seq_len, spec.max_tokens, spec.text_field)
+    source, description, data_fp = load_source(spec.data, tokenizer, spec.seq_len, spec.max_tokens, spec.text_field,
+                                               main_first=lambda: distributed.main_first(group))
     fields = _content(spec, tokenizer, source, data_fp, None)
     context = {"data_source": description, "teacher": str(spec.teacher)}
 
@@ -181,6 +183,7 @@ def _prepare(group, spec: BuildSpec, device):
             if old is not None:
                 new = _flat_content(fields)
                 new.pop("compact")  # depends on the teacher's vocabulary, compared once it is loaded
+                new.pop("extras")  # its fingerprints and width too
                 refuse_different(old, new, output, context)
         except (ValueError, OSError) as err:
             error = err
@@ -197,6 +200,11 @@ def _prepare(group, spec: BuildSpec, device):
     _check_fits(model, source, spec)
     weight, _ = output_head(model)
     fields = _content(spec, tokenizer, source, data_fp, int(weight.shape[0]))
+    teachers = None
+    if spec.extras.active:  # several teachers, or hidden states: the pass goes through a TeacherSet
+        from destila.cache.extras import load_teacher_set
+
+        teachers, fields["extras"] = load_teacher_set(spec, model, tokenizer, device, torch_dtype)
     path, gguf = resolve_source(spec.teacher, spec.gguf_file)
     manifest = Manifest(
         teacher=str(spec.teacher), teacher_path=path, teacher_gguf_file=gguf,
@@ -204,7 +212,7 @@ def _prepare(group, spec: BuildSpec, device):
         teacher_weight_fingerprint=weight_fingerprint(model),
         teacher_dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         tokenizer_size=len(tokenizer), eos_token_id=int(tokenizer.eos_token_id), vocab_size=int(weight.shape[0]),
-        data_source=description, tokens=source.tokens, destila_version=__version__, **fields,
+        data_source=description, tokens=len(source) * spec.seq_len, destila_version=__version__, **fields,
     )
     error = None
     if group.is_main:
@@ -223,7 +231,7 @@ def _prepare(group, spec: BuildSpec, device):
             error = err
     distributed.share_error(group, error)
     distributed.barrier(group)
-    return lock, read_manifest(output), source, model
+    return lock, read_manifest(output), source, teachers if teachers is not None else model
 
 
 def _check_ids(model, input_ids) -> None:
@@ -271,6 +279,8 @@ def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report)
     from destila.models import decoder_of
     from destila.placement import head_weights, input_device
 
+    teachers = model if hasattr(model, "positions") else None  # a TeacherSet (destila.cache.extras)
+    model = teachers.models[0] if teachers is not None else model
     decoder = decoder_of(model)
     # A device-mapped teacher may keep its head on CPU or disk between uses.
     device, output, seq_len = input_device(model), spec.output, manifest.seq_len
@@ -290,6 +300,13 @@ def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report)
                 stacked = {key: torch.stack([item[key] for item in items]) for key in items[0]}
                 _check_ids(model, stacked["input_ids"])
                 began = time.perf_counter()
+                if teachers is not None:
+                    targets = teachers.positions(stacked["input_ids"].to(device), stacked["loss_mask"],
+                                                 position_ids=stacked["position_ids"].to(device))
+                    report.forward_seconds += time.perf_counter() - began  # forward and head, not told apart
+                    rows.extend(_split_rows(batch, items, targets))
+                    bar.update(len(batch) * seq_len)
+                    continue
                 hidden = decoder(input_ids=stacked["input_ids"].to(device),
                                  position_ids=stacked["position_ids"].to(device), use_cache=False).last_hidden_state
                 _sync(device)

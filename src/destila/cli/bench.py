@@ -61,10 +61,24 @@ def register_loss(benches) -> None:
                    help="GiB a configuration may use above baseline (predicted larger: skipped; larger in "
                         "fact: oom). Default on CPU: 60%% of the memory available at start; on CUDA: none")
     p.add_argument("--threads", type=int, default=None, help="torch threads per configuration (default: torch's)")
+    p.add_argument("--peers", nargs="?", const="all", default=None, metavar="LIST",
+                   help="add the peers' losses (torchtune, trl-gkd, trl-chunked, liger-fljsd, liger-distill; "
+                        "all when no LIST), measured the same way; needs destila[peers]")
+    p.add_argument("--peer-beta", type=float, default=0.0,
+                   help="the peers' generalized-JSD beta (0: forward KL, destila's divergence here)")
     p.add_argument("--json", metavar="PATH", help="write one JSON object per configuration")
     p.add_argument("--csv", metavar="PATH", help="write the same rows as CSV")
-    p.add_argument("--plot", metavar="PATH", help="write a PNG: memory and time vs N, one line per impl")
+    p.add_argument("--plot", metavar="PATH",
+                   help="write a PNG: memory and time vs N, one line per impl (with --peers: bars per N)")
     p.set_defaults(func=_run_loss)
+
+
+def _peer_names(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return ()
+    from destila.bench.peers_loss import PEERS
+
+    return tuple(PEERS) if text == "all" else tuple(p.strip() for p in text.split(",") if p.strip())
 
 
 def _run_loss(args) -> int:
@@ -81,7 +95,8 @@ def _run_loss(args) -> int:
                           impls=tuple(i.strip() for i in args.impls.split(",") if i.strip()), dtype=args.dtype,
                           device=args.device, chunk_size=args.chunk_size, repeats=args.repeats,
                           max_seconds=args.max_seconds, timeout=args.timeout, memory_budget=budget,
-                          threads=args.threads, extra=machine_info())
+                          threads=args.threads, peers=_peer_names(args.peers), peer_beta=args.peer_beta,
+                          extra=machine_info())
     # floor s: the floor timed in the same process, right after each run of the impl.
     print(f"{'impl':>8} {'N':>7} {'status':>8} {'peak GiB':>9} {'seconds':>9} {'floor s':>9} {'×floor':>7}  note",
           flush=True)
@@ -97,10 +112,18 @@ def _run_loss(args) -> int:
     rows = run_loss_sweep(cfg, on_row=show)
     for line in summarise(rows):
         print(line)
+    if cfg.peers:
+        from destila.bench.peers_report import print_peer_table
+
+        print_peer_table(rows)
     if args.json:
         write_jsonl(rows, args.json)
     if args.csv:
         write_csv(rows, args.csv)
-    if args.plot:
+    if args.plot and cfg.peers:
+        from destila.bench.peers_report import plot_peers
+
+        plot_peers(rows, args.plot)
+    elif args.plot:
         plot_loss_sweep(rows, args.plot)
     return 0

@@ -7,6 +7,7 @@ import argparse
 
 def register_e2e(benches) -> None:
     from destila.bench.e2e import E2EConfig, LongContextConfig  # light: no torch at import
+    from destila.bench.peers_e2e import PEER_TRAINERS
     from destila.cli.bench import int_list
 
     e2e, long = E2EConfig, LongContextConfig  # the defaults live in the configs
@@ -25,7 +26,12 @@ def register_e2e(benches) -> None:
     p.add_argument("--seq-len", type=int, default=e2e.seq_len, help="tokens per sequence")
     p.add_argument("--batch-size", type=int, default=e2e.batch_size, help="sequences per step")
     p.add_argument("--steps", type=int, default=e2e.steps, help="training steps per method (the first is a warm-up)")
-    p.add_argument("--methods", default=",".join(e2e.methods), help="comma-separated methods")
+    p.add_argument("--methods", default=None,
+                   help=f"comma-separated methods (default: {','.join(e2e.methods)}; with --peers: online,fused)")
+    p.add_argument("--peers", nargs="?", const=",".join(PEER_TRAINERS), default=None, metavar="LIST",
+                   help=f"also train with the peers' trainers ({', '.join(PEER_TRAINERS)}; all when no LIST) and "
+                        "measure every student's full KL to the teacher on held-out text; needs destila[peers]")
+    p.add_argument("--heldout-tokens", type=int, default=4096, help="--peers: held-out tokens for the full KL")
     p.add_argument("--top-k", type=int, default=e2e.top_k, help="teacher entries cached per position")
     p.add_argument("--lr", type=float, default=e2e.learning_rate, help="learning rate")
     p.add_argument("--device", default=e2e.device, help="cpu or cuda[:i]")
@@ -62,16 +68,22 @@ def _run(args) -> int:
     from destila.bench.e2e import E2EConfig, run_e2e, save_json
     from destila.bench.e2e_plot import plot_e2e
 
+    methods = args.methods or ("online,fused" if args.peers else ",".join(E2EConfig.methods))
     cfg = E2EConfig(
         teacher=args.teacher, student=args.student, student_layers=args.student_layers, data=args.data,
         seq_len=args.seq_len, batch_size=args.batch_size, steps=args.steps, top_k=args.top_k,
-        methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()), learning_rate=args.lr,
+        methods=tuple(m.strip() for m in methods.split(",") if m.strip()), learning_rate=args.lr,
         device=args.device, dtype=args.dtype, gradient_checkpointing=args.gradient_checkpointing,
         workdir=args.workdir, threads=args.threads,
     )
-    result = run_e2e(cfg, on_row=lambda r: console.print(
-        f"{r['method']}: {r['status']}, peak {_gib(r['peak_bytes'])}"
-        + (f", {r['step_seconds']:.2f} s/step, final loss {r['final_loss']:.4f}" if r["status"] == "ok" else "")))
+    def show(r: dict) -> None:
+        console.print(f"{r['method']}: {r['status']}, peak {_gib(r['peak_bytes'])}"
+                      + (f", {r['step_seconds']:.2f} s/step, final loss {r['final_loss']:.4f}"
+                         if r["status"] == "ok" else f" {r['error'] or ''}"))
+
+    if args.peers:
+        return _run_with_peers(args, cfg, console, machine, show)
+    result = run_e2e(cfg, on_row=show)
     result["machine"] = machine
     table = Table(title=f"seq-len {cfg.seq_len} × batch {cfg.batch_size}, {cfg.device} {cfg.dtype}")
     for column in ("method", "peak memory", "step time", "tokens/s", "final loss", "Δ loss vs online",
@@ -130,4 +142,32 @@ def _run_long_context(args, console, machine) -> int:
         write_csv([r | {"command": machine["command"]} for r in rows], args.csv)
     if args.plot:
         plot_long_context(rows, args.plot)
+    return 0
+
+
+def _run_with_peers(args, cfg, console, machine, show) -> int:
+    from rich.table import Table
+
+    from destila.bench.e2e import save_json
+    from destila.bench.peers_e2e import E2E_COLUMNS, PEER_TRAINERS, e2e_table_rows, run_e2e_with_peers
+    from destila.bench.results import write_csv
+
+    peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
+    unknown = [p for p in peers if p not in PEER_TRAINERS]
+    if unknown:
+        raise ValueError(f"--peers: expected some of {', '.join(PEER_TRAINERS)}, found {unknown}")
+    result = run_e2e_with_peers(cfg, peers, args.heldout_tokens, on_row=show)
+    result["machine"] = machine
+    table = Table(title=f"destila beside TRL: seq-len {cfg.seq_len} × batch {cfg.batch_size}, {cfg.steps} steps, "
+                        f"{cfg.device} {cfg.dtype}; held-out KL on {args.heldout_tokens} tokens")
+    for column in E2E_COLUMNS:
+        table.add_column(column, justify="left" if column in ("trainer", "status") else "right")
+    for cells in e2e_table_rows(result["rows"]):
+        table.add_row(*cells)
+    Console = type(console)
+    Console(width=200).print(table)
+    if args.json:
+        save_json(result, args.json)
+    if args.csv:
+        write_csv([r | {"command": machine["command"]} for r in result["rows"]], args.csv)
     return 0

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from destila.cli.fields import add_fields, values_of
+from destila.data.spec import DataSpec
+
 
 def register(subparsers) -> None:
     evaluate = subparsers.add_parser(
@@ -15,13 +18,12 @@ def register(subparsers) -> None:
     evaluate.add_argument("models", nargs="+", metavar="MODEL", help="model folders, .gguf files or 'smollm2'")
     source = evaluate.add_mutually_exclusive_group(required=True)
     source.add_argument("--cache", help="a top-K cache: its tokens, and the top-K bucket KL to its teacher")
-    source.add_argument("--data", help="text data (.txt/.jsonl/.parquet, folder, or 'pydoc')")
+    source.add_argument("--data", help="'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets hub name")
     evaluate.add_argument("--teacher", help="also compute the full-vocabulary KL and agreement with this teacher")
     evaluate.add_argument("--eval-fraction", type=float, default=None,
                           help="with --cache: evaluate only the part `destila train --eval-fraction F` held out")
-    evaluate.add_argument("--seq-len", type=int, default=512, help="with --data: tokens per sequence")
     evaluate.add_argument("--max-tokens", type=int, default=16384, help="evaluate at most this many tokens")
-    evaluate.add_argument("--text-field", default="text")
+    add_fields(evaluate.add_argument_group("data (with --data)"), DataSpec, exclude=("source", "max_tokens"))
     evaluate.add_argument("--batch-size", type=int, default=4)
     evaluate.add_argument("--prompt", default=None, help="prompt for the generation-speed sample")
     evaluate.add_argument("--new-tokens", type=int, default=32, help="tokens generated for the speed measurement")
@@ -44,8 +46,10 @@ def run(args) -> int:
 
         indices = split_indices(len(TopKCache(args.cache)), args.eval_fraction)[1]
     results = evaluate_models(
-        args.models, cache=args.cache, indices=indices, data=args.data, teacher=args.teacher,
-        seq_len=args.seq_len, max_tokens=args.max_tokens, text_field=args.text_field,
+        args.models, cache=args.cache, indices=indices, teacher=args.teacher,
+        data=DataSpec(args.data, **values_of(args, DataSpec, exclude=("source", "max_tokens"))).describe()
+        if args.data is not None else None,
+        max_tokens=args.max_tokens,
         batch_size=args.batch_size, prompt=args.prompt or DEFAULT_PROMPT, new_tokens=args.new_tokens,
         device=args.device,
     )

@@ -31,7 +31,9 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_LOSS_CH
     for batch in batches:
         input_ids = batch["input_ids"]
         labels = batch["labels"].flatten()  # next tokens; IGNORE_INDEX where nothing is scored
-        hidden = decoder_of(model)(input_ids=input_ids, use_cache=False).last_hidden_state.flatten(0, 1)
+        # Position ids restart per packed document; an attention mask marks padding.
+        layout = {k: batch[k] for k in ("position_ids", "attention_mask") if k in batch}
+        hidden = decoder_of(model)(input_ids=input_ids, use_cache=False, **layout).last_hidden_state.flatten(0, 1)
         if "topk_ids" in batch and teacher is None:  # with the teacher at hand, its full KL replaces the top-K one
             _, stats = distill_loss(
                 hidden, weight, batch["topk_ids"].flatten(0, 1), batch["topk_logprobs"].flatten(0, 1),
@@ -42,7 +44,7 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_LOSS_CH
             sums["agree"] += stats["agree"].item()
         if teacher is not None:
             t_weight, t_bias = output_head(teacher)
-            t_hidden = decoder_of(teacher)(input_ids=input_ids, use_cache=False).last_hidden_state.flatten(0, 1)
+            t_hidden = decoder_of(teacher)(input_ids=input_ids, use_cache=False, **layout).last_hidden_state.flatten(0, 1)
         for start in range(0, hidden.shape[0], chunk_size):
             rows = slice(start, start + chunk_size)
             valid = labels[rows] != IGNORE_INDEX

@@ -10,6 +10,7 @@ so its peak memory is its own.
 
 from __future__ import annotations
 
+from destila.data import DataSpec, collate
 from destila.eval.quality import metrics_from_sums, quality_sums
 from destila.eval.speed import forward_tokens_per_second, generate, size_on_disk
 from destila.losses.options import DEFAULT_LOSS_CHUNK_ROWS
@@ -19,7 +20,8 @@ DEFAULT_PROMPT = "The `with` statement in Python"
 
 
 def evaluate_model(
-    model: str, *, cache: str | None = None, indices: list[int] | None = None, data: str | list[str] | None = None,
+    model: str, *, cache: str | None = None, indices: list[int] | None = None,
+    data: str | list[str] | dict | DataSpec | None = None,
     teacher: str | None = None, seq_len: int = 512, max_tokens: int | None = 16384, text_field: str = "text",
     batch_size: int = 4, chunk_size: int = DEFAULT_LOSS_CHUNK_ROWS, prompt: str = DEFAULT_PROMPT, new_tokens: int = 32,
     device: str = "cpu",
@@ -27,8 +29,11 @@ def evaluate_model(
     """Every metric of one model (see the module docstring); a JSON-able dict.
 
     Data: ``cache`` (its sequences ``indices``, or all of them) or ``data``
-    (texts packed into ``seq_len`` tokens with the model's tokenizer), up to
-    ``max_tokens`` tokens. ``teacher`` adds the full-vocabulary KL and
+    (a :class:`~destila.data.DataSpec` or its fields as a dict; a source name
+    or a list of texts packed into ``seq_len`` tokens), with the model's
+    tokenizer, up to ``max_tokens`` tokens. Metrics cover the positions the
+    loss mask keeps (assistant turns, completions, whole documents);
+    ``tokens`` says how many. ``teacher`` adds the full-vocabulary KL and
     agreement. ``peak_bytes`` is the model's own peak (weights, forward,
     generation), taken before any teacher is loaded.
     """
@@ -49,11 +54,15 @@ def evaluate_model(
             chosen = chosen[: max(1, max_tokens // source.seq_len)]
         items = [source[i] for i in chosen]
     else:
-        from destila.data import load_texts, pack_documents
+        from destila.data import packed_source, texts_source
 
-        texts = list(data) if isinstance(data, (list, tuple)) else load_texts(data, text_field=text_field)
-        items = [{"input_ids": row} for row in pack_documents(texts, tokenizer, seq_len, max_tokens=max_tokens)]
-    from destila.training.datasets import collate  # FIXME(lead): the data package's collate
+        if isinstance(data, (list, tuple)):
+            packed = texts_source(list(data), tokenizer, seq_len=seq_len, max_tokens=max_tokens)
+        else:
+            spec = DataSpec(**data) if isinstance(data, dict) else data
+            spec = spec if isinstance(spec, DataSpec) else DataSpec(str(data), text_field=text_field, seq_len=seq_len)
+            packed = packed_source(spec.replace(max_tokens=max_tokens or spec.max_tokens), tokenizer)
+        items = [packed[i] for i in range(len(packed))]
 
     batches = [{k: v.to(device) for k, v in collate(items[i:i + batch_size]).items()}
                for i in range(0, len(items), batch_size)]

@@ -87,20 +87,28 @@ class OnlineTeacher:
         return self
 
     @torch.no_grad()
-    def targets(self, input_ids, **model_inputs) -> dict:
-        """``{"teacher_logits" [B, T, V]}`` (dense) or the cache's top-K fields (topk), on ``input_ids``' device."""
-        device = input_device(self.model)
+    def targets(self, input_ids, layers=(), **model_inputs) -> dict:
+        """``{"teacher_logits" [B, T, V]}`` (dense) or the cache's top-K fields (topk); with ``layers``,
+        also ``teacher_layers``: ``{layer: [B, T, H]}``, those decoder layers' outputs. On ``input_ids``' device."""
+        device = input_device(self.model)  # a device-mapped teacher takes its inputs where its embedding runs
         moved = {key: value.to(device) if torch.is_tensor(value) else value for key, value in model_inputs.items()}
-        with head_weights(self.model) as (weight, bias):
-            found = self._targets(weight, bias, input_ids.to(device), **moved)
-        return {key: value.to(input_ids.device) for key, value in found.items()}
+        with head_weights(self.model) as (weight, bias):  # brought in from CPU/disk if offloaded
+            found = self._targets(weight, bias, input_ids.to(device), layers, **moved)
+        back = {key: value.to(input_ids.device) for key, value in found.items() if torch.is_tensor(value)}
+        if "teacher_layers" in found:
+            back["teacher_layers"] = {k: v.to(input_ids.device) for k, v in found["teacher_layers"].items()}
+        return back
 
-    def _targets(self, weight, bias, input_ids, **model_inputs) -> dict:
-        hidden = decoder_of(self.model)(input_ids=input_ids, use_cache=False, **model_inputs).last_hidden_state
+    def _targets(self, weight, bias, input_ids, layers, **model_inputs) -> dict:
+        from destila.targets.layers import capture_layer_outputs
+
+        with capture_layer_outputs(self.model, layers) as captured:
+            hidden = decoder_of(self.model)(input_ids=input_ids, use_cache=False, **model_inputs).last_hidden_state
         hidden = hidden.to(weight.device)
+        extra = {"teacher_layers": captured} if layers else {}
         if self.mode == "dense":
             logits = hidden.float() @ weight.float().T
-            return {"teacher_logits": logits if bias is None else logits + bias.float()}
+            return {"teacher_logits": logits if bias is None else logits + bias.float(), **extra}
         batch, length, _ = hidden.shape
         spec = self.spec
         ids, logprobs, tail = teacher_topk(
@@ -110,4 +118,5 @@ class OnlineTeacher:
             "topk_ids": ids.reshape(batch, length, -1),
             "topk_logprobs": logprobs.reshape(batch, length, -1),
             "tail_logmass": tail.reshape(batch, length),
+            **extra,
         }

@@ -25,13 +25,15 @@ from transformers import TrainingArguments
 
 from destila.losses.options import LossOptions
 from destila.targets.spec import TargetSpec
+from destila.training.hidden import HiddenLossOptions
 from destila.training.engines import check_engine, choose_device
 
 ONLINE_LOSSES = ("dense", "topk")
-# ignore_index is the data path's business (every collate writes IGNORE_INDEX);
-# temperature is shared by the two specs and comes from LossOptions.
+# ignore_index is the data path's business (every collate writes IGNORE_INDEX).
 _LOSS_FIELDS_LEFT_OUT = ("ignore_index",)
-_TARGET_FIELDS_LEFT_OUT = ("temperature",)
+# The online teacher computes top-K targets; temperature is shared with
+# LossOptions, and sampled targets (with their own seed) exist only in caches.
+ONLINE_TARGET_FIELDS = ("top_k", "head_chunk_rows")
 
 # Trainer defaults that differ from TrainingArguments'. A student cut from its
 # teacher starts far from it: 5e-5 with linear decay barely moves it in the few
@@ -48,13 +50,13 @@ DISTILLATION_DEFAULTS = {
 }
 
 
-def _spec_fields(spec, left_out: tuple[str, ...], prefix: str = "") -> list[tuple]:
+def _spec_fields(spec, keep, prefix: str = "") -> list[tuple]:
     """``(name, type, field)`` triples for :func:`dataclasses.make_dataclass`, copied from ``spec``."""
     hints = typing.get_type_hints(spec)
     return [
         (f.name, hints[f.name],
          field(default=f.default, metadata={**f.metadata, "help": prefix + f.metadata.get("help", "")}))
-        for f in dataclasses.fields(spec) if f.name not in left_out
+        for f in dataclasses.fields(spec) if keep(f.name)
     ]
 
 
@@ -95,6 +97,7 @@ def _post_init(self) -> None:
         raise ValueError("remove_unused_columns: must stay False, the batches carry the teacher's targets")
     self.loss_options()  # validates every loss option, with LossOptions' messages
     self.target_spec()
+    self.hidden_options()
     _check_reporters(self.report_to)
     choose_device(self)  # CPU-only machines: use_cpu, so torchrun gives DDP over gloo and bf16 is accepted
     TrainingArguments.__post_init__(self)
@@ -122,16 +125,21 @@ def _loss_options(self) -> LossOptions:
 
 def _target_spec(self) -> TargetSpec:
     """The :class:`TargetSpec` of the online teacher (temperature shared with the student's)."""
-    values = {f.name: getattr(self, f.name) for f in dataclasses.fields(TargetSpec) if f.name != "temperature"}
-    return TargetSpec(temperature=self.temperature, **values)
+    return TargetSpec(temperature=self.temperature, **{name: getattr(self, name) for name in ONLINE_TARGET_FIELDS})
+
+
+def _hidden_options(self) -> HiddenLossOptions:
+    """The hidden-state term's options (validated); ``hidden_loss=None`` means off."""
+    return HiddenLossOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(HiddenLossOptions)})
 
 
 DistillationArguments = dataclasses.make_dataclass(
     "DistillationArguments",
     [
-        *_spec_fields(LossOptions, _LOSS_FIELDS_LEFT_OUT),
-        *_spec_fields(TargetSpec, _TARGET_FIELDS_LEFT_OUT, prefix="Online only: "),
+        *_spec_fields(LossOptions, lambda name: name not in _LOSS_FIELDS_LEFT_OUT),
+        *_spec_fields(TargetSpec, lambda name: name in ONLINE_TARGET_FIELDS, prefix="Online only: "),
         *_own_fields(),
+        *_spec_fields(HiddenLossOptions, lambda name: True),
         *_changed_defaults(),
     ],
     bases=(TrainingArguments,),
@@ -139,11 +147,13 @@ DistillationArguments = dataclasses.make_dataclass(
         "__post_init__": _post_init,
         "loss_options": _loss_options,
         "target_spec": _target_spec,
+        "hidden_options": _hidden_options,
         "__doc__": "Training arguments for distillation from a top-K cache or an online teacher.\n\n"
                    "Every ``transformers.TrainingArguments`` field, plus the fields of "
                    ":class:`destila.losses.LossOptions` (except ``ignore_index``), ``top_k`` and "
                    "``head_chunk_rows`` of :class:`destila.targets.TargetSpec` for an online teacher, "
-                   "``eval_fraction``, ``online_loss`` and ``allow_tokenizer_mismatch``.",
+                   "``eval_fraction``, ``online_loss``, ``allow_tokenizer_mismatch`` and the hidden-state "
+                   "options of :class:`destila.training.hidden.HiddenLossOptions`.",
     },
 )
 DistillationArguments.__module__ = __name__

@@ -1,13 +1,12 @@
 """What the trainer iterates over: cache sequences (offline) or packed token
 sequences (online), split into train and held-out parts the same way, so an
-online and an offline run over the same data hold out the same sequences."""
+online and an offline run over the same data hold out the same sequences.
+Batches are made by the project's one collate, :func:`destila.data.collate`."""
 
 from __future__ import annotations
 
 import torch
 from torch.utils.data import Dataset
-
-IGNORE_INDEX = -100
 
 
 def split_indices(count: int, eval_fraction: float, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -28,17 +27,6 @@ def split_indices(count: int, eval_fraction: float, seed: int = 0) -> tuple[list
     return sorted(order[held:]), sorted(order[:held])
 
 
-def next_token_labels(input_ids: torch.Tensor) -> torch.Tensor:
-    """Labels aligned with positions: ``labels[..., t] = input_ids[..., t + 1]``, the last one ignored.
-
-    Position t of the cache holds the teacher's distribution of token t+1, so
-    labels are shifted here once and every loss reads them unshifted.
-    """
-    labels = torch.full_like(input_ids, IGNORE_INDEX)
-    labels[..., :-1] = input_ids[..., 1:]
-    return labels
-
-
 class Subset(Dataset):
     """Items ``source[indices[i]]`` of a cache or of a ``[S, L]`` token tensor, as dicts of tensors."""
 
@@ -51,11 +39,3 @@ class Subset(Dataset):
     def __getitem__(self, i: int) -> dict:
         item = self.source[self.indices[i]]
         return item if isinstance(item, dict) else {"input_ids": item}
-
-
-def collate(items: list[dict]) -> dict:
-    """Stack items into ``[B, L, ...]`` tensors and add next-token ``labels [B, L]``."""
-    batch = {key: torch.stack([item[key] for item in items]) for key in items[0]}
-    batch["input_ids"] = batch["input_ids"].long()
-    batch["labels"] = next_token_labels(batch["input_ids"])
-    return batch

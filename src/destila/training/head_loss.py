@@ -90,10 +90,11 @@ def loss_in_head(model, targets: dict, options: dict, num_items=None):
         del head.forward
 
 
-def distill_through_forward(model, inputs: dict, options: dict, num_items=None):
-    """``(loss, stats)``: one ordinary forward of ``model`` whose head computes the loss."""
+def distill_through_forward(model, inputs: dict, options: dict, num_items=None, **model_inputs):
+    """``(loss, stats)``: one ordinary forward of ``model`` (with ``model_inputs`` such as
+    ``position_ids``) whose head computes the loss."""
     with loss_in_head(model, inputs, options, num_items) as result:
-        output = model(input_ids=inputs["input_ids"], use_cache=False)
+        output = model(input_ids=inputs["input_ids"], use_cache=False, **model_inputs)
     if "stats" not in result:
         raise ValueError(f"model: {type(unwrap(model)).__name__}.forward never called its output head")
     return output.logits, result["stats"]

@@ -10,7 +10,8 @@ from destila.models import load_causal_lm, load_tokenizer, output_head, tokenize
 from destila.targets.spec import check_training_temperature
 from destila.training.arguments import DistillationArguments
 from destila.training.callbacks import EngineReport, JsonlLogCallback
-from destila.training.datasets import Subset, collate, split_indices
+from destila.data import DataSpec, collate, packed_source, texts_source
+from destila.training.datasets import Subset, split_indices
 from destila.training.peft_student import MERGED_DIR, LoraArguments, merge_adapter, with_adapters
 
 LOG_FILE = "log.jsonl"
@@ -75,7 +76,7 @@ def train_student(
     *,
     cache: str | Path | None = None,
     teacher: str | None = None,
-    data: str | list[str] | None = None,
+    data: str | list[str] | DataSpec | None = None,
     teacher_gguf_file: str | None = None,
     seq_len: int = 512,
     max_tokens: int | None = None,
@@ -93,9 +94,9 @@ def train_student(
     enabled, the adapter instead (``PeftModel.from_pretrained``), and with
     ``lora.merge`` also ``out/merged``, the plain merged model.
     ``teacher_placement`` (online only) holds :func:`destila.models.load_causal_lm`'s
-    ``device_map``/``max_memory``/``offload_folder`` for a teacher larger than one device. Returns
-    ``{"train": Trainer metrics, "steps": optimizer steps, "eval": held-out metrics or {},
-    "engine": what ran (see :func:`destila.training.engines.describe_engine`)}``.
+    ``device_map``/``max_memory``/``offload_folder`` for a teacher larger than one device.
+    Returns ``{"train": Trainer metrics, "steps": optimizer steps, "eval": held-out metrics or {},
+    "engine": what ran (:func:`destila.training.engines.describe_engine`), "merged": folder or None}``.
     """
     from transformers import AutoTokenizer
 
@@ -121,20 +122,26 @@ def train_student(
             seq_len=source.seq_len, allow_tokenizer_mismatch=args.allow_tokenizer_mismatch,
         )
     else:
-        from destila.data import load_texts, pack_documents
-
         teacher_model = load_causal_lm(teacher, gguf_file=teacher_gguf_file, **(teacher_placement or {}))
         tokenizer = load_tokenizer(teacher, gguf_file=teacher_gguf_file)
+        if isinstance(data, (list, tuple)):
+            source = texts_source(list(data), tokenizer, seq_len=seq_len, max_tokens=max_tokens)
+        else:
+            from accelerate import PartialState
+
+            spec = data if isinstance(data, DataSpec) else DataSpec(
+                str(data), text_field=text_field, seq_len=seq_len, max_tokens=max_tokens)
+            # One process tokenises into the store; the others then map the same files.
+            source = packed_source(spec, tokenizer, main_first=PartialState().main_process_first)
         check_student(
             model, student, vocab_size=output_head(teacher_model)[0].shape[0],
-            fingerprint=tokenizer_fingerprint(tokenizer), seq_len=seq_len,
+            fingerprint=tokenizer_fingerprint(tokenizer), seq_len=source.seq_len,
             allow_tokenizer_mismatch=args.allow_tokenizer_mismatch, source="teacher",
         )
-        texts = list(data) if isinstance(data, (list, tuple)) else load_texts(data, text_field=text_field)
-        source = pack_documents(texts, tokenizer, seq_len, max_tokens=max_tokens)
         online = OnlineTeacher(teacher_model, args.online_loss, args.target_spec())
     if lora is not None and lora.enabled:
         model = with_adapters(model, lora)
+    hidden = _hidden_term(args, model, online, source)
     train_ids, eval_ids = split_indices(len(source), args.eval_fraction)
     trainer = DistillationTrainer(
         model=model,
@@ -144,6 +151,7 @@ def train_student(
         data_collator=collate,
         processing_class=tokenizer,
         teacher=online,
+        hidden=hidden,
         callbacks=[JsonlLogCallback(out / LOG_FILE), *callbacks],
     )
     if resume is True:
@@ -163,3 +171,21 @@ def train_student(
         trainer.accelerator.wait_for_everyone()
     return {"train": result.metrics, "steps": result.global_step, "eval": metrics, "engine": engine.engine,
             "merged": str(merged) if merged else None}
+
+
+def _hidden_term(args, model, online, source):
+    """The hidden-state term of ``--hidden_loss``, with teacher states from the online teacher or the cache."""
+    from destila.training.hidden import HiddenDistillation
+
+    options = args.hidden_options()
+    if options.hidden_loss is None:
+        return None
+    if online is not None:
+        return HiddenDistillation(options, model, teacher=online.model)
+    layers = getattr(source, "hidden_layers", None)
+    if not layers:
+        raise ValueError(
+            "hidden_loss: this cache holds no teacher hidden states; rebuild it with `destila cache build "
+            "--hidden-layers 6,12 --hidden-dim D`, or train online with --teacher and --data"
+        )
+    return HiddenDistillation(options, model, cached_layers=layers, cached_dim=source.hidden_dim)

@@ -17,29 +17,97 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import torch
 from transformers import Trainer
 
+from destila.losses.options import IGNORE_INDEX
 from destila.models import check_plain_head
 from destila.targets.online import OnlineTeacher, dense_online_loss
 from destila.training.engines import enable_cpu_fsdp
 from destila.training.head_loss import distill_through_forward
+from destila.training.hidden import HiddenDistillation
 
 _STATS = ("soft", "hard", "rows", "agree")
 
 
+def _layout(inputs: dict) -> dict:
+    """Position ids (restarting per packed document) and attention mask (padding), where the batch has them."""
+    return {key: inputs[key] for key in ("position_ids", "attention_mask") if key in inputs}
+
+
+def _with_data(kwargs: dict, cache, data_spec, model) -> dict:
+    """Trainer keyword arguments with the cache as training set, raw datasets tokenised and the default collator."""
+    import functools
+
+    import datasets
+
+    from destila.data import collate, dataset_source
+
+    kwargs = dict(kwargs)
+    if cache is not None:
+        from destila.cache import TopKCache
+
+        cache = cache if isinstance(cache, TopKCache) else TopKCache(cache)
+        if kwargs.get("train_dataset") not in (None, cache):
+            raise ValueError("DistillationTrainer: with a cache, the cache's sequences are the training set; "
+                             "pass train_dataset=None (or the cache itself)")
+        kwargs["train_dataset"] = cache
+    tokenizer = kwargs.get("processing_class")
+    for key in ("train_dataset", "eval_dataset"):
+        dataset = kwargs.get(key)
+        if isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
+            if tokenizer is None:
+                raise ValueError(f"DistillationTrainer: {key} is a datasets.Dataset; pass processing_class="
+                                 "the teacher's tokenizer so it can be tokenised")
+            if data_spec is not None:
+                kwargs[key] = dataset_source(dataset, tokenizer, data_spec)
+            else:
+                context = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 1024
+                kwargs[key] = dataset_source(dataset, tokenizer, seq_len=min(1024, context))
+    if kwargs.get("data_collator") is None:
+        pad = getattr(tokenizer, "pad_token_id", None)
+        kwargs["data_collator"] = functools.partial(collate, pad_token_id=pad if pad is not None else 0)
+    return kwargs
+
+
 class DistillationTrainer(Trainer):
-    """Trainer for ``DistillationArguments``; pass ``teacher=OnlineTeacher(...)`` for online distillation."""
+    """Trainer for ``DistillationArguments``, shaped like TRL's trainers::
+
+        DistillationTrainer(model=student, args=DistillationArguments(...), train_dataset=ds,
+                            processing_class=tokenizer, teacher_model=teacher)      # online
+        DistillationTrainer(model=student, args=..., cache=TopKCache("cache/"))      # offline
+
+    ``train_dataset``/``eval_dataset`` may be a ``datasets.Dataset`` of
+    ``text``, ``messages`` or ``prompt``/``completion`` rows, tokenised here
+    with ``processing_class`` (see :func:`destila.data.dataset_source`; pass
+    ``data_spec`` to choose fields, sequence length, packing or loss positions),
+    or any dataset of token items. The default collator is
+    :func:`destila.data.collate`. ``teacher=OnlineTeacher(...)`` is the
+    lower-level form of ``teacher_model``.
+    """
 
     # compute_loss divides by num_items_in_batch itself: the Trainer must not
     # divide again by the accumulation steps.
     loss_is_scaled_for_ga = True
 
-    def __init__(self, *args, teacher: OnlineTeacher | None = None, **kwargs):
+    def __init__(self, *args, teacher: OnlineTeacher | None = None, teacher_model=None, cache=None,
+                 data_spec=None, hidden: HiddenDistillation | None = None, **kwargs):
+        if sum(x is not None for x in (teacher, teacher_model, cache)) > 1:
+            raise ValueError("DistillationTrainer: give one source of targets: teacher_model, teacher or cache")
+        kwargs = _with_data(kwargs, cache, data_spec, args[0] if args else kwargs.get("model"))
         super().__init__(*args, **kwargs)
         check_plain_head(self.model)
+        if teacher_model is not None:
+            teacher = OnlineTeacher(teacher_model, self.args.online_loss, self.args.target_spec())
         self.teacher = teacher.to(self.args.device) if teacher is not None else None
+        if hidden is not None and self.args.world_size > 1:
+            # Its projections live outside the (DDP-wrapped) model, so their gradients would not be averaged.
+            raise ValueError("hidden_loss: hidden-state distillation runs in one process only; launch without "
+                             "torchrun, or drop --hidden_loss")
+        self.hidden = hidden.to(self.args.device) if hidden is not None else None
+        self._hidden_window = torch.zeros(2, dtype=torch.float64)
         # Count valid labels for num_items_in_batch (the Trainer only does so
         # for models that "accept loss kwargs"); our labels are already shifted.
         self.model_accepts_loss_kwargs = True
@@ -48,7 +116,7 @@ class DistillationTrainer(Trainer):
 
     def create_accelerator_and_postprocess(self):
         super().create_accelerator_and_postprocess()
-        enable_cpu_fsdp(self)
+        enable_cpu_fsdp(self)  # a requested FSDP on a CPU-only machine really shards
 
     # -- loss -----------------------------------------------------------------
 
@@ -57,15 +125,26 @@ class DistillationTrainer(Trainer):
             return inputs
         if self.teacher is None:
             raise ValueError("batch: expected the cache's top-K fields or an online teacher, found neither")
-        return {**inputs, **self.teacher.targets(inputs["input_ids"])}
+        layers = self.hidden.teacher_layers if self.hidden is not None else ()
+        return {**inputs, **self.teacher.targets(inputs["input_ids"], layers=layers, **_layout(inputs))}
 
     def _distill(self, model, inputs: dict, num_items=None, **overrides):
-        """``(loss, stats)`` for one batch, with the args' loss options updated by ``overrides``."""
+        """``(loss, stats)`` for one batch, plus the hidden-state term when training with one."""
         inputs = self._targets(inputs)
+        if self.hidden is None or overrides:  # evaluation measures the KL alone
+            return self._kd(model, inputs, num_items, **overrides)
+        with self.hidden.capture(model) as captured:
+            loss, stats = self._kd(model, inputs, num_items)
+        extra = self.hidden.loss(captured, inputs, inputs["labels"] != IGNORE_INDEX, num_items)
+        stats["hidden"] = extra.detach()
+        return loss + extra, stats
+
+    def _kd(self, model, inputs: dict, num_items=None, **overrides):
+        """``(loss, stats)`` of the distillation loss, with the args' loss options updated by ``overrides``."""
         options = {**dataclasses.asdict(self.args.loss_options()), **overrides}
         labels = inputs["labels"]
         if "teacher_logits" in inputs:  # online dense: the paper's full-vocabulary baseline
-            logits = model(input_ids=inputs["input_ids"], use_cache=False).logits
+            logits = model(input_ids=inputs["input_ids"], use_cache=False, **_layout(inputs)).logits
             keep = {k: options[k] for k in ("divergence", "beta", "temperature", "soft_weight", "hard_weight")}
             return dense_online_loss(
                 logits.flatten(0, 1), inputs["teacher_logits"].flatten(0, 1), labels.flatten(),
@@ -73,17 +152,42 @@ class DistillationTrainer(Trainer):
             )
         # The head computes the loss inside its own forward, where sharded
         # engines (FSDP, ZeRO-3) have gathered its weight.
-        return distill_through_forward(model, inputs, options, num_items)
+        return distill_through_forward(model, inputs, options, num_items, **_layout(inputs))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, stats = self._distill(model, inputs, num_items_in_batch)
         if model.training:
             self._window += torch.stack([stats[k].double().cpu() for k in _STATS])
+            if "hidden" in stats:
+                self._hidden_window += torch.tensor([stats["hidden"].item(), 1.0], dtype=torch.float64)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # num_items_in_batch counts every process's rows, and DDP averages
             # gradients over processes: scale back up to a global sum / count.
             loss = loss * self.accelerator.num_processes
         return (loss, {"stats": stats}) if return_outputs else loss
+
+    # -- the hidden-state projections: optimised, checkpointed, never saved with the student --
+
+    def create_optimizer(self, model=None):
+        optimizer = super().create_optimizer(model)
+        if self.hidden is not None and self.hidden.parameters():
+            known = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            if not known & {id(p) for p in self.hidden.parameters()}:
+                optimizer.add_param_group({"params": self.hidden.parameters(), "weight_decay": 0.0})
+        return optimizer
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.hidden is not None and self.args.should_save:
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            self.hidden.save(Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        if self.hidden is not None and not self.hidden.load(resume_from_checkpoint):
+            raise ValueError(f"resume: {resume_from_checkpoint} holds no hidden-state projections; it was not "
+                             "trained with --hidden_loss. Resume with the options it was trained with")
 
     # -- logging and evaluation -------------------------------------------------
 
@@ -109,6 +213,11 @@ class DistillationTrainer(Trainer):
         if "loss" in logs and self._window[2] > 0:
             logs = {**logs, **self._metrics(self._reduce(self._window))}
             self._window.zero_()
+        if "loss" in logs and self._hidden_window[1] > 0:
+            # Each micro-batch's term is its share of its step's (÷ the whole accumulated batch's positions).
+            steps = self._hidden_window[1] / self.args.gradient_accumulation_steps
+            logs["hidden_loss"] = (self._hidden_window[0] / steps).item()
+            self._hidden_window.zero_()
         super().log(logs, *args, **kwargs)
 
     @torch.no_grad()

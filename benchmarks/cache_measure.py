@@ -1,4 +1,7 @@
-"""Measurements behind the cache's acceptance figures (``python -m destila.bench.cache_measure …``).
+"""Measurements behind the cache's figures (``python benchmarks/cache_measure.py VERB …``).
+
+A lab script, not part of the package: it drives destila only through its
+public API (``build_cache(BuildSpec(...))``, ``TopKCache``, ``teacher_topk``).
 
 - ``pass``: the teacher pass with caching (``build_cache``: forward, chunked
   head, top-K, shard writes) against the bare forward ``model(ids).logits``
@@ -6,9 +9,11 @@
   process; plus bytes per token of the cache.
 - ``pass-interleaved``: the same comparison batch by batch, robust to other
   jobs sharing the machine (shard writes excluded).
-- ``memory``: peak RSS of one pass, each configuration in a fresh process,
-  minus the process's RSS just before the pass (model already loaded), for
-  the caching pass and the bare forward at several sequence lengths.
+- ``memory``: peak RSS of loading the teacher and running one pass, each
+  configuration in a fresh process, minus the process's RSS before it, for
+  the caching pass (``build_cache``) and the bare forward at several sequence
+  lengths; both include the same model load, so their difference is the
+  passes' difference.
 - ``reader``: tokens/s of ``TopKCache`` random access and of a shuffled
   ``DataLoader``, against the training throughput (forward + backward, plain
   cross-entropy) of a student with the teacher's config cut to a few layers.
@@ -54,6 +59,15 @@ def _bare_pass(model, packed, batch_size: int) -> float:
     return time.perf_counter() - began
 
 
+def _spec(args, output, max_tokens=None, **overrides):
+    from destila.cache import BuildSpec
+    from destila.targets.spec import TargetSpec
+
+    return BuildSpec(args.teacher, args.data, output, seq_len=args.seq_len, max_tokens=max_tokens,
+                     targets=TargetSpec(top_k=args.top_k, head_chunk_rows=args.head_chunk_rows),
+                     encoding=args.encoding, batch_size=args.batch_size, progress=False, **overrides)
+
+
 def _warm_up(model, batch, top_k: int, chunk_size: int) -> None:
     """One untimed batch through both paths: the first forward of a process pays one-time setup."""
     import torch
@@ -91,30 +105,29 @@ def measure_pass(args) -> None:
     model = load_causal_lm(args.teacher)
     packed = pack_documents(load_texts(args.data), load_tokenizer(args.teacher), args.seq_len, args.max_tokens)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="destila-measure-"))
-    _warm_up(model, packed[: args.batch_size], args.top_k, args.chunk_size)
+    _warm_up(model, packed[: args.batch_size], args.top_k, args.head_chunk_rows)
     for number in range(args.rounds):
         out = workdir / f"cache-round{number}"
         if number % 2:  # alternate the order, so a change of machine load hits both sides
-            report = build_cache(args.teacher, args.data, out, seq_len=args.seq_len, max_tokens=args.max_tokens,
-                                 top_k=args.top_k, batch_size=args.batch_size, chunk_size=args.chunk_size, progress=False)
+            report = build_cache(_spec(args, out, args.max_tokens))
             bare = _bare_pass(model, packed, args.batch_size)
         else:
             bare = _bare_pass(model, packed, args.batch_size)
-            report = build_cache(args.teacher, args.data, out, seq_len=args.seq_len, max_tokens=args.max_tokens,
-                                 top_k=args.top_k, batch_size=args.batch_size, chunk_size=args.chunk_size, progress=False)
+            report = build_cache(_spec(args, out, args.max_tokens))
         if report.nothing_to_do:
             raise ValueError(f"{out} already holds a complete cache; pass an empty --workdir")
         summary = inspect_cache(out)
         _emit({
             "measure": "pass", "round": number, "teacher": args.teacher, "data": args.data, "seq_len": args.seq_len,
-            "top_k": args.top_k, "batch_size": args.batch_size, "chunk_size": args.chunk_size,
-            "tokens": report.written_tokens, "bare_seconds": round(bare, 3),
+            "top_k": args.top_k, "encoding": args.encoding, "batch_size": args.batch_size,
+            "head_chunk_rows": args.head_chunk_rows, "tokens": report.written_tokens, "bare_seconds": round(bare, 3),
             "bare_tokens_per_s": round(report.written_tokens / bare, 1),
             "cache_seconds": round(report.pass_seconds, 3), "cache_tokens_per_s": round(report.tokens_per_second, 1),
             "cache_forward_s": round(report.forward_seconds, 3), "cache_head_s": round(report.head_seconds, 3),
             "cache_write_s": round(report.write_seconds, 3),
             "throughput_ratio": round(bare / report.pass_seconds, 4),
-            "bytes_per_token": round(summary["bytes_per_token"], 2), "cache": str(out),
+            "bytes_per_token": round(summary["bytes_per_token"], 2),
+            "bytes_per_entry": round(summary["bytes_per_entry"], 3), "cache": str(out),
         }, args.json)
 
 
@@ -134,7 +147,7 @@ def measure_interleaved(args) -> None:
     model = load_causal_lm(args.teacher)
     decoder, (weight, bias) = decoder_of(model), output_head(model)
     packed = pack_documents(load_texts(args.data), load_tokenizer(args.teacher), args.seq_len, args.max_tokens)
-    _warm_up(model, packed[: args.batch_size], args.top_k, args.chunk_size)
+    _warm_up(model, packed[: args.batch_size], args.top_k, args.head_chunk_rows)
 
     def bare(ids):
         model(input_ids=ids, use_cache=False).logits
@@ -142,7 +155,7 @@ def measure_interleaved(args) -> None:
     def caching(ids):
         hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state
         top_ids, top_lp, tail = teacher_topk(hidden.reshape(-1, hidden.shape[-1]), weight, bias, args.top_k, 1.0,
-                                             args.chunk_size)
+                                             args.head_chunk_rows)
         _ = top_ids.to(torch.int32), top_lp.to(torch.float16), tail.cpu()  # the conversions a shard needs
 
     spent = {"bare": 0.0, "cache": 0.0}
@@ -157,51 +170,44 @@ def measure_interleaved(args) -> None:
     tokens = packed.numel()
     _emit({
         "measure": "pass-interleaved", "teacher": args.teacher, "data": args.data, "seq_len": args.seq_len,
-        "top_k": args.top_k, "batch_size": args.batch_size, "chunk_size": args.chunk_size, "tokens": tokens,
+        "top_k": args.top_k, "batch_size": args.batch_size, "head_chunk_rows": args.head_chunk_rows, "tokens": tokens,
         "bare_tokens_per_s": round(tokens / spent["bare"], 1), "cache_tokens_per_s": round(tokens / spent["cache"], 1),
         "throughput_ratio": round(spent["bare"] / spent["cache"], 4),
     }, args.json)
 
 
 def memory_one(args) -> dict:
-    """One configuration, in this (fresh) process: peak RSS of the pass minus RSS before it."""
+    """One configuration, in this (fresh) process: peak RSS of loading the teacher and one pass, minus RSS before."""
     import torch
 
-    from destila.cache import distributed, writer
-    from destila.cache.writer import BuildReport
+    from destila.cache import build_cache
 
     max_tokens = args.batches * args.batch_size * args.seq_len
     workdir = Path(tempfile.mkdtemp(prefix="destila-memory-"))
-    group, device = distributed.join("cpu")
+    gc.collect()
+    baseline = _status_mib("VmRSS")
+    _reset_peak()
+    began = time.perf_counter()
     if args.mode == "cache":
-        lock, manifest, packed, model = writer._prepare(
-            group, args.teacher, None, args.data, "text", args.seq_len, max_tokens, args.top_k, 1.0, "float16",
-            device, "auto", workdir / "c", False,
-        )
+        report = build_cache(_spec(args, workdir / "c", max_tokens, shard_size=args.shard_size))
+        tokens = report.written_tokens
     else:
         from destila.data import load_texts, pack_documents
         from destila.models import load_causal_lm, load_tokenizer
 
         model = load_causal_lm(args.teacher)
         packed = pack_documents(load_texts(args.data), load_tokenizer(args.teacher), args.seq_len, max_tokens)
-    _warm_up(model, packed[:1, :16], args.top_k, args.chunk_size)
-    gc.collect()
-    baseline = _status_mib("VmRSS")
-    _reset_peak()
-    began = time.perf_counter()
-    if args.mode == "cache":
-        report = BuildReport(workdir / "c", manifest.sequences, manifest.tokens, False)
-        writer._teacher_pass(model, packed, list(range(manifest.sequences)), manifest, workdir / "c", group, report,
-                             args.batch_size, args.shard_size, args.chunk_size, False)
-    else:
         _bare_pass(model, packed, args.batch_size)
+        tokens = int(packed.numel())
     seconds = time.perf_counter() - began
     peak = _status_mib("VmHWM")
-    vocab = model.get_output_embeddings().weight.shape[0]
+    from destila.models import load_causal_lm
+
+    vocab = load_causal_lm(args.teacher).get_output_embeddings().weight.shape[0]
     return {
         "measure": "memory", "mode": args.mode, "teacher": args.teacher, "seq_len": args.seq_len,
-        "batch_size": args.batch_size, "chunk_size": args.chunk_size, "tokens": int(packed.numel()),
-        "baseline_mib": round(baseline, 1), "peak_mib": round(peak, 1), "pass_peak_mib": round(peak - baseline, 1),
+        "batch_size": args.batch_size, "head_chunk_rows": args.head_chunk_rows, "tokens": tokens,
+        "baseline_mib": round(baseline, 1), "peak_mib": round(peak, 1), "load_and_pass_peak_mib": round(peak - baseline, 1),
         "logits_BTV_float32_mib": round(args.batch_size * args.seq_len * vocab * 4 / 2**20, 1),
         "seconds": round(seconds, 2), "torch": torch.__version__,
     }
@@ -211,9 +217,10 @@ def measure_memory(args) -> None:
     """Each (mode, seq_len) in a fresh process, so one configuration's peak cannot hide another's."""
     for seq_len in args.seq_lens:
         for mode in args.modes:
-            cmd = [sys.executable, "-m", "destila.bench.cache_measure", "memory-one", "--mode", mode, "--seq-len", str(seq_len),
+            cmd = [sys.executable, __file__, "memory-one", "--mode", mode, "--seq-len", str(seq_len),
                    "--teacher", args.teacher, "--data", args.data, "--batch-size", str(args.batch_size),
-                   "--batches", str(args.batches), "--top-k", str(args.top_k), "--chunk-size", str(args.chunk_size)]
+                   "--batches", str(args.batches), "--top-k", str(args.top_k),
+                   "--head-chunk-rows", str(args.head_chunk_rows), "--encoding", args.encoding]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
             _emit(json.loads(out), args.json)
 
@@ -229,7 +236,7 @@ def measure_reader(args) -> None:
     tokens_per_item = cache.seq_len
     order = torch.randperm(len(cache), generator=torch.Generator().manual_seed(0)).tolist()
     results = {"measure": "reader", "cache": str(args.cache), "sequences": len(cache), "seq_len": cache.seq_len,
-               "top_k": cache.top_k}
+               "top_k": cache.top_k, "encoding": cache.manifest.encoding, "targets": cache.manifest.targets["kind"]}
 
     def rate(epoch) -> float:
         began = time.perf_counter()
@@ -292,14 +299,15 @@ def _teacher_folder(teacher: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m destila.bench.cache_measure", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python benchmarks/cache_measure.py", description=__doc__.split("\n\n")[0])
     verbs = parser.add_subparsers(dest="verb", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--teacher", default="smollm2")
     common.add_argument("--data", default="pydoc")
     common.add_argument("--top-k", type=int, default=100)
     common.add_argument("--batch-size", type=int, default=8)
-    common.add_argument("--chunk-size", type=int, default=1024)
+    common.add_argument("--head-chunk-rows", type=int, default=1024)
+    common.add_argument("--encoding", default="plain", choices=["plain", "compact"])
     common.add_argument("--json", help="append the JSON records to this file")
 
     p = verbs.add_parser("pass", parents=[common])

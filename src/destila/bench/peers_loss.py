@@ -1,0 +1,235 @@
+"""The output-head benchmark's peer rows: the losses users would pick instead of destila's, as they ship.
+
+``destila bench loss --peers`` adds one row per peer to the sweep of
+:mod:`destila.bench.loss`, measured the same way (a fresh process per
+configuration, peak memory above the process baseline with inputs included,
+the median fwd+bwd time, the floor timed in the same process after each
+run). The peers' own code is imported and called; only the student's head
+projection is written here where the peer expects logits (``h Wᵀ``, as the
+peer's trainer gets them from the model's forward).
+
+A peer needs what it needs as input, and that input is built and counted in
+its memory, because that is the price its users pay:
+
+==============  ===============================================  =====================================
+peer            called                                           teacher input it needs
+==============  ===============================================  =====================================
+torchtune       ``ForwardKLWithChunkedOutputLoss`` (chunked      full teacher logits ``[N, V]``;
+                student logits, one chunk per ``chunk_size``)    student logits ``[N, V]`` in chunks
+trl-gkd         ``GKDTrainer.generalized_jsd_loss``              full teacher and student logits
+                                                                 ``[N, V]``
+trl-chunked     ``_chunked_divergence_loss`` (the loss of        teacher hidden ``[N, H]`` and the
+                TRL's ``DistillationTrainer``, tiled)            teacher head ``[V, H]``
+liger-fljsd     ``LigerFusedLinearJSD`` (Triton; GPU only)       teacher hidden and head
+liger-distill   ``LigerFusedLinearJSDLoss`` (Liger's fused       teacher hidden and head
+                linear distillation base; GPU only)
+==============  ===============================================  =====================================
+
+destila's rows need only the cached top-K (ids, log-probs, tail: ``N·(6K+4)``
+bytes). The teacher here has the student's hidden size.
+
+Divergence: destila's rows are forward KL over the K+1 buckets. The TRL and
+Liger peers take a generalized-JSD ``beta`` (``--peer-beta``; their ``β = 0``
+is the forward KL over the full vocabulary, the default). torchtune's loss
+is the cross-entropy to the teacher, ``−Σ p log q``: the forward KL plus the
+teacher's entropy, the same gradient. ``tests/bench/test_peers_loss.py``
+checks each value against destila's on a small case where both compute the
+same quantity (K = V).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import warnings
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LossPeer:
+    """One peer loss: where it comes from, what it needs, what it computes."""
+
+    name: str
+    package: str  # the pip distribution (pinned in the ``peers`` extras)
+    module: str  # imported to call it
+    called: str
+    inputs: str  # the teacher-side input it needs, counted in its memory
+    divergence: str
+    teacher: str  # "logits" or "hidden"
+    gpu_only: bool = False
+
+
+PEERS = {p.name: p for p in (
+    LossPeer("torchtune", "torchtune", "torchtune.modules.loss", "ForwardKLWithChunkedOutputLoss",
+             "teacher logits [N,V] + student logits [N,V] in chunks", "forward KL + teacher entropy", "logits"),
+    LossPeer("trl-gkd", "trl", "trl.experimental.gkd", "GKDTrainer.generalized_jsd_loss",
+             "teacher + student logits [N,V]", "generalized JSD β", "logits"),
+    LossPeer("trl-chunked", "trl", "trl.trainer.distillation_trainer", "_chunked_divergence_loss",
+             "teacher hidden [N,H] + head [V,H]", "generalized JSD β", "hidden"),
+    LossPeer("liger-fljsd", "liger-kernel", "liger_kernel.transformers", "LigerFusedLinearJSD",
+             "teacher hidden [N,H] + head [V,H]", "generalized JSD β", "hidden", gpu_only=True),
+    LossPeer("liger-distill", "liger-kernel", "liger_kernel.chunked_loss", "LigerFusedLinearJSDLoss",
+             "teacher hidden [N,H] + head [V,H]", "generalized JSD β", "hidden", gpu_only=True),
+)}
+DESTILA_INPUTS = "top-K ids, log-probs, tail [N,K]"
+DESTILA_DIVERGENCE = "forward KL, K+1 buckets"
+# Float32 [N, V] arrays' worth of memory at a peer's peak (H 512, V 32768, float32, CPU),
+# used only to skip what cannot fit the budget (the measurement is the figure).
+PEER_GRIDS = {"torchtune": 5.2, "trl-gkd": 9.5}  # measured at N = 8K: 4.9 and 9.1
+
+
+def divergence_label(peer: str, beta: float) -> str:
+    """The divergence a peer row computes, for the table (β = 0: forward KL; β = 1: reverse KL)."""
+    spec = PEERS[peer]
+    if "β" not in spec.divergence:
+        return spec.divergence
+    return {0.0: "forward KL (β=0)", 1.0: "reverse KL (β=1)"}.get(beta, f"JSD β={beta:g}")
+
+
+def unavailable_reason(peer: str, device: str) -> str | None:
+    """Why ``peer`` cannot run on ``device`` here (None if it can): not installed, or needs a GPU."""
+    spec = PEERS[peer]
+    if spec.gpu_only and not device.startswith("cuda"):
+        return f"GPU only ({spec.package} is Triton kernels)"
+    if importlib.util.find_spec(spec.module.split(".")[0]) is None:
+        return f"{spec.package} not installed (pip install 'destila[peers]')"
+    return None
+
+
+def teacher_bytes(peer: str, n: int, hidden: int, vocab: int, elem: int) -> int:
+    """Bytes of the teacher-side input ``peer`` needs for ``n`` rows."""
+    if PEERS[peer].teacher == "logits":
+        return n * vocab * elem
+    return n * hidden * elem + vocab * hidden * elem
+
+
+def predicted_peer_bytes(peer: str, n: int, hidden: int, vocab: int, elem: int, chunk_size: int) -> int:
+    """A generous estimate of a peer's peak above baseline, to skip what cannot fit."""
+    student = 2 * n * hidden * elem + 2 * vocab * hidden * elem
+    grids = PEER_GRIDS.get(peer)
+    work = int(grids * n * vocab * 4) if grids else 4 * min(chunk_size, n) * vocab * 4
+    return student + teacher_bytes(peer, n, hidden, vocab, elem) + work
+
+
+def make_teacher(peer: str, n: int, hidden: int, vocab: int, dtype, device: str, seed: int) -> dict:
+    """The teacher-side input ``peer`` needs, random, built in row blocks (no large temporaries kept).
+
+    ``{"hidden": [N, H], "weight": [V, H]}`` for a peer that projects the
+    teacher itself, ``{"logits": [N, V]}`` (``hidden @ weight.T``) for one
+    that takes logits.
+    """
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    weight = torch.randn(vocab, hidden, device=device, generator=gen, dtype=dtype) * (2.0 / math.sqrt(hidden))
+    th = torch.randn(n, hidden, device=device, generator=gen, dtype=dtype)
+    if PEERS[peer].teacher == "hidden":
+        return {"hidden": th, "weight": weight}
+    logits = torch.empty(n, vocab, dtype=dtype, device=device)
+    for start in range(0, n, 4096):
+        torch.mm(th[start:start + 4096], weight.t(), out=logits[start:start + 4096])
+    return {"logits": logits}
+
+
+def peer_loss(peer: str, hidden, weight, teacher: dict, labels, *, beta: float = 0.0, chunk_size: int = 2048):
+    """The peer's loss (0-dim, differentiable in ``hidden [N, H]`` and ``weight [V, H]``), called as it ships.
+
+    ``teacher`` from :func:`make_teacher`; ``labels [N]`` (``-100`` drops a row).
+    """
+    import torch
+
+    n = hidden.shape[0]
+    if peer == "torchtune":
+        from torchtune.modules.loss import ForwardKLWithChunkedOutputLoss
+
+        chunks = max(1, math.ceil(n / chunk_size))
+        # As torchtune's TransformerDecoder.chunked_output: the head applied per chunk of positions.
+        student = [torch.nn.functional.linear(c, weight)[None] for c in hidden.chunk(chunks)]
+        return ForwardKLWithChunkedOutputLoss(num_output_chunks=chunks)(
+            student, [c[None] for c in teacher["logits"].chunk(chunks)], labels[None])
+    if peer == "trl-gkd":
+        with warnings.catch_warnings():  # "trl.experimental is unstable": known, and the version is pinned
+            warnings.simplefilter("ignore")
+            from trl.experimental.gkd import GKDTrainer
+
+        student = torch.nn.functional.linear(hidden, weight)  # the model's full logits, as GKD gets them
+        return GKDTrainer.generalized_jsd_loss(student[None], teacher["logits"][None], labels[None], beta=beta)
+    mask = labels != -100
+    if peer == "trl-chunked":
+        from trl.trainer.distillation_trainer import _chunked_divergence_loss
+
+        loss, _, _ = _chunked_divergence_loss(hidden[None], teacher["hidden"][None], weight, teacher["weight"],
+                                              mask[None].long(), beta)
+        return loss
+    if peer == "liger-fljsd":
+        from liger_kernel.transformers import LigerFusedLinearJSD
+
+        return LigerFusedLinearJSD(jsd_beta=beta)(hidden, weight, teacher["hidden"], teacher["weight"], labels)
+    if peer == "liger-distill":
+        from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
+
+        loss_fn = LigerFusedLinearJSDLoss(weight_hard_loss=0.0, weight_soft_loss=1.0, beta=beta,
+                                          chunk_size=chunk_size)
+        return loss_fn(hidden, weight, teacher["hidden"], teacher["weight"], labels)
+    raise ValueError(f"peer: expected one of {', '.join(PEERS)}, found {peer!r}")
+
+
+def peer_configuration(peer: str, n: int, cfg) -> tuple[dict, dict | None, str | None]:
+    """``(row fields, worker kwargs or None, why not run)`` for ``peer`` at ``n`` rows of ``cfg`` (a LossBenchConfig)."""
+    from destila.bench.loss import DTYPE_BYTES
+
+    elem = DTYPE_BYTES[cfg.dtype]
+    fields = {"inputs": PEERS[peer].inputs, "divergence": divergence_label(peer, cfg.peer_beta),
+              "peer": f"{PEERS[peer].package}: {PEERS[peer].called}",
+              "predicted_bytes": predicted_peer_bytes(peer, n, cfg.hidden, cfg.vocab, elem, cfg.chunk_size),
+              "input_bytes": 2 * n * cfg.hidden * elem + 2 * cfg.vocab * cfg.hidden * elem
+              + teacher_bytes(peer, n, cfg.hidden, cfg.vocab, elem)}
+    reason = unavailable_reason(peer, cfg.device)
+    if reason:
+        return fields, None, reason
+    kwargs = dict(peer=peer, seq_len=n, hidden=cfg.hidden, vocab=cfg.vocab, dtype=cfg.dtype, device=cfg.device,
+                  chunk_size=cfg.chunk_size, repeats=cfg.repeats, max_seconds=cfg.max_seconds, beta=cfg.peer_beta,
+                  seed=cfg.seed)
+    return fields, kwargs, None
+
+
+def peer_comparison(rows: list[dict]) -> list[dict]:
+    """Per N, every row beside destila's fused: memory and time as ratios to fused, measured in the same sweep.
+
+    ``time_vs_fused`` compares medians taken in different processes;
+    ``floor_ratio_vs_fused`` compares each row's time over the floor timed in
+    its own process (``ratio_to_floor``), which cancels load that changed
+    between processes. Rows that did not run keep their status and reason.
+    """
+    fused = {r["seq_len"]: r for r in rows if r["impl"] == "fused" and r["status"] == "ok"}
+    table = []
+    for row in rows:
+        if row["impl"] == "floor":
+            continue
+        base = fused.get(row["seq_len"])
+        entry = {k: row.get(k) for k in ("seq_len", "impl", "peer", "inputs", "divergence", "status", "error",
+                                         "peak_bytes", "seconds", "ratio_to_floor")}
+        ok = row["status"] == "ok" and base is not None
+        entry["memory_vs_fused"] = row["peak_bytes"] / base["peak_bytes"] if ok else None
+        entry["time_vs_fused"] = row["seconds"] / base["seconds"] if ok else None
+        both = ok and row.get("ratio_to_floor") and base.get("ratio_to_floor")
+        entry["floor_ratio_vs_fused"] = row["ratio_to_floor"] / base["ratio_to_floor"] if both else None
+        table.append(entry)
+    return table
+
+
+def peer_verdicts(table: list[dict]) -> list[str]:
+    """Per N, whether fused uses less peak memory than every peer that ran, and is no slower than the fastest."""
+    lines = []
+    for n in sorted({e["seq_len"] for e in table}):
+        ran = [e for e in table if e["seq_len"] == n and e["impl"] in PEERS and e["status"] == "ok"]
+        if not ran or not any(e["impl"] == "fused" and e["status"] == "ok" for e in table if e["seq_len"] == n):
+            continue
+        leanest = min(ran, key=lambda e: e["memory_vs_fused"])
+        fastest = min(ran, key=lambda e: e["floor_ratio_vs_fused"] or e["time_vs_fused"])
+        speed = fastest["floor_ratio_vs_fused"] or fastest["time_vs_fused"]
+        lines.append(f"N={n}: leanest peer {leanest['impl']} uses {leanest['memory_vs_fused']:.2f}× fused's peak"
+                     f" ({'fused leaner' if leanest['memory_vs_fused'] > 1 else 'PEER LEANER'}); fastest peer "
+                     f"{fastest['impl']} takes {speed:.2f}× fused's time over the floor "
+                     f"({'fused no slower' if speed >= 1 else 'PEER FASTER'})")
+    return lines

@@ -1,0 +1,146 @@
+"""Documents to tokens, with the positions that are trained.
+
+Each record becomes one document: ``input_ids`` and ``targets`` of the same
+length, ``targets[j]`` True when token j is a trained prediction (the loss
+at position j-1 counts). The packed source turns this into the per-position
+``loss_mask`` (``loss_mask[t] = targets[t+1]`` inside one document).
+
+- text: ``tokenizer(text) + [eos]``; every token a target.
+- prompt/completion: ``tokenizer(prompt) + tokenizer(completion) + [eos]``;
+  targets on the completion and its EOS (``loss_on="completion"``).
+- conversations: the teacher tokenizer's chat template renders the whole
+  conversation once; with ``loss_on="assistant"`` the targets are the tokens
+  of each assistant turn: from the end of the generation prompt
+  (``<|im_start|>assistant\\n`` in ChatML) through the turn's end marker
+  (``<|im_end|>``), without the whitespace the template puts between turns.
+
+Assistant spans are found by rendering prefixes, which works with any
+template that renders a conversation as the concatenation of its turns::
+
+    start = len(render(messages[:i], add_generation_prompt=True))
+    end   = len(render(messages[:i + 1]).rstrip())
+    # token j is a target  <=>  its first character lies in [start, end)
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+
+def encoder(spec, tokenizer) -> Callable[[dict], dict]:
+    """A batched function ``{field: [values]} -> {"input_ids": [[int]], "targets": [[bool]]}`` for ``datasets.map``."""
+    if tokenizer.eos_token_id is None:
+        raise ValueError(
+            f"tokenizer: {type(tokenizer).__name__} has no EOS token to end documents; set tokenizer.eos_token"
+        )
+    if spec.kind == "messages":
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(
+                "tokenizer: has no chat template, so conversations cannot be rendered; use a teacher whose "
+                "tokenizer has one (an instruct model), or give plain text with --text-field"
+            )
+        if spec.loss_on == "assistant" and not getattr(tokenizer, "is_fast", False):
+            raise ValueError("tokenizer: assistant masks need a fast tokenizer (character offsets); pass --loss-on all")
+        return lambda batch: _encode_messages(batch[spec.messages_field], tokenizer, spec)
+    if spec.kind == "prompt_completion":
+        return lambda batch: _encode_pairs(batch[spec.prompt_field], batch[spec.completion_field], tokenizer, spec)
+    return lambda batch: _encode_text(batch[spec.text_field], tokenizer, spec)
+
+
+def _tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
+    # verbose=False: documents longer than the model's context are expected
+    # here (packing splits them), so the length warning is noise.
+    return tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
+
+
+def _encode_text(values, tokenizer, spec) -> dict:
+    texts = []
+    for value in values:
+        if isinstance(value, list):
+            raise ValueError(
+                f"data: field {spec.text_field!r} holds lists (conversations?), not text; pass "
+                f"--messages-field {spec.text_field} for conversations"
+            )
+        texts.append(value if isinstance(value, str) else "")
+    eos = tokenizer.eos_token_id
+    ids = [tokens + [eos] if text else [] for text, tokens in zip(texts, _tokenize(tokenizer, texts))]
+    return {"input_ids": ids, "targets": [[True] * len(row) for row in ids]}
+
+
+def _encode_pairs(prompts, completions, tokenizer, spec) -> dict:
+    for name, values in ((spec.prompt_field, prompts), (spec.completion_field, completions)):
+        bad = next((v for v in values if v is not None and not isinstance(v, str)), None)
+        if bad is not None:
+            raise ValueError(
+                f"data: field {name!r} holds {type(bad).__name__}, expected text; conversations go in one "
+                "field passed with --messages-field"
+            )
+    prompts = [p or "" for p in prompts]
+    completions = [c or "" for c in completions]
+    eos = tokenizer.eos_token_id
+    ids, targets = [], []
+    for p_ids, c_ids, completion in zip(_tokenize(tokenizer, prompts), _tokenize(tokenizer, completions), completions):
+        if not completion:  # nothing to learn from a pair without a completion
+            ids.append([]), targets.append([])
+            continue
+        c_ids = c_ids + [eos]
+        ids.append(p_ids + c_ids)
+        trained = spec.loss_on == "all"
+        targets.append([trained] * len(p_ids) + [True] * len(c_ids))
+    return {"input_ids": ids, "targets": targets}
+
+
+def _check_messages(messages, field: str) -> list:
+    if messages is None:
+        return []
+    if not isinstance(messages, list) or any(not isinstance(m, dict) or "role" not in m for m in messages):
+        found = type(messages).__name__ if not isinstance(messages, list) else "a list of something else"
+        raise ValueError(
+            f"data: field {field!r} holds {found}; expected a conversation, a list of {{'role', 'content'}} "
+            "messages (use --text-field for plain text)"
+        )
+    return [{k: v for k, v in m.items() if v is not None} for m in messages]  # Arrow fills absent keys with None
+
+
+def _render(tokenizer, messages, generation_prompt: bool = False) -> str:
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+
+def assistant_spans(tokenizer, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered conversation and the ``[start, end)`` character spans of its assistant turns."""
+    text = _render(tokenizer, messages)
+    spans = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        before = _render(tokenizer, messages[:i], generation_prompt=True) if i else ""
+        upto = _render(tokenizer, messages[: i + 1])
+        if not (upto.startswith(before) and text.startswith(upto)):
+            raise ValueError(
+                "tokenizer: its chat template does not render a conversation as the concatenation of its turns "
+                f"(turn {i} changes the text before it), so assistant positions cannot be located; pass "
+                "--loss-on all"
+            )
+        end = len(upto.rstrip())
+        spans.append((len(before), max(end, len(before))))
+    return text, spans
+
+
+def _encode_messages(values, tokenizer, spec) -> dict:
+    ids, targets = [], []
+    for value in values:
+        messages = _check_messages(value, spec.messages_field)
+        if not messages:
+            ids.append([]), targets.append([])
+            continue
+        if spec.loss_on == "all":
+            text, spans = _render(tokenizer, messages), None
+        else:
+            text, spans = assistant_spans(tokenizer, messages)
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=spans is not None, verbose=False)
+        ids.append(list(encoded["input_ids"]))
+        if spans is None:
+            targets.append([True] * len(ids[-1]))
+            continue
+        targets.append([any(start <= first < end for start, end in spans) for first, _ in encoded["offset_mapping"]])
+    return {"input_ids": ids, "targets": targets}

@@ -1,0 +1,245 @@
+"""Where documents come from: the bundled ``pydoc`` corpus, local files and folders, or a datasets hub name.
+
+:func:`load_records` turns a :class:`~destila.data.spec.DataSpec` into a
+``datasets.Dataset`` (memory-mapped Arrow, nothing held as Python objects)
+or, with ``streaming``, a ``datasets.IterableDataset`` read as it is
+consumed. Rows keep only the fields the spec reads, in a deterministic order
+(files of a folder in sorted path order), so "document i" means the same
+document to every process and every run.
+
+Naive equivalent for a jsonl file::
+
+    rows = [json.loads(line) for line in open(path)]
+    documents = [row[spec.text_field] for row in rows]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+
+PYDOC = "pydoc"
+"""The data name that stands for Python's documentation topics (``pydoc_data.topics``)."""
+
+# Row-based formats and the `datasets` builder that reads each.
+BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".txt": "text"}
+_HUB_TIMEOUT_S = 3.0
+
+
+def pydoc_texts() -> list[str]:
+    """Python's documentation topics, sorted by topic name (about 465k characters)."""
+    from pydoc_data.topics import topics
+
+    return [topics[name] for name in sorted(topics)]
+
+
+@contextlib.contextmanager
+def quiet_datasets():
+    """datasets prints a progress bar per file it converts; the caller's own bar is the one that matters."""
+    import datasets
+
+    was_enabled = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            datasets.enable_progress_bars()
+
+
+def load_records(spec):
+    """The rows of ``spec.source`` holding ``spec.columns``: a ``Dataset``, or an ``IterableDataset`` when streaming.
+
+    Raises ``FileNotFoundError`` for a missing path, ``ValueError`` for an
+    unknown format, a missing field (naming the fields found), a split that
+    is not there, or a hub name without network.
+    """
+    with quiet_datasets():
+        dataset = _load(spec)
+    if spec.streaming and not _is_iterable(dataset):
+        dataset = dataset.to_iterable_dataset()
+    return _keep_columns(dataset, spec)
+
+
+def _load(spec):
+    import datasets
+
+    source = spec.source
+    if source == PYDOC:
+        return datasets.Dataset.from_dict({spec.text_field: pydoc_texts()})
+    path = Path(source).expanduser()
+    if path.is_file():
+        return _load_files([path], spec)
+    if path.is_dir():
+        return _load_folder(path, spec)
+    if _looks_like_hub_name(source):
+        return _load_hub(spec)
+    raise FileNotFoundError(
+        f"data: no such file or folder: {source}; expected {PYDOC!r}, a .txt/.jsonl/.parquet/.csv file, "
+        "a folder of them, or a datasets hub name such as 'owner/name'"
+    )
+
+
+def _builder(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix not in BUILDERS:
+        raise ValueError(
+            f"data: unknown format {suffix or '(no suffix)'} for {path}; expected one of {', '.join(BUILDERS)}"
+        )
+    return BUILDERS[suffix]
+
+
+def _load_files(files: list[Path], spec):
+    """One dataset over ``files`` in the order given; consecutive files of one format are read in one call."""
+    import datasets
+
+    groups: list[tuple[str, list[str]]] = []
+    for file in files:
+        builder = _builder(file)
+        if groups and groups[-1][0] == builder:
+            groups[-1][1].append(str(file))
+        else:
+            groups.append((builder, [str(file)]))
+    parts = []
+    for builder, paths in groups:
+        options = {"sample_by": "document"} if builder == "text" else {}  # a .txt file is one document
+        part = datasets.load_dataset(builder, data_files=paths, split="train", streaming=spec.streaming, **options)
+        if builder == "text" and spec.text_field != "text":
+            part = part.rename_column("text", spec.text_field)
+        parts.append(part)
+    if len(parts) == 1:
+        return parts[0]
+    return datasets.concatenate_datasets([_keep_columns(part, spec) for part in parts])
+
+
+def _load_folder(path: Path, spec):
+    import datasets
+
+    if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
+        return _pick_split(datasets.load_from_disk(str(path)), spec.split, path)
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in BUILDERS)
+    if files:
+        return _load_files(files, spec)
+    # Anything else datasets can infer from local files (arrow, csv in data/
+    # subfolders with a README split config, ...).
+    try:
+        loaded = datasets.load_dataset(str(path), spec.subset, streaming=spec.streaming)
+    except Exception as err:  # datasets raises a zoo of types; name what we looked for instead
+        raise ValueError(
+            f"data: the folder {path} has no {'/'.join(BUILDERS)} files and datasets.load_dataset could not "
+            f"read it ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        ) from err
+    return _pick_split(loaded, spec.split, path)
+
+
+def _looks_like_hub_name(source: str) -> bool:
+    parts = source.split("/")
+    return 1 <= len(parts) <= 2 and all(parts) and not source.startswith((".", "~")) and not Path(source).suffix
+
+
+def hub_offline_reason() -> str | None:
+    """Why the hub cannot be reached now (offline switch set, or no answer within 3 s), or None.
+
+    datasets itself retries for tens of seconds before giving up; a user who
+    passes a hub name without network should hear so at once.
+    """
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on"):
+            return f"{name} is set"
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    outcome: list[str] = []
+
+    def probe():
+        import socket
+
+        try:
+            socket.create_connection((host, 443), timeout=_HUB_TIMEOUT_S).close()
+            outcome.append("")
+        except OSError as err:
+            outcome.append(f"{host} cannot be reached ({err.strerror or err})")
+
+    # getaddrinfo ignores socket timeouts; a thread bounds the whole probe.
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(_HUB_TIMEOUT_S)
+    if not outcome:
+        return f"{host} did not answer within {_HUB_TIMEOUT_S:.0f} s"
+    return outcome[0] or None
+
+
+def _load_hub(spec):
+    import datasets
+
+    reason = hub_offline_reason()
+    if reason is not None:
+        raise ValueError(
+            f"data: {spec.source!r} is not a local file or folder, and the datasets hub is out of reach "
+            f"({reason}); download it elsewhere and pass the local folder (Dataset.save_to_disk or its files)"
+        )
+    try:
+        return datasets.load_dataset(spec.source, spec.subset, split=spec.split, streaming=spec.streaming)
+    except (ValueError, FileNotFoundError) as err:
+        raise ValueError(f"data: datasets could not load {spec.source!r} (split {spec.split!r}, subset "
+                         f"{spec.subset!r}): {str(err).splitlines()[0] if str(err) else type(err).__name__}") from err
+
+
+def _pick_split(loaded, split: str, path: Path):
+    from datasets import DatasetDict, IterableDatasetDict
+
+    if not isinstance(loaded, (DatasetDict, IterableDatasetDict)):
+        return loaded
+    if split in loaded:
+        return loaded[split]
+    if len(loaded) == 1:
+        return next(iter(loaded.values()))
+    raise ValueError(f"data: {path} has splits {sorted(loaded)}, not {split!r}; pass --split with one of them")
+
+
+def _is_iterable(dataset) -> bool:
+    import datasets
+
+    return isinstance(dataset, datasets.IterableDataset)
+
+
+def column_names(dataset) -> list[str] | None:
+    """The dataset's fields; for a stream whose schema is not declared, those of its first row."""
+    names = dataset.column_names
+    if names is None and _is_iterable(dataset):
+        first = next(iter(dataset), None)
+        names = [] if first is None else list(first)
+    return names
+
+
+def _keep_columns(dataset, spec):
+    names = column_names(dataset) or []
+    missing = [c for c in spec.columns if c not in names]
+    if missing:
+        flag = {"text": "--text-field", "messages": "--messages-field"}.get(spec.kind, "--prompt-field/--completion-field")
+        raise ValueError(
+            f"data: {spec.source} has no field {missing[0]!r}; fields found: {', '.join(names) or '(none)'}; "
+            f"pass {flag} with one of them"
+        )
+    extra = [c for c in names if c not in spec.columns]
+    return dataset.remove_columns(extra) if extra else dataset
+
+
+def load_texts(source, text_field: str = "text", split: str = "train") -> list[str]:
+    """The non-empty plain-text documents of ``source`` as a list (small data: tests, demos, examples).
+
+    Everything that trains or builds a cache goes through the token store
+    instead, which never holds the corpus in memory.
+    """
+    from destila.data.spec import DataSpec
+
+    spec = DataSpec(str(source), text_field=text_field, split=split)
+    column = load_records(spec)[text_field]
+    texts = [t for t in column if isinstance(t, str) and t]
+    if not texts:
+        raise ValueError(f"data: {source} holds no text ({len(column)} documents, all empty); expected at least one")
+    return texts

@@ -1,0 +1,118 @@
+"""`DataSpec`: the one declaration of what data to read and how to turn it into training sequences.
+
+``cache build``, online ``train`` and ``eval`` take the same flags, generated
+from these fields (name, type, default, choices, help); Python users build
+the object directly::
+
+    spec = DataSpec("chat.jsonl", messages_field="messages", seq_len=1024)
+    spec.kind      # "messages"
+    spec.loss_on   # "assistant" (the default for conversations)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+KINDS = ("text", "messages", "prompt_completion")
+LOSS_ON = ("all", "assistant", "completion")
+PACKING = ("documents", "none")
+DEFAULT_LOSS_ON = {"text": "all", "messages": "assistant", "prompt_completion": "completion"}
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Where the documents come from, which fields hold them, what is trained, and how rows are cut."""
+
+    source: str = field(
+        metadata={"help": "'pydoc', a .txt/.jsonl/.json/.parquet/.csv file, a folder of them, a folder saved "
+                  "by datasets, or a datasets hub name (needs network)"},
+    )
+    text_field: str = field(default="text", metadata={"help": "field holding plain text (default: text)"})
+    messages_field: str | None = field(
+        default=None,
+        metadata={"help": "field holding conversations (a list of {role, content}); rendered with the "
+                  "teacher tokenizer's chat template"},
+    )
+    prompt_field: str | None = field(default=None, metadata={"help": "field holding the prompt of prompt/completion pairs"})
+    completion_field: str | None = field(
+        default=None, metadata={"help": "field holding the completion of prompt/completion pairs"}
+    )
+    split: str = field(default="train", metadata={"help": "split to read (default: train)"})
+    subset: str | None = field(default=None, metadata={"help": "configuration (subset) of a datasets hub name"})
+    streaming: bool = field(
+        default=False,
+        metadata={"help": "read the source as a stream (datasets streaming), for corpora larger than memory or disk"},
+    )
+    loss_on: str | None = field(
+        default=None,
+        metadata={"help": "positions trained: all, assistant (conversations) or completion (pairs); "
+                  "default: assistant for conversations, completion for pairs, all for text",
+                  "choices": LOSS_ON},
+    )
+    packing: str = field(
+        default="documents",
+        metadata={"help": "documents (concatenate; each document attends only to itself) or none "
+                  "(one document per row, truncated or padded)", "choices": PACKING},
+    )
+    seq_len: int = field(default=512, metadata={"help": "tokens per sequence (default: 512)"})
+    max_tokens: int | None = field(default=None, metadata={"help": "stop after this many tokens (whole sequences)"})
+
+    def __post_init__(self):
+        object.__setattr__(self, "source", str(self.source))
+        if (self.prompt_field is None) != (self.completion_field is None):
+            raise ValueError(
+                f"prompt_field/completion_field: give both or neither, found prompt_field={self.prompt_field!r} "
+                f"and completion_field={self.completion_field!r}"
+            )
+        if self.messages_field is not None and self.prompt_field is not None:
+            raise ValueError(
+                "messages_field and prompt_field/completion_field: a source holds conversations or prompt/completion "
+                "pairs, not both; pass one kind"
+            )
+        if self.loss_on is None:
+            object.__setattr__(self, "loss_on", DEFAULT_LOSS_ON[self.kind])
+        if self.loss_on not in LOSS_ON:
+            raise ValueError(f"loss_on: expected one of {', '.join(LOSS_ON)}, found {self.loss_on!r}")
+        wanted = {"assistant": "messages", "completion": "prompt_completion"}.get(self.loss_on)
+        if wanted is not None and wanted != self.kind:
+            flag = "--messages-field" if wanted == "messages" else "--prompt-field and --completion-field"
+            raise ValueError(f"loss_on: {self.loss_on!r} needs {flag}; this source is read as {self.kind}; "
+                             "pass --loss-on all or the fields")
+        if self.packing not in PACKING:
+            raise ValueError(f"packing: expected one of {', '.join(PACKING)}, found {self.packing!r}")
+        if self.seq_len < 2:
+            raise ValueError(f"seq_len: expected at least 2 tokens (one input and one label), found {self.seq_len}")
+        if self.max_tokens is not None and self.max_tokens < self.seq_len:
+            raise ValueError(
+                f"max_tokens: {self.max_tokens} is less than one sequence of {self.seq_len} tokens; raise "
+                "--max-tokens or lower --seq-len"
+            )
+
+    @property
+    def kind(self) -> str:
+        """``text``, ``messages`` or ``prompt_completion``, from the fields given."""
+        if self.messages_field is not None:
+            return "messages"
+        if self.prompt_field is not None:
+            return "prompt_completion"
+        return "text"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The source fields this spec reads."""
+        if self.kind == "messages":
+            return (self.messages_field,)
+        if self.kind == "prompt_completion":
+            return (self.prompt_field, self.completion_field)
+        return (self.text_field,)
+
+    @property
+    def max_sequences(self) -> int | None:
+        return None if self.max_tokens is None else self.max_tokens // self.seq_len
+
+    def replace(self, **changes) -> "DataSpec":
+        return replace(self, **changes)
+
+    def describe(self) -> dict:
+        """The fields as a plain dict (for manifests and logs)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,0 +1,186 @@
+"""The token store: every document tokenised once, on disk, memory-mapped by every process.
+
+A store is a folder::
+
+    tokens.bin    int32 [N]      the documents' tokens, one after the other
+    targets.bin   uint8 [N]      1 where the token is a trained prediction (see destila.data.render)
+    offsets.bin   int64 [D + 1]  document d is tokens[offsets[d]:offsets[d + 1]]
+    store.json    counts, the spec and a content fingerprint (written last: a folder without it is not a store)
+
+Tokenisation goes through ``datasets`` (``map`` with ``num_proc``, cached as
+Arrow next to the source) when the whole corpus is wanted; with a token
+budget (``max_tokens``) or a stream it reads documents in order and stops as
+soon as the budget is met, so 64K tokens of a 1 GB corpus cost 64K tokens of
+work. Either way the store is written batch by batch and nothing holds the
+corpus as Python objects. Naive equivalent::
+
+    docs = [encode(record) for record in records]
+    tokens = np.concatenate([d.input_ids for d in docs]); offsets = np.cumsum([0] + [len(d) for d in docs])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+STORE_VERSION = 1
+_META = "store.json"
+_BATCH = 512  # documents per tokenizer call: enough for the fast tokenizer's batching, little memory
+_DEFAULT_ROOT = Path("~/.cache/destila/data")
+
+
+def store_root() -> Path:
+    """Where stores live: ``$DESTILA_DATA_CACHE`` or ``~/.cache/destila/data``."""
+    return Path(os.environ.get("DESTILA_DATA_CACHE", str(_DEFAULT_ROOT))).expanduser()
+
+
+@dataclass
+class TokenStore:
+    """A built store, memory-mapped: ``tokens``, ``targets`` and ``offsets`` are numpy memmaps."""
+
+    path: Path
+    tokens: np.ndarray
+    targets: np.ndarray
+    offsets: np.ndarray
+    fingerprint: str
+
+    @classmethod
+    def open(cls, path: str | Path) -> "TokenStore":
+        path = Path(path)
+        meta = json.loads((path / _META).read_text())
+        if meta.get("version") != STORE_VERSION:
+            raise ValueError(f"{path}: token store version {meta.get('version')}, expected {STORE_VERSION}; delete it")
+
+        def mapped(name, dtype, count):
+            # np.memmap refuses empty files; an empty store has no documents anyway.
+            return np.memmap(path / name, dtype=dtype, mode="r", shape=(count,)) if count else np.zeros(0, dtype)
+
+        return cls(
+            path, mapped("tokens.bin", np.int32, meta["tokens"]), mapped("targets.bin", np.uint8, meta["tokens"]),
+            mapped("offsets.bin", np.int64, meta["documents"] + 1), meta["fingerprint"],
+        )
+
+    @property
+    def documents(self) -> int:
+        return len(self.offsets) - 1
+
+
+def source_identity(source: str) -> list:
+    """What identifies the source's content without reading it: local files' paths, sizes and mtimes."""
+    path = Path(source).expanduser()
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+    else:
+        return [source]  # pydoc (fixed with the Python version) or a hub name
+    return [[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+
+
+def store_key(spec, tokenizer_fingerprint: str) -> str:
+    import sys
+
+    described = {k: v for k, v in spec.describe().items() if k not in ("seq_len", "packing", "max_tokens")}
+    identity = [STORE_VERSION, described, tokenizer_fingerprint, source_identity(spec.source), sys.version_info[:2],
+                _budget(spec)]
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _budget(spec) -> tuple[str, int] | None:
+    """How far to read: ``("tokens", n)`` for packed rows, ``("documents", n)`` for one document per row."""
+    if spec.max_sequences is None:
+        return None
+    if spec.packing == "none":
+        return ("documents", spec.max_sequences)
+    return ("tokens", spec.max_sequences * spec.seq_len)
+
+
+def build_store(spec, tokenizer, folder: str | Path, *, num_proc: int | None = None, records=None) -> TokenStore:
+    """Tokenise ``spec``'s documents into a store at ``folder`` (reused when it is already there).
+
+    ``records``: a ``datasets.Dataset``/``IterableDataset`` to read instead of ``spec.source``."""
+    folder = Path(folder)
+    if (folder / _META).is_file():
+        return TokenStore.open(folder)
+    from destila.data.render import encoder
+    from destila.data.sources import load_records, quiet_datasets
+
+    records = load_records(spec) if records is None else records
+    encode = encoder(spec, tokenizer)
+    budget = _budget(spec)
+    with quiet_datasets():
+        if budget is None and not spec.streaming:
+            # The whole corpus: datasets' map, in parallel, cached as Arrow beside the source.
+            encoded = records.map(encode, batched=True, batch_size=_BATCH, num_proc=num_proc,
+                                  remove_columns=records.column_names, desc="tokenising")
+            batches = encoded.iter(batch_size=_BATCH)
+        else:
+            stream = records if spec.streaming else records.to_iterable_dataset()
+            batches = stream.map(encode, batched=True, batch_size=_BATCH, remove_columns=list(spec.columns)).iter(_BATCH)
+        staging = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        try:
+            _write(staging, batches, budget, spec)
+            _publish(staging, folder)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return TokenStore.open(folder)
+
+
+def _publish(staging: Path, folder: Path) -> None:
+    """Move a finished store into place; another process that finished the same store first wins.
+
+    A finished store is never removed (some process may be reading it); a
+    half-written one (no ``store.json``, its writer was killed) is replaced.
+    """
+    if (folder / _META).is_file():
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        os.replace(staging, folder)
+    except OSError:
+        if not (folder / _META).is_file():
+            raise
+
+
+def _write(staging: Path, batches, budget, spec) -> None:
+    digest = hashlib.sha256()
+    tokens = documents = empty = 0
+    with open(staging / "tokens.bin", "wb") as tok_file, open(staging / "targets.bin", "wb") as tgt_file, \
+            open(staging / "offsets.bin", "wb") as off_file:
+        off_file.write(np.zeros(1, np.int64).tobytes())
+        for batch in batches:
+            for ids, targets in zip(batch["input_ids"], batch["targets"]):
+                if not ids:
+                    empty += 1
+                    continue
+                ids_array = np.asarray(ids, dtype=np.int32)
+                tgt_array = np.asarray(targets, dtype=np.uint8)
+                for array, file in ((ids_array, tok_file), (tgt_array, tgt_file)):
+                    file.write(array.tobytes())
+                    digest.update(array.tobytes())
+                tokens += len(ids_array)
+                documents += 1
+                off_file.write(np.asarray([tokens], np.int64).tobytes())
+                digest.update(np.asarray([tokens], np.int64).tobytes())
+                if budget is not None and (tokens if budget[0] == "tokens" else documents) >= budget[1]:
+                    break
+            else:
+                continue
+            break  # the budget is met: read no further
+    if documents == 0:
+        raise ValueError(f"data: {spec.source} holds no {_WHAT[spec.kind]} ({empty} documents, all empty); "
+                         "expected at least one")
+    meta = {"version": STORE_VERSION, "tokens": tokens, "documents": documents, "fingerprint": digest.hexdigest()[:16],
+            "spec": spec.describe()}
+    (staging / _META).write_text(json.dumps(meta, indent=1, default=str))
+
+
+_WHAT = {"text": "text", "messages": "conversations", "prompt_completion": "completions"}

@@ -1,0 +1,142 @@
+"""Each peer loss, called as the benchmark calls it, equals destila's loss where both compute the same quantity.
+
+With K = V (every token cached, empty rest bucket) destila's bucket divergence
+is the divergence over the full vocabulary, which is what the peers compute
+from full logits. torchtune returns the cross-entropy to the teacher, i.e.
+the forward KL plus the teacher's entropy (same gradient). TRL and Liger
+take a generalized-JSD β with destila's convention ``m = βp + (1−β)q``;
+their β = 0 and β = 1 are the forward and reverse KL.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from destila import distill_loss
+from destila.bench.peers_loss import PEERS, make_teacher, peer_loss, unavailable_reason
+
+N, H, V = 13, 8, 50
+
+
+def _installed(peer: str):
+    reason = unavailable_reason(peer, "cuda" if torch.cuda.is_available() else "cpu")
+    return pytest.mark.skipif(reason is not None, reason=f"{peer}: {reason}")
+
+
+def _problem(peer: str, dtype):
+    torch.manual_seed(0)
+    hidden = torch.randn(N, H, dtype=dtype)
+    weight = torch.randn(V, H, dtype=dtype) / 2
+    teacher = make_teacher(peer, N, H, V, dtype, "cpu", seed=0)
+    labels = torch.randint(0, V, (N,))
+    labels[[2, 7]] = -100  # both sides must drop these rows
+    return hidden, weight, teacher, labels
+
+
+def _destila(hidden, weight, teacher_logits, labels, **kwargs):
+    """destila's fused loss in float64 with K = V: the full-vocabulary divergence."""
+    lp = torch.log_softmax(teacher_logits.double(), dim=1)
+    every = lp.topk(V, dim=1)
+    h = hidden.double().detach().requires_grad_(True)
+    loss = distill_loss(h, weight.double(), every.indices, every.values, torch.full((N,), float("-inf"),
+                        dtype=torch.float64), labels, impl="fused", chunk_size=4, **kwargs)
+    loss.backward()
+    entropy = -(lp.exp() * lp).sum(1)[labels != -100].mean()
+    return loss.detach(), h.grad, entropy
+
+
+def _peer(peer, hidden, weight, teacher, labels, **kwargs):
+    h = hidden.detach().clone().requires_grad_(True)
+    loss = peer_loss(peer, h, weight, teacher, labels, chunk_size=5, **kwargs)
+    loss.backward()
+    return loss.detach().double(), h.grad.double()
+
+
+def _teacher_logits(teacher: dict) -> torch.Tensor:
+    return teacher["logits"] if "logits" in teacher else teacher["hidden"] @ teacher["weight"].T
+
+
+@_installed("torchtune")
+def test_torchtune_is_forward_kl_plus_teacher_entropy():
+    hidden, weight, teacher, labels = _problem("torchtune", torch.float32)
+    theirs, their_grad = _peer("torchtune", hidden, weight, teacher, labels)  # 3 chunks of 5, 5, 3 rows
+    ours, our_grad, entropy = _destila(hidden, weight, teacher["logits"], labels)
+    assert ours > 0.1  # a real divergence, not two zeros
+    assert theirs.item() == pytest.approx((ours + entropy).item(), rel=1e-5)
+    assert torch.allclose(their_grad, our_grad, rtol=1e-4, atol=1e-6)
+    assert their_grad[2].abs().max() == 0 and our_grad[2].abs().max() == 0  # the masked row
+
+
+DIVERGENCES = [(0.0, dict(divergence="forward_kl")), (0.5, dict(divergence="jsd", beta=0.5)),
+               (0.3, dict(divergence="jsd", beta=0.3)), (1.0, dict(divergence="reverse_kl"))]
+
+
+@_installed("trl-gkd")
+@pytest.mark.parametrize("beta, ours_kwargs", DIVERGENCES)
+def test_trl_generalized_jsd_equals_destila(beta, ours_kwargs):
+    hidden, weight, teacher, labels = _problem("trl-gkd", torch.float64)  # TRL's loss runs in float64
+    theirs, their_grad = _peer("trl-gkd", hidden, weight, teacher, labels, beta=beta)
+    ours, our_grad, _ = _destila(hidden, weight, teacher["logits"], labels, **ours_kwargs)
+    assert ours > 0.01
+    assert theirs.item() == pytest.approx(ours.item(), rel=1e-9)
+    assert torch.allclose(their_grad, our_grad, rtol=1e-7, atol=1e-10)
+
+
+@_installed("trl-chunked")
+@pytest.mark.parametrize("beta, ours_kwargs", DIVERGENCES[:2])
+def test_trl_chunked_divergence_equals_destila(beta, ours_kwargs):
+    hidden, weight, teacher, labels = _problem("trl-chunked", torch.float32)
+    theirs, their_grad = _peer("trl-chunked", hidden, weight, teacher, labels, beta=beta)
+    ours, our_grad, _ = _destila(hidden, weight, _teacher_logits(teacher), labels, **ours_kwargs)
+    assert ours > 0.01
+    assert theirs.item() == pytest.approx(ours.item(), rel=1e-5)
+    assert torch.allclose(their_grad, our_grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("peer", ["liger-fljsd", "liger-distill"])
+def test_liger_equals_destila_on_gpu(peer):
+    reason = unavailable_reason(peer, "cuda" if torch.cuda.is_available() else "cpu")
+    if reason:
+        pytest.skip(f"{peer}: {reason}")
+    hidden, weight, teacher, labels = _problem(peer, torch.float32)
+    on_gpu = {k: v.cuda() for k, v in teacher.items()}
+    h = hidden.cuda().requires_grad_(True)
+    theirs = peer_loss(peer, h, weight.cuda(), on_gpu, labels.cuda(), beta=0.0, chunk_size=5)
+    ours, _, _ = _destila(hidden, weight, _teacher_logits(teacher), labels, divergence="forward_kl")
+    assert theirs.item() == pytest.approx(ours.item(), rel=1e-4)
+
+
+def test_unavailable_peers_say_why():
+    assert "GPU only" in unavailable_reason("liger-fljsd", "cpu")
+    for peer in PEERS:
+        package = PEERS[peer].module.split(".")[0]
+        if importlib.util.find_spec(package) is None and not PEERS[peer].gpu_only:
+            assert "not installed" in unavailable_reason(peer, "cpu")
+
+
+@pytest.mark.slow
+@_installed("torchtune")
+def test_tiny_sweep_with_peers_through_the_cli(tmp_path, capsys):
+    import json
+
+    from destila.cli.main import main
+
+    out = {ext: tmp_path / f"peers.{ext}" for ext in ("jsonl", "png")}
+    with pytest.raises(SystemExit) as done:
+        main(["bench", "loss", "--hidden", "32", "--vocab", "256", "--top-k", "4", "--chunk-size", "32",
+              "--seq-lens", "128", "--impls", "fused", "--repeats", "1", "--peers", "torchtune,liger-fljsd",
+              "--json", str(out["jsonl"]), "--plot", str(out["png"])])
+    assert done.value.code == 0
+    rows = {r["impl"]: r for r in map(json.loads, out["jsonl"].read_text().splitlines())}
+    assert list(rows) == ["floor", "fused", "torchtune", "liger-fljsd"]
+    assert rows["torchtune"]["status"] == "ok" and rows["torchtune"]["peak_bytes"] > 0
+    # Its input is counted: the teacher's full logits, 128 × 256 float32, on top of the student's.
+    assert rows["torchtune"]["input_bytes"] - rows["fused"]["input_bytes"] >= 128 * 256 * 4 - 128 * (6 * 4 + 4)
+    assert rows["torchtune"]["inputs"].startswith("teacher logits") and rows["fused"]["inputs"].startswith("top-K")
+    assert rows["liger-fljsd"]["status"] == "unavailable" and "GPU only" in rows["liger-fljsd"]["error"]
+    assert out["png"].read_bytes()[:4] == b"\x89PNG"
+    printed = capsys.readouterr().out
+    assert "destila beside its peers" in printed and "N=128" in printed

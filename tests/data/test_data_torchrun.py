@@ -1,0 +1,48 @@
+"""A 2-process torchrun cache build over a --streaming source stores every sequence byte for byte as one process."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from destila.cache import TopKCache, read_manifest, verify_cache
+from destila.data import pydoc_texts
+
+FLAGS = ["--streaming", "--seq-len", "32", "--max-tokens", str(32 * 18), "--top-k", "12", "--shard-size", "4",
+         "--batch-size", "1", "--quiet"]
+
+
+def build(command, teacher, data, out, stores):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "DESTILA_DATA_CACHE": str(stores)}
+    result = subprocess.run([*command, "-m", "destila", "cache", "build", str(teacher), str(data), "-o", str(out),
+                             *FLAGS], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_torchrun_streaming_build_equals_one_process(tiny_llama_dir, tmp_path):
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun not found next to the Python interpreter")
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"text": t[:400]}) + "\n" for t in pydoc_texts()[:40]))
+    build([sys.executable], tiny_llama_dir, data, tmp_path / "one", tmp_path / "stores-one")
+    build([torchrun, "--standalone", "--nproc-per-node", "2"], tiny_llama_dir, data, tmp_path / "two",
+          tmp_path / "stores-two")  # its own store: the two processes tokenise the stream themselves
+    a, b = read_manifest(tmp_path / "one"), read_manifest(tmp_path / "two")
+    assert b.complete and a.content() == b.content() and a.sequences == 18
+    assert verify_cache(tmp_path / "two").ok
+    # Ranks take interleaved sequences, so shard files group different sequences; each sequence's stored
+    # bytes (tokens, positions, mask, top-K) are identical.
+    one, two = TopKCache(tmp_path / "one"), TopKCache(tmp_path / "two")
+    for i in range(len(one)):
+        x, y = one[i], two[i]
+        assert set(x) == set(y) >= {"input_ids", "position_ids", "labels", "topk_ids", "topk_logprobs"}
+        for key in x:
+            assert x[key].dtype == y[key].dtype and torch.equal(x[key], y[key]), (i, key)
+    assert any((one[i]["labels"][:-1] == -100).any() for i in range(len(one)))  # document bounds inside rows
