@@ -4,6 +4,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "gpu" / "check.sh"
 
 
@@ -13,6 +15,7 @@ def test_gpu_check_script_parses_and_stops_on_error():
     assert "set -euo pipefail" in text and "trap " in text
 
 
+@pytest.mark.slow
 def test_gpu_check_script_uses_existing_flags():
     """Every --flag the script passes to a destila verb is one that verb's --help lists."""
     import sys
