@@ -1,11 +1,15 @@
-"""Which distributed engine a training run uses, decided once from the arguments.
+"""Which distributed engine a training run uses, and a check that it is the one asked for.
 
-`transformers.TrainingArguments` only sets up data parallelism on CPU when
-``use_cpu`` is set: without it accelerate looks for an accelerator, finds
-none, and reports ``NOT_PARALLEL`` even under ``torchrun`` (every rank then
-trains the whole data set alone). On a machine without an accelerator we set
-``use_cpu`` ourselves, so ``torchrun`` gives real DDP over gloo; on a GPU the
-defaults stand (DDP over nccl).
+- ``choose_device``: ``transformers.TrainingArguments`` only sets up data
+  parallelism on CPU when ``use_cpu`` is set: without it accelerate looks for
+  an accelerator, finds none, and reports ``NOT_PARALLEL`` even under
+  ``torchrun`` (every rank then trains the whole data set alone). On a machine
+  without an accelerator we set ``use_cpu`` ourselves, so ``torchrun`` gives
+  real DDP over gloo; on a GPU the defaults stand (DDP over nccl).
+- ``check_engine`` / ``enable_cpu_fsdp``: ``--fsdp`` and ``--deepspeed``
+  either run as asked or are refused, never quietly replaced by DDP.
+- ``describe_engine``: what really runs, read from the live trainer (logged
+  as the first record of ``log.jsonl``).
 """
 
 from __future__ import annotations
