@@ -201,6 +201,13 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
     for student in (distilled, baseline):
         assert student["parameters"] < teacher["parameters"] and student["kl_to_teacher"] > 0
         assert len(student["continuations"]) == 3
+    # The tied embedding/head stayed frozen (freeze_embeddings), the layers moved.
+    from safetensors.torch import load_file
+
+    init = load_file(tmp_path / "student-init" / "model.safetensors")
+    trained = load_file(tmp_path / "distilled" / "model.safetensors")
+    assert (trained["model.embed_tokens.weight"] == init["model.embed_tokens.weight"]).all()
+    assert not (trained["model.layers.0.mlp.up_proj.weight"] == init["model.layers.0.mlp.up_proj.weight"]).all()
     curves = report["training"]["distilled"]
     assert [r["step"] for r in curves["train"]] == [1, 2, 3, 4, 5, 6]
     assert [r["step"] for r in curves["held_out"]] == [3, 6]
