@@ -13,7 +13,6 @@ cache build and training resume where they stopped).
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import time
@@ -21,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from destila.models import EMBEDDED
+from destila.stages import StageLog, train_from_cache
 
 PROMPT = "To open a file for reading in Python,"
 
@@ -78,25 +78,11 @@ class Demo:
     # -- bookkeeping --------------------------------------------------------------
 
     def _state(self) -> dict:
-        return json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
+        return StageLog(self.out, self.console).state()
 
     def _stage(self, name: str, title: str, run) -> dict:
         """Run ``run()`` unless stage ``name`` finished before; record its result and duration."""
-        state = self._state()
-        if name in state:
-            self.console.print(f"[green]✓[/green] {title}: done before ({state[name]['seconds']:.0f} s), skipped")
-            return state[name]
-        self.console.rule(f"[bold]{title}")
-        start = time.monotonic()
-        info = run() or {}
-        info["seconds"] = time.monotonic() - start
-        state = self._state()
-        state[name] = info
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_path)  # a stage is either recorded whole or not at all
-        self.console.print(f"[green]✓[/green] {title}: {info['seconds']:.0f} s")
-        return info
+        return StageLog(self.out, self.console).run(name, title, run)
 
     def _documents(self) -> tuple[list[str], list[str]]:
         from destila.data import pydoc_texts
@@ -140,22 +126,9 @@ class Demo:
                 "teacher_parameters": summary["teacher_parameters"]}
 
     def _train(self, student: str, name: str, max_steps: int, budget: float | None, **loss) -> dict:
-        from destila.training import DistillationArguments, train_student
-        from destila.training.callbacks import StopAfterSeconds
-        from destila.training.run import last_complete_checkpoint
-
         s = self.settings
-        out = self.out / name
-        args = DistillationArguments(
-            output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=s.batch_size,
-            learning_rate=s.learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=5,
-            logging_steps=1, save_steps=20, save_total_limit=1, report_to="none", seed=0,
-            dataloader_num_workers=0, **loss,
-        )
-        callbacks = (StopAfterSeconds(budget),) if budget else ()
-        resume = last_complete_checkpoint(out) if out.exists() else None
-        result = train_student(student, out, args, cache=self.out / "cache", resume=resume, callbacks=callbacks)
-        return {"path": str(out), "steps": result["steps"], "train_seconds": result["train"].get("train_runtime")}
+        return train_from_cache(student, self.out / name, self.out / "cache", max_steps=max_steps,
+                                batch_size=s.batch_size, learning_rate=s.learning_rate, budget=budget, **loss)
 
     def evaluate(self, models: list[str]) -> dict:
         from destila.eval import evaluate_models, render_table

@@ -75,7 +75,8 @@ def plot_metrics(results: list[dict], names: list[str], path: str | Path) -> Pat
 
 
 def write_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, results: list[dict],
-                 names: list[str], runs: dict[str, list[dict]], command: str) -> dict:
+                 names: list[str], runs: dict[str, list[dict]], command: str,
+                 title: str = "destila demo report") -> dict:
     """Write ``report.md``, ``report.json``, ``training_curves.png`` and ``metrics.png`` into ``out``."""
     out = Path(out)
     curves = plot_training_curves(runs, out / "training_curves.png")
@@ -85,7 +86,7 @@ def write_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, 
               "training": {name: records for name, records in runs.items()}}
     (out / "report.json").write_text(json.dumps(report, indent=2))
     lines = [
-        "# destila demo report", "",
+        f"# {title}", "",
         f"Command: `{command}`", "",
         "## Held-out comparison", "",
         "Ratios are to the teacher. KL and agreement are measured against the teacher's cached top-K "

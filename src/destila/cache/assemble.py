@@ -62,6 +62,8 @@ def _plain(manifest: Manifest, rows: list[dict]) -> dict[str, torch.Tensor]:
         order = torch.sort(-counts, dim=1, stable=True).indices
         tensors.update(sample_ids=ids.gather(1, order).to(torch.int32),
                        sample_counts=counts.gather(1, order).to(torch.int32))
+    if (manifest.extras or {}).get("hidden"):
+        tensors["teacher_hidden"] = cat("hidden", torch.float16)
     return tensors
 
 

@@ -23,6 +23,8 @@ plain, top-K         ``topk_ids [P, K]`` int32, ``topk_logprobs [P, K]`` float16
                      float32 (log of the mass outside the top-K, ``-inf`` when K = V)
 plain, sampled       ``sample_ids [P, S]`` int32, ``sample_counts [P, S]`` int32 (each position's
                      distinct drawn ids by decreasing count, then padding with count 0)
+plain, hidden states ``teacher_hidden [P, n, D]`` float16 (with ``extras.hidden``: the teacher's
+                     outputs of n layers through the recorded projection; :mod:`destila.cache.extras`)
 compact              ``block_offsets [R+1]`` int64, ``blocks [bytes]`` uint8: row r is the zstd
                      block ``blocks[offsets[r]:offsets[r+1]]`` (:mod:`destila.cache.codec`)
 
@@ -77,6 +79,7 @@ CONTENT_FIELDS = (
     "data_fingerprint",
     "ids_fingerprint",
     "sequences",
+    "extras",
 )
 
 
@@ -143,6 +146,7 @@ class Manifest:
     complete: bool = False
     shards: list[ShardInfo] = field(default_factory=list)
     destila_version: str = ""
+    extras: dict | None = None  # several teachers, stored hidden states (destila.cache.extras)
 
     @property
     def stored_sequences(self) -> int:
@@ -192,7 +196,7 @@ class Manifest:
                 "rebuild the cache with this version or use the destila that wrote it"
             )
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = sorted(names - set(raw) - {"complete", "shards", "destila_version"})
+        missing = sorted(names - set(raw) - {"complete", "shards", "destila_version", "extras"})
         if missing:
             raise ValueError(f"{where}: manifest lacks the fields {', '.join(missing)}; the file is damaged")
         values = {k: v for k, v in raw.items() if k in names}
@@ -223,6 +227,9 @@ def shard_schema(manifest: Manifest, rows: int, positions: int | None = None,
                       tail_logmass=("float32", (positions,)))
     else:
         schema.update(sample_ids=("int32", (positions, width)), sample_counts=("int32", (positions, width)))
+    hidden = (manifest.extras or {}).get("hidden")
+    if hidden:
+        schema["teacher_hidden"] = ("float16", (positions, len(hidden["layers"]), hidden["dim"]))
     return schema
 
 

@@ -66,6 +66,9 @@ class TopKCache(torch.utils.data.Dataset):
                 "run the same `destila cache build` command again to finish it"
             )
         self.seq_len, self.top_k, self.vocab_size = m.seq_len, m.top_k, m.vocab_size
+        hidden = (m.extras or {}).get("hidden") or {}
+        # Teacher hidden states (``--hidden-layers``): which layers, at which stored width.
+        self.hidden_layers, self.hidden_dim = hidden.get("layers"), hidden.get("dim")
         plain_topk = m.encoding == "plain" and m.target_kind == "topk"
         self.logprob_dtype = getattr(torch, m.logprob_dtype) if plain_topk else torch.float32
         self.tokenizer_path = self.path / TOKENIZER_DIR

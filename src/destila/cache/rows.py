@@ -10,6 +10,7 @@ length ``L`` with ``W`` entries per position (K, or S for sampled targets)::
     topk_ids       [L, W]  int64, 0 at padding and untrained positions
     topk_logprobs  [L, W]  sorted descending; -inf at padding and untrained positions
                            (stored dtype for plain top-K, float32 otherwise)
+    teacher_hidden [L, n, D] float16, only in caches built with --hidden-layers (zeros where untrained)
     tail_logmass   [L]     float32, log of the mass outside the entries: exact for top-K,
                            -inf for sampled (the draws are the whole distribution), 0 where
                            the position is untrained (it has no entries)
@@ -81,6 +82,8 @@ class ShardRows:
         else:
             fields.update(ids=get("sample_ids")[a:b].numpy().astype(np.int64),
                           counts=get("sample_counts")[a:b].numpy().astype(np.int64))
+        if "teacher_hidden" in self.handle.keys():
+            fields["hidden"] = get("teacher_hidden")[a:b]
         if int(fields["loss_mask"].sum()) != b - a:
             raise ShardFormatError(f"row {row}: loss_mask has {int(fields['loss_mask'].sum())} trained positions, "
                                    f"the shard stores {b - a}")
@@ -115,7 +118,7 @@ def dense_item(stored: dict, manifest: Manifest) -> dict[str, torch.Tensor]:
     dense_ids[mask], dense_lp[mask], dense_tail[mask] = ids, logprobs, tail
     labels = torch.full((length,), IGNORE_INDEX, dtype=torch.int64)
     labels[:-1] = torch.where(mask[:-1], input_ids[1:], IGNORE_INDEX)
-    return {
+    item = {
         "input_ids": input_ids,
         "position_ids": torch.from_numpy(stored["position_ids"]),
         "labels": labels,
@@ -123,6 +126,11 @@ def dense_item(stored: dict, manifest: Manifest) -> dict[str, torch.Tensor]:
         "topk_logprobs": dense_lp,
         "tail_logmass": dense_tail,
     }
+    if "hidden" in stored:  # [P, n, D] → [L, n, D], zeros where untrained (the hidden loss skips them too)
+        hidden = torch.zeros(length, *stored["hidden"].shape[1:], dtype=stored["hidden"].dtype)
+        hidden[mask] = stored["hidden"]
+        item["teacher_hidden"] = hidden
+    return item
 
 
 __all__ = ["BlockError", "IGNORE_INDEX", "ShardFormatError", "ShardRows", "dense_item"]

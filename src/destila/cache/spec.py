@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Sequence
 
+from destila.cache.extras import TeacherExtras
 from destila.cache.format import ENCODINGS, LOGPROB_DTYPES
 from destila.targets.spec import TargetSpec
 
@@ -57,6 +58,8 @@ class BuildSpec:
     shard_size: int = field(default=128, metadata={"help": "sequences per shard file"})
     progress: bool = field(default=True, metadata={
         "help": "progress bar while building (--no-progress or --quiet: one log line per shard instead)", "aliases": ["--quiet"]})
+    extras: TeacherExtras = field(default_factory=TeacherExtras, metadata={
+        "help": "several teachers mixed, and teacher hidden states stored (its own flags)"})
 
     def __post_init__(self) -> None:
         if not isinstance(self.targets, TargetSpec):
@@ -74,6 +77,13 @@ class BuildSpec:
             raise ValueError(f"max_tokens: expected at least one sequence of {self.seq_len} tokens, found "
                              f"{self.max_tokens!r}; raise --max-tokens or lower --seq-len")
         self.output = Path(self.output).expanduser()
+        if not isinstance(self.extras, TeacherExtras):
+            raise ValueError(f"extras: expected a TeacherExtras, found {type(self.extras).__name__}")
+        if self.extras.mixture and self.targets.kind != "topk":
+            raise ValueError("teacher_weights: a mixture of teachers is stored as top-K targets; drop --kind sampled")
+        if self.extras.hidden_layers is not None and self.encoding != "plain":
+            raise ValueError("hidden_layers: teacher hidden states are stored in the plain encoding only; "
+                             "drop --encoding compact")
 
     @classmethod
     def from_options(cls, teacher, data, output, **options) -> BuildSpec:
@@ -88,11 +98,15 @@ class BuildSpec:
                 options.setdefault(name, getattr(data, name))
         target_names = {f.name for f in fields(TargetSpec)}
         target_options = {k: options.pop(k) for k in list(options) if k in target_names}
+        extra_names = {f.name for f in fields(TeacherExtras)}
+        extra_options = {k: options.pop(k) for k in list(options) if k in extra_names}
+        if extra_options:
+            options["extras"] = replace(options.get("extras") or TeacherExtras(), **extra_options)
         targets = options.pop("targets", None) or TargetSpec()
         if target_options:
             targets = replace(targets, **target_options)
         unknown = sorted(set(options) - {f.name for f in fields(cls)})
         if unknown:
-            raise ValueError(f"build_cache: unknown options {', '.join(unknown)}; expected fields of BuildSpec or "
-                             "TargetSpec")
+            raise ValueError(f"build_cache: unknown options {', '.join(unknown)}; expected fields of BuildSpec, "
+                             "TargetSpec or TeacherExtras")
         return cls(teacher, data, output, targets=targets, **options)

@@ -73,6 +73,13 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
         },
         "data": {"source": m.data_source, "text_field": m.text_field, "fingerprint": m.data_fingerprint},
     }
+    hidden = (m.extras or {}).get("hidden")
+    if m.extras:
+        summary["extras"] = m.extras
+    if hidden and stored_tokens and m.target_kind == "topk":
+        # teacher_hidden is float16 [P, n, D]; P = the trained positions = stored entries / K.
+        positions = entries / m.top_k
+        summary["hidden_bytes_per_token"] = positions * len(hidden["layers"]) * hidden["dim"] * 2 / stored_tokens
     tails, masses, entropy_topk, entropy_bucket, taken = [], [], [], [], 0
     for shard in m.shards:
         if max_sequences is not None and taken >= max_sequences:
@@ -161,6 +168,11 @@ def format_summary(summary: dict) -> str:
         f"disk           {summary['shard_bytes'] / 2**20:,.1f} MiB in shards"
         + (f", {summary['bytes_per_token']:.1f} bytes/token" if summary["bytes_per_token"] else "")
         + (f", {summary['bytes_per_entry']:.2f} bytes/entry" if summary["bytes_per_entry"] else ""),
+        *([f"hidden states  layers {summary['extras']['hidden']['layers']} at D = "
+           f"{summary['extras']['hidden']['dim']} ({summary['extras']['hidden']['projection']}), "
+           f"{summary['hidden_bytes_per_token']:.1f} of the bytes/token"] if summary.get("hidden_bytes_per_token") else []),
+        *([f"mixture        {summary['extras']['mixture']['weights']} of the teacher and "
+           f"{', '.join(summary['extras']['mixture']['teachers'])}"] if (summary.get("extras") or {}).get("mixture") else []),
         f"teacher        {summary['teacher']['name']} ({summary['teacher']['architecture']}, "
         f"{summary['teacher']['dtype']}, weights {summary['teacher']['weight_fingerprint']})",
         f"tokenizer      {summary['tokenizer']['class']} ({summary['tokenizer']['size']:,} tokens, "

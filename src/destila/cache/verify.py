@@ -128,6 +128,9 @@ def _check_row(stored: dict, manifest, report: VerifyReport) -> list[str]:
 
     vocab, faults = manifest.vocab_size, []
     ids, inputs = stored["ids"], stored["input_ids"]
+    hidden = stored.get("hidden")
+    if hidden is not None and not torch.isfinite(hidden).all():
+        faults.append(f"{int((~torch.isfinite(hidden)).sum())} non-finite stored teacher hidden-state values")
     if inputs.min() < 0 or inputs.max() >= vocab:
         faults.append(f"input_ids outside [0, {vocab})")
     if "counts" in stored:

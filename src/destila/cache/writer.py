@@ -143,6 +143,7 @@ def _content(spec: BuildSpec, tokenizer, source, data_fingerprint: str, vocab_si
         targets=asdict(spec.targets), encoding=spec.encoding, compact=compact, seq_len=spec.seq_len,
         logprob_dtype=spec.logprob_dtype, text_field=spec.text_field, max_tokens=spec.max_tokens,
         data_fingerprint=data_fingerprint, ids_fingerprint=source.fingerprint, sequences=len(source),
+        extras=spec.extras.record(),
     )
 
 
@@ -181,6 +182,7 @@ def _prepare(group, spec: BuildSpec, device):
             if old is not None:
                 new = _flat_content(fields)
                 new.pop("compact")  # depends on the teacher's vocabulary, compared once it is loaded
+                new.pop("extras")  # its fingerprints and width too
                 refuse_different(old, new, output, context)
         except (ValueError, OSError) as err:
             error = err
@@ -196,6 +198,11 @@ def _prepare(group, spec: BuildSpec, device):
     _check_fits(model, source, spec)
     weight, _ = output_head(model)
     fields = _content(spec, tokenizer, source, data_fp, int(weight.shape[0]))
+    teachers = None
+    if spec.extras.active:  # several teachers, or hidden states: the pass goes through a TeacherSet
+        from destila.cache.extras import load_teacher_set
+
+        teachers, fields["extras"] = load_teacher_set(spec, model, tokenizer, device, torch_dtype)
     path, gguf = resolve_source(spec.teacher, spec.gguf_file)
     manifest = Manifest(
         teacher=str(spec.teacher), teacher_path=path, teacher_gguf_file=gguf,
@@ -222,7 +229,7 @@ def _prepare(group, spec: BuildSpec, device):
             error = err
     distributed.share_error(group, error)
     distributed.barrier(group)
-    return lock, read_manifest(output), source, model
+    return lock, read_manifest(output), source, teachers if teachers is not None else model
 
 
 def _check_ids(model, input_ids) -> None:
@@ -269,6 +276,8 @@ def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report)
 
     from destila.models import decoder_of, output_head
 
+    teachers = model if hasattr(model, "positions") else None  # a TeacherSet (destila.cache.extras)
+    model = teachers.models[0] if teachers is not None else model
     decoder = decoder_of(model)
     weight, bias = output_head(model)
     device, output, seq_len = weight.device, spec.output, manifest.seq_len
@@ -288,6 +297,13 @@ def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report)
                 stacked = {key: torch.stack([item[key] for item in items]) for key in items[0]}
                 _check_ids(model, stacked["input_ids"])
                 began = time.perf_counter()
+                if teachers is not None:
+                    targets = teachers.positions(stacked["input_ids"].to(device), stacked["loss_mask"],
+                                                 position_ids=stacked["position_ids"].to(device))
+                    report.forward_seconds += time.perf_counter() - began  # forward and head, not told apart
+                    rows.extend(_split_rows(batch, items, targets))
+                    bar.update(len(batch) * seq_len)
+                    continue
                 hidden = decoder(input_ids=stacked["input_ids"].to(device),
                                  position_ids=stacked["position_ids"].to(device), use_cache=False).last_hidden_state
                 _sync(device)

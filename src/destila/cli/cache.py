@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from destila.cache.extras import TeacherExtras
 from destila.cache.spec import BuildSpec
 from destila.cli.fields import add_fields, values_of
 from destila.data.spec import DataSpec
@@ -24,10 +25,14 @@ def register(subparsers) -> None:
         "Killed at any point, the same command resumes. Under `torchrun --nproc-per-node N -m destila cache "
         "build …` the sequences are split across the processes.",
     )
-    add_fields(build, BuildSpec, positional=("teacher", "data"), exclude=("targets",))
+    add_fields(build, BuildSpec, positional=("teacher", "data"), exclude=("targets", "extras"))
     add_fields(build.add_argument_group("data (conversations, prompt/completion pairs, hub names, packing)"),
                DataSpec, exclude=_BUILD_DATA_FIELDS)
     add_fields(build.add_argument_group("targets (what the teacher provides per position)"), TargetSpec)
+    add_fields(build.add_argument_group("several teachers, teacher hidden states"), TeacherExtras,
+               exclude=("mixture_teachers",))
+    # TEACHER may be repeated (TEACHER1 TEACHER2 … DATA): the mixture of those teachers is cached.
+    next(a for a in build._actions if a.dest == "teacher").nargs = "+"
     build.set_defaults(func=_build)
 
     inspect = verbs.add_parser("inspect", help="counts, sizes and teacher-distribution statistics of a cache")
@@ -47,7 +52,10 @@ def _build(args) -> int:
     from destila.cache import build_cache
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
-    spec = BuildSpec(**values_of(args, BuildSpec, exclude=("targets",)), targets=TargetSpec(**values_of(args, TargetSpec)))
+    values = values_of(args, BuildSpec, exclude=("targets", "extras"))
+    first, *others = values.pop("teacher")
+    extras = TeacherExtras(mixture_teachers=tuple(others), **values_of(args, TeacherExtras, exclude=("mixture_teachers",)))
+    spec = BuildSpec(teacher=first, **values, targets=TargetSpec(**values_of(args, TargetSpec)), extras=extras)
     spec.data = DataSpec(args.data, text_field=spec.text_field, seq_len=spec.seq_len, max_tokens=spec.max_tokens,
                          **values_of(args, DataSpec, exclude=_BUILD_DATA_FIELDS))
     try:

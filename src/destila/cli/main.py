@@ -11,7 +11,7 @@ import argparse
 import sys
 from importlib import import_module
 
-COMMANDS = ["cache", "student", "train", "eval", "bench", "demo"]
+COMMANDS = ["cache", "student", "train", "eval", "bench", "demo", "generate", "recipe"]
 # Commands whose module parses the rest of the command line itself: ``run(argv)``.
 OWN_PARSERS = ("train",)
 

@@ -1,4 +1,5 @@
-"""What the teacher provides: the target spec, the chunked teacher head, the online teacher."""
+"""What the teacher provides: the target spec, the chunked teacher head, the online teacher, and the
+mixture of several teachers."""
 
 from destila.targets.head import teacher_topk
 from destila.targets.spec import TargetSpec, check_training_temperature

@@ -85,13 +85,18 @@ class OnlineTeacher:
         return self
 
     @torch.no_grad()
-    def targets(self, input_ids, **model_inputs) -> dict:
-        """``{"teacher_logits" [B, T, V]}`` (dense) or the cache's top-K fields (topk)."""
+    def targets(self, input_ids, layers=(), **model_inputs) -> dict:
+        """``{"teacher_logits" [B, T, V]}`` (dense) or the cache's top-K fields (topk); with ``layers``,
+        also ``teacher_layers``: ``{layer: [B, T, H]}``, those decoder layers' outputs."""
+        from destila.targets.layers import capture_layer_outputs
+
         weight, bias = output_head(self.model)
-        hidden = decoder_of(self.model)(input_ids=input_ids, use_cache=False, **model_inputs).last_hidden_state
+        with capture_layer_outputs(self.model, layers) as captured:
+            hidden = decoder_of(self.model)(input_ids=input_ids, use_cache=False, **model_inputs).last_hidden_state
+        extra = {"teacher_layers": captured} if layers else {}
         if self.mode == "dense":
             logits = hidden.float() @ weight.float().T
-            return {"teacher_logits": logits if bias is None else logits + bias.float()}
+            return {"teacher_logits": logits if bias is None else logits + bias.float(), **extra}
         batch, length, _ = hidden.shape
         spec = self.spec
         ids, logprobs, tail = teacher_topk(
@@ -101,4 +106,5 @@ class OnlineTeacher:
             "topk_ids": ids.reshape(batch, length, -1),
             "topk_logprobs": logprobs.reshape(batch, length, -1),
             "tail_logmass": tail.reshape(batch, length),
+            **extra,
         }

@@ -25,6 +25,7 @@ from transformers import TrainingArguments
 
 from destila.losses.options import LossOptions
 from destila.targets.spec import TargetSpec
+from destila.training.hidden import HiddenLossOptions
 
 ONLINE_LOSSES = ("dense", "topk")
 # ignore_index is the data path's business (every collate writes IGNORE_INDEX).
@@ -95,6 +96,7 @@ def _post_init(self) -> None:
         raise ValueError("remove_unused_columns: must stay False, the batches carry the teacher's targets")
     self.loss_options()  # validates every loss option, with LossOptions' messages
     self.target_spec()
+    self.hidden_options()
     _check_reporters(self.report_to)
     import torch
 
@@ -127,12 +129,18 @@ def _target_spec(self) -> TargetSpec:
     return TargetSpec(temperature=self.temperature, **{name: getattr(self, name) for name in ONLINE_TARGET_FIELDS})
 
 
+def _hidden_options(self) -> HiddenLossOptions:
+    """The hidden-state term's options (validated); ``hidden_loss=None`` means off."""
+    return HiddenLossOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(HiddenLossOptions)})
+
+
 DistillationArguments = dataclasses.make_dataclass(
     "DistillationArguments",
     [
         *_spec_fields(LossOptions, lambda name: name not in _LOSS_FIELDS_LEFT_OUT),
         *_spec_fields(TargetSpec, lambda name: name in ONLINE_TARGET_FIELDS, prefix="Online only: "),
         *_own_fields(),
+        *_spec_fields(HiddenLossOptions, lambda name: True),
         *_changed_defaults(),
     ],
     bases=(TrainingArguments,),
@@ -140,11 +148,13 @@ DistillationArguments = dataclasses.make_dataclass(
         "__post_init__": _post_init,
         "loss_options": _loss_options,
         "target_spec": _target_spec,
+        "hidden_options": _hidden_options,
         "__doc__": "Training arguments for distillation from a top-K cache or an online teacher.\n\n"
                    "Every ``transformers.TrainingArguments`` field, plus the fields of "
                    ":class:`destila.losses.LossOptions` (except ``ignore_index``), ``top_k`` and "
                    "``head_chunk_rows`` of :class:`destila.targets.TargetSpec` for an online teacher, "
-                   "``eval_fraction``, ``online_loss`` and ``allow_tokenizer_mismatch``.",
+                   "``eval_fraction``, ``online_loss``, ``allow_tokenizer_mismatch`` and the hidden-state "
+                   "options of :class:`destila.training.hidden.HiddenLossOptions`.",
     },
 )
 DistillationArguments.__module__ = __name__

@@ -131,6 +131,7 @@ def train_student(
             allow_tokenizer_mismatch=args.allow_tokenizer_mismatch, source="teacher",
         )
         online = OnlineTeacher(teacher_model, args.online_loss, args.target_spec())
+    hidden = _hidden_term(args, model, online, source)
     train_ids, eval_ids = split_indices(len(source), args.eval_fraction)
     trainer = DistillationTrainer(
         model=model,
@@ -140,6 +141,7 @@ def train_student(
         data_collator=collate,
         processing_class=tokenizer,
         teacher=online,
+        hidden=hidden,
         callbacks=[JsonlLogCallback(out / LOG_FILE), *callbacks],
     )
     if resume is True:
@@ -150,3 +152,21 @@ def train_student(
     metrics = trainer.evaluate() if eval_ids else {}
     trainer.save_model(str(out))  # weights, config and (processing_class) tokenizer
     return {"train": result.metrics, "steps": result.global_step, "eval": metrics}
+
+
+def _hidden_term(args, model, online, source):
+    """The hidden-state term of ``--hidden_loss``, with teacher states from the online teacher or the cache."""
+    from destila.training.hidden import HiddenDistillation
+
+    options = args.hidden_options()
+    if options.hidden_loss is None:
+        return None
+    if online is not None:
+        return HiddenDistillation(options, model, teacher=online.model)
+    layers = getattr(source, "hidden_layers", None)
+    if not layers:
+        raise ValueError(
+            "hidden_loss: this cache holds no teacher hidden states; rebuild it with `destila cache build "
+            "--hidden-layers 6,12 --hidden-dim D`, or train online with --teacher and --data"
+        )
+    return HiddenDistillation(options, model, cached_layers=layers, cached_dim=source.hidden_dim)

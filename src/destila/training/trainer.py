@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import torch
 from transformers import Trainer
@@ -22,6 +23,8 @@ from transformers import Trainer
 from destila.losses import distill_loss
 from destila.models import check_plain_head, final_hidden_states, output_head
 from destila.targets.online import OnlineTeacher, dense_online_loss
+from destila.losses.options import IGNORE_INDEX
+from destila.training.hidden import HiddenDistillation
 
 _STATS = ("soft", "hard", "rows", "agree")
 
@@ -87,7 +90,7 @@ class DistillationTrainer(Trainer):
     loss_is_scaled_for_ga = True
 
     def __init__(self, *args, teacher: OnlineTeacher | None = None, teacher_model=None, cache=None,
-                 data_spec=None, **kwargs):
+                 data_spec=None, hidden: HiddenDistillation | None = None, **kwargs):
         if sum(x is not None for x in (teacher, teacher_model, cache)) > 1:
             raise ValueError("DistillationTrainer: give one source of targets: teacher_model, teacher or cache")
         kwargs = _with_data(kwargs, cache, data_spec, args[0] if args else kwargs.get("model"))
@@ -96,6 +99,12 @@ class DistillationTrainer(Trainer):
         if teacher_model is not None:
             teacher = OnlineTeacher(teacher_model, self.args.online_loss, self.args.target_spec())
         self.teacher = teacher.to(self.args.device) if teacher is not None else None
+        if hidden is not None and self.args.world_size > 1:
+            # Its projections live outside the (DDP-wrapped) model, so their gradients would not be averaged.
+            raise ValueError("hidden_loss: hidden-state distillation runs in one process only; launch without "
+                             "torchrun, or drop --hidden_loss")
+        self.hidden = hidden.to(self.args.device) if hidden is not None else None
+        self._hidden_window = torch.zeros(2, dtype=torch.float64)
         # Count valid labels for num_items_in_batch (the Trainer only does so
         # for models that "accept loss kwargs"); our labels are already shifted.
         self.model_accepts_loss_kwargs = True
@@ -109,11 +118,22 @@ class DistillationTrainer(Trainer):
             return inputs
         if self.teacher is None:
             raise ValueError("batch: expected the cache's top-K fields or an online teacher, found neither")
-        return {**inputs, **self.teacher.targets(inputs["input_ids"], **_layout(inputs))}
+        layers = self.hidden.teacher_layers if self.hidden is not None else ()
+        return {**inputs, **self.teacher.targets(inputs["input_ids"], layers=layers, **_layout(inputs))}
 
     def _distill(self, model, inputs: dict, num_items=None, **overrides):
-        """``(loss, stats)`` for one batch, with the args' loss options updated by ``overrides``."""
+        """``(loss, stats)`` for one batch, plus the hidden-state term when training with one."""
         inputs = self._targets(inputs)
+        if self.hidden is None or overrides:  # evaluation measures the KL alone
+            return self._kd(model, inputs, num_items, **overrides)
+        with self.hidden.capture(model) as captured:
+            loss, stats = self._kd(model, inputs, num_items)
+        extra = self.hidden.loss(captured, inputs, inputs["labels"] != IGNORE_INDEX, num_items)
+        stats["hidden"] = extra.detach()
+        return loss + extra, stats
+
+    def _kd(self, model, inputs: dict, num_items=None, **overrides):
+        """``(loss, stats)`` of the distillation loss, with the args' loss options updated by ``overrides``."""
         options = {**dataclasses.asdict(self.args.loss_options()), **overrides}
         labels = inputs["labels"]
         if "teacher_logits" in inputs:  # online dense: the paper's full-vocabulary baseline
@@ -137,11 +157,36 @@ class DistillationTrainer(Trainer):
         loss, stats = self._distill(model, inputs, num_items_in_batch)
         if model.training:
             self._window += torch.stack([stats[k].double().cpu() for k in _STATS])
+            if "hidden" in stats:
+                self._hidden_window += torch.tensor([stats["hidden"].item(), 1.0], dtype=torch.float64)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # num_items_in_batch counts every process's rows, and DDP averages
             # gradients over processes: scale back up to a global sum / count.
             loss = loss * self.accelerator.num_processes
         return (loss, {"stats": stats}) if return_outputs else loss
+
+    # -- the hidden-state projections: optimised, checkpointed, never saved with the student --
+
+    def create_optimizer(self, model=None):
+        optimizer = super().create_optimizer(model)
+        if self.hidden is not None and self.hidden.parameters():
+            known = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            if not known & {id(p) for p in self.hidden.parameters()}:
+                optimizer.add_param_group({"params": self.hidden.parameters(), "weight_decay": 0.0})
+        return optimizer
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.hidden is not None and self.args.should_save:
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            self.hidden.save(Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        if self.hidden is not None and not self.hidden.load(resume_from_checkpoint):
+            raise ValueError(f"resume: {resume_from_checkpoint} holds no hidden-state projections; it was not "
+                             "trained with --hidden_loss. Resume with the options it was trained with")
 
     # -- logging and evaluation -------------------------------------------------
 
@@ -167,6 +212,11 @@ class DistillationTrainer(Trainer):
         if "loss" in logs and self._window[2] > 0:
             logs = {**logs, **self._metrics(self._reduce(self._window))}
             self._window.zero_()
+        if "loss" in logs and self._hidden_window[1] > 0:
+            # Each micro-batch's term is its share of its step's (÷ the whole accumulated batch's positions).
+            steps = self._hidden_window[1] / self.args.gradient_accumulation_steps
+            logs["hidden_loss"] = (self._hidden_window[0] / steps).item()
+            self._hidden_window.zero_()
         super().log(logs, *args, **kwargs)
 
     @torch.no_grad()

@@ -1,0 +1,49 @@
+"""`destila recipe progressive|self`: multi-stage distillation recipes, resumable, with a report."""
+
+from __future__ import annotations
+
+from destila.cli.fields import add_fields, values_of
+
+
+def register(subparsers) -> None:
+    from destila.recipes.common import RecipeSettings  # light: torch is imported when a recipe runs
+
+    parser = subparsers.add_parser("recipe", help="progressive or self-distillation, as resumable stages")
+    verbs = parser.add_subparsers(dest="verb", metavar="RECIPE", required=True)
+    progressive = verbs.add_parser(
+        "progressive", help="teacher → smaller assistant(s) → student, each distilled from the previous one",
+        description="Each stage cuts its model from the previous one (evenly spaced layers), caches the previous "
+        "model's top-K over DATA and distils from that cache; every model is then evaluated on held-out "
+        "documents against the teacher. Rerun to resume; finished stages are skipped.",
+    )
+    progressive.add_argument("teacher", metavar="TEACHER", help="HF model folder, hub id, .gguf file, or 'smollm2'")
+    progressive.add_argument("data", metavar="DATA", help="'pydoc', a text file or folder (as for cache build)")
+    progressive.add_argument("--stages", required=True, help="layer counts of the models in turn, e.g. 15,6")
+    progressive.set_defaults(func=_progressive)
+    self_ = verbs.add_parser(
+        "self", help="a model distilled into a fresh copy of itself from its own cache (born-again)",
+        description="Caches MODEL's top-K over DATA and distils it into a model of the same architecture, "
+        "from random weights (born-again) or from its own weights (--init copy). Rerun to resume.",
+    )
+    self_.add_argument("model", metavar="MODEL", help="teacher or student: HF model folder, hub id, .gguf, 'smollm2'")
+    self_.add_argument("data", metavar="DATA", help="'pydoc', a text file or folder (as for cache build)")
+    self_.add_argument("--init", default="random", choices=["random", "copy"],
+                       help="weights the copy starts from (default: random, the born-again setting)")
+    self_.set_defaults(func=_self)
+    for verb in (progressive, self_):
+        verb.add_argument("-o", "--out", required=True, help="output folder (created, or resumed)")
+        add_fields(verb, RecipeSettings)
+
+
+def _progressive(args) -> int:
+    from destila.recipes import ProgressiveRecipe, RecipeSettings
+
+    ProgressiveRecipe(args.teacher, args.data, args.out, args.stages, RecipeSettings(**values_of(args, RecipeSettings))).run()
+    return 0
+
+
+def _self(args) -> int:
+    from destila.recipes import RecipeSettings, SelfRecipe
+
+    SelfRecipe(args.model, args.data, args.out, RecipeSettings(**values_of(args, RecipeSettings)), init=args.init).run()
+    return 0

@@ -1,0 +1,232 @@
+"""`destila generate`: teacher-written answers to prompts, as conversations on disk.
+
+Sequence-level distillation trains the student on text the teacher wrote;
+mixed with real text it is data augmentation. This module runs the teacher's
+``generate`` over a prompt file and appends one conversation per answer to a
+JSON-lines file::
+
+    {"messages": [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": ANSWER}],
+     "text": RENDERED_PROMPT + ANSWER, "prompt_index": 3, "sample": 0}
+
+``messages`` is what the conversation data path reads (``--messages-field
+messages``); ``text`` is the same example as plain text, for readers of text.
+
+Resumable and reproducible. Every sample row draws its noise from its own
+generator seeded by ``(seed, prompt_index, sample)``, so a prompt's random
+draws depend neither on the prompts that share its batch nor on where an
+earlier run was killed. Batches are fixed slices of the prompt list
+(``batch_size`` prompts each), so a batch cut off mid-write is recomputed
+whole, padded exactly as in an uninterrupted run, and only its missing
+prompts are written: the finished file is byte-identical. A batch's lines go to the file in one ``write`` and
+are flushed to disk before the next batch starts; on restart the file is cut
+back to its last whole prompt and the prompts already answered are skipped.
+A sidecar ``OUT.generate.json`` records the teacher, the prompts and the
+sampling settings; resuming with different ones is refused.
+
+Naive equivalent (one process, no resume, global random state)::
+
+    for i, prompt in enumerate(prompts):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+        out = model.generate(ids, do_sample=True, temperature=T, top_p=P, max_new_tokens=M)
+        write({"messages": [..., {"role": "assistant", "content": tokenizer.decode(out[len(ids):])}]})
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from destila.generation.prompts import Prompt, load_prompts
+
+
+@dataclass(frozen=True)
+class GenerateSpec:
+    """How answers are sampled; recorded next to the output and checked on resume."""
+
+    max_new_tokens: int = field(default=256, metadata={"help": "tokens generated per answer at most"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature; 0 means greedy"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling: keep the smallest set of tokens "
+                                                        "whose probability reaches top_p (1 keeps all)"})
+    num_return_sequences: int = field(default=1, metadata={"help": "answers per prompt"})
+    seed: int = field(default=0, metadata={"help": "seed of every answer's own random stream"})
+    chat_template: str = field(default="auto", metadata={
+        "choices": ("auto", "always", "never"),
+        "help": "auto (apply the tokenizer's chat template when it has one), always, or never "
+                "(text prompts are continued as raw text)"})
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens: expected an integer ≥ 1, found {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature: expected a number ≥ 0 (0 = greedy), found {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p: expected a number in (0, 1], found {self.top_p}")
+        if self.num_return_sequences < 1:
+            raise ValueError(f"num_return_sequences: expected an integer ≥ 1, found {self.num_return_sequences}")
+        if self.temperature == 0 and self.num_return_sequences > 1:
+            raise ValueError("num_return_sequences: greedy decoding (temperature 0) gives one answer per prompt; "
+                             "pass --temperature > 0 or --num-return-sequences 1")
+        if self.chat_template not in ("auto", "always", "never"):
+            raise ValueError(f"chat_template: expected auto, always or never, found {self.chat_template!r}")
+
+
+@dataclass
+class GenerateReport:
+    """What one call of :func:`generate` did."""
+
+    path: Path
+    prompts: int
+    already_done: int
+    written_prompts: int
+    lines: int
+
+
+def sidecar_path(out: Path) -> Path:
+    return out.with_name(out.name + ".generate.json")
+
+
+def _fingerprint(prompts: list[Prompt]) -> str:
+    digest = hashlib.sha256()
+    for prompt in prompts:
+        raw = json.dumps(prompt.messages if prompt.messages is not None else prompt.text, sort_keys=True).encode()
+        digest.update(len(raw).to_bytes(8, "little") + raw)
+    return digest.hexdigest()[:16]
+
+
+def _agree_with_sidecar(out: Path, record: dict) -> None:
+    """Write the sidecar for a new output; refuse to append to an output made differently."""
+    side = sidecar_path(out)
+    if out.exists() and out.stat().st_size > 0 and not side.exists():
+        raise FileExistsError(
+            f"output: {out} exists and was not written by destila generate (no {side.name} next to it); "
+            "choose another -o or remove the file"
+        )
+    if side.exists():
+        old = json.loads(side.read_text())
+        differences = [f"{k}: {old.get(k)!r} before, {v!r} now" for k, v in record.items() if old.get(k) != v]
+        if differences:
+            raise ValueError(
+                f"output: {out} was generated with other settings ({'; '.join(differences)}); run the same "
+                "command to resume it, or choose another -o"
+            )
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = side.with_name(side.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2))
+    os.replace(tmp, side)
+
+
+def finished_prompts(out: Path, per_prompt: int) -> set[int]:
+    """Indices of the prompts whose ``per_prompt`` lines are all in ``out``; cuts off anything after them.
+
+    A kill can leave a half-written last line, or (in principle) only some of
+    a prompt's samples; both are removed so that the rerun writes them whole.
+    """
+    if not out.exists():
+        return set()
+    data = out.read_bytes()
+    good_end, done, pending, position = 0, set(), {}, 0
+    for raw in data.splitlines(keepends=True):
+        position += len(raw)
+        if not raw.endswith(b"\n"):
+            break
+        try:
+            record = json.loads(raw)
+            index, sample = int(record["prompt_index"]), int(record["sample"])
+        except (ValueError, KeyError, TypeError):
+            break
+        pending.setdefault(index, set()).add(sample)
+        if len(pending[index]) == per_prompt:
+            done.add(index)
+            del pending[index]
+            if not pending:
+                good_end = position
+    if good_end < len(data):
+        with open(out, "r+b") as handle:
+            handle.truncate(good_end)
+            os.fsync(handle.fileno())
+        # Indices whose lines lay after the cut are no longer there.
+        done = {int(json.loads(line)["prompt_index"]) for line in data[:good_end].splitlines()}
+    return done
+
+
+def generate(
+    teacher: str,
+    prompts: str | Path | list,
+    out: str | Path,
+    spec: GenerateSpec | None = None,
+    *,
+    gguf_file: str | None = None,
+    prompt_field: str = "prompt",
+    messages_field: str = "messages",
+    batch_size: int = 8,
+    device: str = "cpu",
+    progress: bool = True,
+) -> GenerateReport:
+    """Answer every prompt of ``prompts`` with ``teacher``; append conversations to ``out`` (JSON lines).
+
+    ``prompts`` is anything :func:`destila.generation.prompts.load_prompts`
+    accepts. Resumes an interrupted run of the same settings; the finished
+    file does not depend on where (or whether) earlier runs were killed.
+    """
+    from tqdm.auto import tqdm
+
+    from destila.generation.sampling import answer_batch
+    from destila.models import load_causal_lm, load_tokenizer, resolve_source
+
+    spec = spec or GenerateSpec()
+    if batch_size < 1:
+        raise ValueError(f"batch_size: expected an integer ≥ 1, found {batch_size}")
+    out = Path(out).expanduser()
+    items = load_prompts(prompts, prompt_field=prompt_field, messages_field=messages_field)
+    tokenizer = load_tokenizer(teacher, gguf_file)
+    use_template = _use_chat_template(tokenizer, items, spec.chat_template)
+    path, gguf = resolve_source(teacher, gguf_file)
+    _agree_with_sidecar(out, {
+        "teacher": str(teacher), "teacher_path": path, "teacher_gguf_file": gguf,
+        "prompts": len(items), "prompts_fingerprint": _fingerprint(items), "chat_template_applied": use_template,
+        **asdict(spec),
+    })
+    done = finished_prompts(out, spec.num_return_sequences)
+    todo = [i for i in range(len(items)) if i not in done]
+    report = GenerateReport(out, len(items), len(done), 0, 0)
+    if not todo:
+        return report
+    model = load_causal_lm(teacher, gguf_file=gguf_file, device=device)
+    bar = tqdm(total=len(items), initial=len(done), unit="prompt", desc="generate", disable=not progress)
+    descriptor = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        for start in range(0, len(items), batch_size):
+            batch = list(range(start, min(start + batch_size, len(items))))
+            missing = [i for i in batch if i not in done]
+            if not missing:
+                continue
+            answers = answer_batch(model, tokenizer, [items[i] for i in batch], batch, spec, use_template)
+            answers = [a for a in answers if a["prompt_index"] not in done]
+            payload = "".join(json.dumps(a, ensure_ascii=False) + "\n" for a in answers).encode()
+            # One write per batch, then fsync: a kill leaves whole batches plus at most a cut-off tail.
+            os.write(descriptor, payload)
+            os.fsync(descriptor)
+            report.written_prompts += len(missing)
+            report.lines += len(answers)
+            bar.update(len(missing))
+    finally:
+        os.close(descriptor)
+        bar.close()
+    return report
+
+
+def _use_chat_template(tokenizer, items: list[Prompt], choice: str) -> bool:
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    conversations = any(p.messages is not None for p in items)
+    if (choice == "always" or conversations) and not has_template:
+        raise ValueError(
+            "prompts: conversations need the teacher tokenizer's chat template, and this tokenizer has none; "
+            "give plain text prompts (continued as raw text), or a teacher whose tokenizer has a chat template"
+        )
+    if choice == "never" and conversations:
+        raise ValueError("chat_template: 'never' applies to text prompts only, but the prompts hold conversations")
+    return has_template and choice != "never"

@@ -1,0 +1,151 @@
+"""Hidden-state distillation: pull chosen student layers towards chosen teacher layers.
+
+Layer ``i`` means the output of decoder layer ``i`` (0-based, before the
+final norm; see :mod:`destila.targets.layers`). A layer map pairs student layers with teacher layers:
+``"auto"`` pairs student layer ``j`` of ``S`` with teacher layer
+``evenly_spaced_layers(T, S)[j]`` (the layers ``destila student init`` keeps,
+so a cut student starts close to its targets), and ``"s0:t0,s1:t6"`` names
+pairs explicitly.
+
+Per pair, the student's ``[B, L, H_s]`` states go through a learned linear
+projection to the teacher's width ``D`` (the teacher's ``H_t``, or the
+cache's recorded ``D``; no projection when the widths agree) and are compared
+per position:
+
+- ``mse``: ``mean_d (P s − t)²``;
+- ``cosine``: ``1 − cos(P s, t)``.
+
+The loss is the mean over masked-in positions and over pairs. The
+projections are trained with the student and then dropped: they are not part
+of the saved student.
+
+Naive equivalent::
+
+    loss = mean over (s, t) in pairs of
+        ((proj[s](student_layer_output[s]) - teacher_layer_output[t]) ** 2).mean(-1)[mask].mean()
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+HIDDEN_LOSSES = ("mse", "cosine")
+
+
+def parse_layer_map(spec: str, student_layers: int, teacher_layers: int) -> list[tuple[int, int]]:
+    """``[(student_layer, teacher_layer), ...]`` from ``"auto"`` or ``"s0:t0,s1:t6"`` (also ``"0:0,1:6"``)."""
+    from destila.student import evenly_spaced_layers
+
+    if spec == "auto":
+        return list(enumerate(evenly_spaced_layers(teacher_layers, student_layers)))
+    pairs = []
+    for item in spec.split(","):
+        try:
+            left, right = item.strip().split(":")
+            pair = (int(left.strip().removeprefix("s")), int(right.strip().removeprefix("t")))
+        except ValueError:
+            raise ValueError(
+                f"layer_map: expected 'auto' or pairs like 's0:t0,s1:t6', found {item.strip()!r} in {spec!r}"
+            ) from None
+        if not (0 <= pair[0] < student_layers and 0 <= pair[1] < teacher_layers):
+            raise ValueError(
+                f"layer_map: pair {item.strip()!r} is out of range; the student has layers 0..{student_layers - 1} "
+                f"and the teacher 0..{teacher_layers - 1}"
+            )
+        pairs.append(pair)
+    if len({s for s, _ in pairs}) != len(pairs):
+        raise ValueError(f"layer_map: a student layer appears twice in {spec!r}; give each at most one target")
+    return pairs
+
+
+def hidden_state_loss(student: torch.Tensor, teacher: torch.Tensor, kind: str = "mse",
+                      mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean per-position distance of ``student [..., D]`` to ``teacher [..., D]`` over ``mask [...]`` (bool).
+
+    Computed in float32 (float64 stays float64); the teacher is a constant.
+    All positions masked out gives 0.
+    """
+    if student.shape != teacher.shape:
+        raise ValueError(f"hidden_state_loss: expected equal shapes, found {tuple(student.shape)} and "
+                         f"{tuple(teacher.shape)}")
+    dtype = torch.float64 if student.dtype == torch.float64 else torch.float32
+    s, t = student.to(dtype), teacher.detach().to(dtype)
+    if kind == "mse":
+        per_position = (s - t).pow(2).mean(-1)
+    elif kind == "cosine":
+        per_position = 1.0 - F.cosine_similarity(s, t, dim=-1, eps=1e-8)
+    else:
+        raise ValueError(f"hidden_loss: expected one of {', '.join(HIDDEN_LOSSES)}, found {kind!r}")
+    if mask is None:
+        return per_position.mean()
+    mask = mask.to(torch.bool)
+    return (per_position * mask).sum() / mask.sum().clamp_min(1)
+
+
+class HiddenStateLoss(nn.Module):
+    """The learned projections and the loss over a layer map; see the module docstring.
+
+    ``forward(student_states, teacher_states, mask)`` takes one ``[B, L, H_s]``
+    tensor per pair from the student and one ``[B, L, D]`` per pair from the
+    teacher (in the order of ``pairs``).
+    """
+
+    def __init__(self, pairs: Sequence[tuple[int, int]], student_width: int, target_width: int, kind: str = "mse"):
+        super().__init__()
+        if kind not in HIDDEN_LOSSES:
+            raise ValueError(f"hidden_loss: expected one of {', '.join(HIDDEN_LOSSES)}, found {kind!r}")
+        if not pairs:
+            raise ValueError("layer_map: expected at least one (student layer, teacher layer) pair")
+        self.pairs = [tuple(p) for p in pairs]
+        self.kind = kind
+        # Equal widths: compare directly (a projection could only add a free rotation to learn).
+        self.projections = nn.ModuleList(
+            nn.Identity() if student_width == target_width else nn.Linear(student_width, target_width, bias=False)
+            for _ in self.pairs
+        )
+
+    @property
+    def student_layers(self) -> list[int]:
+        return [s for s, _ in self.pairs]
+
+    @property
+    def teacher_layers(self) -> list[int]:
+        return [t for _, t in self.pairs]
+
+    def forward(self, student_states: Sequence[torch.Tensor], teacher_states: Sequence[torch.Tensor],
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        if len(student_states) != len(self.pairs) or len(teacher_states) != len(self.pairs):
+            raise ValueError(f"HiddenStateLoss: expected {len(self.pairs)} student and teacher states, found "
+                             f"{len(student_states)} and {len(teacher_states)}")
+        total = 0.0
+        for projection, student, teacher in zip(self.projections, student_states, teacher_states):
+            if isinstance(projection, nn.Linear):
+                student = projection(student.to(projection.weight.dtype))
+            total = total + hidden_state_loss(student, teacher, self.kind, mask)
+        return total / len(self.pairs)
+
+
+def fixed_projection(width: int, dim: int, kind: str = "orthogonal", seed: int = 0) -> torch.Tensor:
+    """The recorded ``[width, dim]`` projection of teacher states stored in a cache.
+
+    ``orthogonal``: the Q factor of a seeded Gaussian matrix (orthonormal
+    columns, so distances within the kept subspace are preserved);
+    ``identity``: ``dim`` must equal ``width``, states are stored as they are.
+    """
+    if kind == "identity":
+        if dim != width:
+            raise ValueError(f"hidden_dim: the identity projection keeps the width {width}, found {dim}")
+        return torch.eye(width)
+    if kind != "orthogonal":
+        raise ValueError(f"hidden_projection: expected orthogonal or identity, found {kind!r}")
+    if not 1 <= dim <= width:
+        raise ValueError(f"hidden_dim: expected 1 ≤ D ≤ the teacher's width {width}, found {dim}")
+    generator = torch.Generator().manual_seed(seed)
+    gaussian = torch.randn(width, dim, generator=generator, dtype=torch.float64)
+    q, r = torch.linalg.qr(gaussian)
+    # Fix the signs (QR is unique only up to them) so the projection depends on the seed alone.
+    return (q * torch.sign(torch.diagonal(r))).float()

@@ -1,0 +1,131 @@
+"""What every recipe shares: its settings, the data split, caches, training, evaluation and the report.
+
+A recipe is a list of stages (see :mod:`destila.stages`): each model of the
+chain is distilled from a cache of the model before it, and at the end every
+model is evaluated on held-out documents against the first model's cache.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from destila.stages import StageLog, train_from_cache
+
+
+@dataclass
+class RecipeSettings:
+    """Sizes and training settings shared by every stage of a recipe."""
+
+    seq_len: int = field(default=256, metadata={"help": "tokens per packed sequence"})
+    train_tokens: int = field(default=24576, metadata={"help": "tokens cached (per stage) for training"})
+    eval_tokens: int = field(default=8192, metadata={"help": "held-out tokens for the evaluation"})
+    holdout_every: int = field(default=5, metadata={"help": "every N-th document is held out from training"})
+    top_k: int = field(default=100, metadata={"help": "teacher ids kept per position in each cache"})
+    batch_size: int = field(default=4, metadata={"help": "sequences per training step"})
+    learning_rate: float = field(default=5e-4, metadata={"help": "learning rate of every stage"})
+    max_steps: int = field(default=100, metadata={"help": "optimizer steps of every stage"})
+    cache_batch_size: int = field(default=8, metadata={"help": "sequences per teacher forward when caching"})
+    new_tokens: int = field(default=32, metadata={"help": "tokens generated per model in the report"})
+    seed: int = field(default=0, metadata={"help": "training seed (and the seed of a fresh student)"})
+
+    def __post_init__(self):
+        for name in ("seq_len", "train_tokens", "eval_tokens", "top_k", "batch_size", "max_steps",
+                     "cache_batch_size", "new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected a positive integer, found {getattr(self, name)}")
+        if self.holdout_every < 2:
+            raise ValueError(f"holdout_every: expected an integer ≥ 2, found {self.holdout_every}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate: expected a positive number, found {self.learning_rate}")
+
+
+PROMPT = "To open a file for reading in Python,"
+
+
+class Recipe:
+    """The shared stages; subclasses define :meth:`chain` (the models to train, in order)."""
+
+    title = "recipe"
+
+    def __init__(self, data: str, out: str | Path, settings: RecipeSettings | None = None,
+                 texts: list[str] | None = None, console=None):
+        self.data, self.out = data, Path(out)
+        self.settings = settings or RecipeSettings()
+        self.texts = texts
+        self.log = StageLog(self.out, console)
+        self.console = self.log.console
+
+    # -- building blocks ------------------------------------------------------------
+
+    def documents(self) -> tuple[list[str], list[str]]:
+        from destila.data import load_texts
+
+        texts = self.texts if self.texts is not None else load_texts(self.data)
+        every = self.settings.holdout_every
+        train = [t for i, t in enumerate(texts) if i % every != every - 1]
+        held = [t for i, t in enumerate(texts) if i % every == every - 1]
+        if not held:
+            raise ValueError(f"data: {len(texts)} documents leave none held out (every {every}th is); give more "
+                             "documents or a smaller --holdout-every")
+        return train, held
+
+    def resolve(self, model: str) -> dict:
+        from destila.models import resolve_source
+
+        return {"path": resolve_source(model)[0]}
+
+    def cache(self, model: str, folder: str, held_out: bool = False) -> dict:
+        from destila.cache import build_cache, inspect_cache
+
+        s = self.settings
+        train, held = self.documents()
+        path = self.out / folder
+        build_cache(model, held if held_out else train, path, seq_len=s.seq_len, top_k=s.top_k,
+                    max_tokens=s.eval_tokens if held_out else s.train_tokens, batch_size=s.cache_batch_size)
+        summary = inspect_cache(path)
+        return {"path": str(path), "tokens": summary["tokens"], "sequences": summary["sequences"],
+                "top_k": summary["top_k"], "bytes_per_token": round(summary["bytes_per_token"], 1),
+                "size_mb": round(summary["folder_bytes"] / 1e6, 1)}
+
+    def init(self, model: str, folder: str, **how) -> dict:
+        from destila.student import init_student
+
+        path = self.out / folder
+        if (path / "config.json").exists():  # written by a run killed before it could record the stage
+            return {"path": str(path)}
+        summary = init_student(model, path, seed=self.settings.seed, **how)
+        return {"path": str(path), "layers": summary["student_layers"], "parameters": summary["student_parameters"]}
+
+    def train(self, student: str, cache: str, folder: str) -> dict:
+        s = self.settings
+        return train_from_cache(student, self.out / folder, cache, max_steps=s.max_steps, batch_size=s.batch_size,
+                                learning_rate=s.learning_rate, seed=s.seed)
+
+    def evaluate(self, models: list[str], names: list[str], held_out_cache: str) -> dict:
+        from destila.eval import evaluate_models, render_table
+
+        s = self.settings
+        results = evaluate_models(models, cache=held_out_cache, max_tokens=s.eval_tokens, prompt=PROMPT,
+                                  new_tokens=s.new_tokens, batch_size=4)
+        self.console.print(render_table([{**r, "model": n} for r, n in zip(results, names)], title=self.title))
+        return {"results": results, "names": names}
+
+    def report(self, evaluation: dict, cache: dict, trained: dict[str, str]) -> None:
+        from destila.report import write_report
+        from destila.training.callbacks import read_training_log
+
+        state = self.log.state()
+        command = " ".join(shlex.quote(a) for a in ["destila", *sys.argv[1:]]) if sys.argv[1:] else self.title
+        write_report(
+            self.out, settings=self.describe(), stages={k: {"seconds": v["seconds"]} for k, v in state.items()},
+            cache=cache, results=evaluation["results"], names=evaluation["names"],
+            runs={name: read_training_log(Path(path) / "log.jsonl") for name, path in trained.items()},
+            command=command, title=f"destila {self.title} report",
+        )
+        self.console.print(f"report: {self.out / 'report.md'}")
+
+    def describe(self) -> dict:
+        return asdict(self.settings)

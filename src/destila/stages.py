@@ -1,0 +1,69 @@
+"""Staged, resumable runs: the machinery shared by ``destila demo`` and the recipes.
+
+A run is a sequence of named stages over one output folder. Each stage
+records its result in ``OUT/stages.json`` when it finishes (the file is
+replaced atomically, so a stage is recorded whole or not at all); running
+again skips recorded stages, and the interrupted one resumes by itself
+because its own steps are resumable (the cache build, training from the last
+complete checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+
+class StageLog:
+    """``OUT/stages.json``: which stages finished, with what result and in how many seconds."""
+
+    def __init__(self, out: str | Path, console=None):
+        from rich.console import Console
+
+        self.out = Path(out)
+        self.path = self.out / "stages.json"
+        self.console = console or Console()
+
+    def state(self) -> dict:
+        return json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def run(self, name: str, title: str, work) -> dict:
+        """``work()`` unless stage ``name`` finished before; its result (a dict) gains ``seconds``."""
+        state = self.state()
+        if name in state:
+            self.console.print(f"[green]✓[/green] {title}: done before ({state[name]['seconds']:.0f} s), skipped")
+            return state[name]
+        self.console.rule(f"[bold]{title}")
+        start = time.monotonic()
+        info = work() or {}
+        info["seconds"] = time.monotonic() - start
+        state = self.state()
+        state[name] = info
+        self.out.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.path)
+        self.console.print(f"[green]✓[/green] {title}: {info['seconds']:.0f} s")
+        return info
+
+
+def train_from_cache(student: str, out: str | Path, cache: str | Path, *, max_steps: int, batch_size: int,
+                     learning_rate: float, budget: float | None = None, seed: int = 0, **loss) -> dict:
+    """Offline distillation of ``student`` from ``cache`` into ``out``, resuming from its last complete
+    checkpoint; stops after ``budget`` seconds when given. Returns ``{"path", "steps", "train_seconds"}``."""
+    from destila.training import DistillationArguments, train_student
+    from destila.training.callbacks import StopAfterSeconds
+    from destila.training.run import last_complete_checkpoint
+
+    out = Path(out)
+    args = DistillationArguments(
+        output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=5,
+        logging_steps=1, save_steps=20, save_total_limit=1, report_to="none", seed=seed,
+        dataloader_num_workers=0, **loss,
+    )
+    callbacks = (StopAfterSeconds(budget),) if budget else ()
+    resume = last_complete_checkpoint(out) if out.exists() else None
+    result = train_student(student, out, args, cache=cache, resume=resume, callbacks=callbacks)
+    return {"path": str(out), "steps": result["steps"], "train_seconds": result["train"].get("train_runtime")}
