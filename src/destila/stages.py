@@ -54,7 +54,6 @@ def train_from_cache(student: str, out: str | Path, cache: str | Path, *, max_st
     checkpoint; stops after ``budget`` seconds when given. Returns ``{"path", "steps", "train_seconds"}``."""
     from destila.training import DistillationArguments, train_student
     from destila.training.callbacks import StopAfterSeconds
-    from destila.training.run import last_complete_checkpoint
 
     out = Path(out)
     args = DistillationArguments(
@@ -64,6 +63,6 @@ def train_from_cache(student: str, out: str | Path, cache: str | Path, *, max_st
         dataloader_num_workers=0, **loss,
     )
     callbacks = (StopAfterSeconds(budget),) if budget else ()
-    resume = last_complete_checkpoint(out) if out.exists() else None
+    resume = True if out.exists() else None  # the newest complete checkpoint of this stage's own run
     result = train_student(student, out, args, cache=cache, resume=resume, callbacks=callbacks)
     return {"path": str(out), "steps": result["steps"], "train_seconds": result["train"].get("train_runtime")}

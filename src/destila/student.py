@@ -11,13 +11,11 @@ teacher's tokenizer, loadable by plain ``transformers``.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
-from destila.models import load_causal_lm, load_tokenizer
+from destila.models import INIT_INCOMPLETE, load_causal_lm, load_tokenizer
 
 # Where each supported family keeps its decoder layers in the state dict.
 # Other families may well work, but they are refused until a test covers them.
@@ -157,7 +155,7 @@ def init_student(
     if (layers is None) == (config_overrides is None):
         raise ValueError("student init: give either --layers N (cut from the teacher) or --config (fresh model)")
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(out.iterdir()) and not (out / INIT_INCOMPLETE).is_file():
         raise FileExistsError(f"student init: {out} exists and is not empty; choose a new folder")
     model = load_causal_lm(teacher, gguf_file=gguf_file)
     tokenizer = load_tokenizer(teacher, gguf_file=gguf_file)
@@ -167,16 +165,7 @@ def init_student(
     else:
         student = fresh_student(model, config_overrides, seed=seed)
         summary = {"method": "fresh", "overrides": config_overrides}
-    # Written under a temporary name, then renamed: an interrupted init never
-    # leaves a folder that looks like a student but lacks weights.
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
-        student.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        os.replace(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    _write_student(student, tokenizer, out)
     summary.update(
         out=str(out),
         teacher_parameters=sum(p.numel() for p in model.parameters()),
@@ -185,3 +174,27 @@ def init_student(
         student_layers=student.config.num_hidden_layers,
     )
     return summary
+
+
+def _write_student(student, tokenizer, out: Path) -> None:
+    """Save into ``out`` itself, flagged incomplete until the last byte is written.
+
+    Staging inside the output folder keeps every temporary in a folder this
+    command owns (a sibling temporary in the parent would land in a folder
+    that may not be the user's, and errors would name it instead of ``out``).
+    A rerun after a crash finds the flag, clears the folder and starts over.
+    """
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if (out / INIT_INCOMPLETE).is_file():
+            for leftover in out.iterdir():
+                shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+        (out / INIT_INCOMPLETE).write_text("written by `destila student init`; removed when the folder is complete\n")
+        student.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        (out / INIT_INCOMPLETE).unlink()
+    except OSError as err:
+        raise OSError(
+            err.errno, f"student init: cannot write the student folder {out}: {err.strerror or err}; "
+            "choose a folder you can write to (a rerun clears what was written)"
+        ) from err

@@ -15,7 +15,8 @@ same way; :mod:`destila.cache.rows` decodes them.
 
 Integrity: opening a cache checks the manifest, that every sequence is
 stored exactly once and that every shard file has the recorded size
-(no data read). With ``verify="first_touch"`` (the default) the first
+(no data read), and that the ``tokenizer/`` files match the digests
+recorded at build time. With ``verify="first_touch"`` (the default) the first
 access to a shard in a process reads the whole shard once and compares its
 SHA-256 with the manifest, refusing a damaged shard with ``CorruptShardError``;
 ``verify="open"`` checks every shard up front, ``verify="none"`` never does.
@@ -34,6 +35,7 @@ import torch
 from destila.cache.codec import BlockError
 from destila.cache.format import MANIFEST, TOKENIZER_DIR, read_manifest, shard_file_fault
 from destila.cache.rows import ShardFormatError, ShardRows
+from destila.cache.tokenizer_files import check_tokenizer_files
 
 _VERIFY = ("first_touch", "open", "none")
 
@@ -65,6 +67,8 @@ class TopKCache(torch.utils.data.Dataset):
                 f"{self.path}: the cache is incomplete ({m.stored_sequences} of {m.sequences} sequences stored); "
                 "run the same `destila cache build` command again to finish it"
             )
+        if verify != "none":
+            check_tokenizer_files(self.path, m.tokenizer_files)
         self.seq_len, self.top_k, self.vocab_size = m.seq_len, m.top_k, m.vocab_size
         hidden = (m.extras or {}).get("hidden") or {}
         # Teacher hidden states (``--hidden-layers``): which layers, at which stored width.

@@ -47,8 +47,11 @@ def lock_folder(folder: Path):
     """Create ``folder`` if needed and take its exclusive lock; returns the open lock file.
 
     The lock is an advisory ``flock``: the kernel drops it when the process
-    dies, even by SIGKILL, so a crashed build never leaves a stale lock.
+    dies, even by SIGKILL, so a crashed build never leaves a stale lock. A
+    folder that is not a cache is refused before anything is created in it.
     """
+    if folder.is_dir():
+        existing_manifest(folder)  # raises for a foreign non-empty folder
     try:
         folder.mkdir(parents=True, exist_ok=True)
         handle = open(folder / LOCK, "a+")

@@ -29,19 +29,22 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
     ``bytes_per_token`` is shard bytes over stored tokens; ``bytes_per_entry``
     is shard bytes over stored target entries (trained positions × K for
     top-K, or the distinct ids actually stored for sampled targets), counted
-    over every shard.
+    over every shard. Every shard read for the statistics is first checked
+    against the manifest (size, SHA-256, tensor shapes): a damaged one raises
+    ``ValueError`` naming it.
     """
     import numpy as np
     import torch
-    from safetensors import safe_open
 
-    from destila.cache.rows import ShardRows, dense_item
+    from destila.cache.rows import dense_item
+    from destila.cache.shard_check import open_checked_shard
 
     path = Path(path).expanduser()
     m = read_manifest(path)
     shard_bytes = sum(s.bytes for s in m.shards)
     stored_tokens = m.stored_sequences * m.seq_len
     entries = _stored_entries(path, m)
+    trained_count = _trained_positions(path, m)
     folder_bytes = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     summary = {
         "path": str(path),
@@ -71,7 +74,10 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
             "path": str(path / TOKENIZER_DIR), "class": _tokenizer_class(path / TOKENIZER_DIR),
             "size": m.tokenizer_size, "eos_token_id": m.eos_token_id, "fingerprint": m.tokenizer_fingerprint,
         },
-        "data": {"source": m.data_source, "text_field": m.text_field, "fingerprint": m.data_fingerprint},
+        "data": {"source": m.data_source, "text_field": m.text_field, "fingerprint": m.data_fingerprint,
+                 "spec": m.data},
+        "trained_positions": trained_count,
+        "trained_fraction": trained_count / stored_tokens if stored_tokens else None,
     }
     hidden = (m.extras or {}).get("hidden")
     if m.extras:
@@ -85,9 +91,8 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
         if max_sequences is not None and taken >= max_sequences:
             break
         rows = shard.rows if max_sequences is None else min(shard.rows, max_sequences - taken)
-        with safe_open(str(path / shard.name), framework="pt") as handle:
-            reader = ShardRows(handle, m, shard)
-            stored = [dense_item(reader.stored(r), m) for r in range(rows)]
+        reader = open_checked_shard(path, m, shard)  # refuses a damaged shard: no statistics from bad data
+        stored = [dense_item(reader.stored(r), m) for r in range(rows)]
         trained = torch.cat([item["labels"] != IGNORE_INDEX for item in stored])
         lp = torch.cat([item["topk_logprobs"] for item in stored]).float()[trained]
         tail = torch.cat([item["tail_logmass"] for item in stored])[trained]
@@ -120,8 +125,8 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
     return summary
 
 
-def _stored_entries(path: Path, m) -> int:
-    """Target entries stored in all shards: trained positions × K, or the distinct ids of sampled targets."""
+def _trained_positions(path: Path, m) -> int:
+    """Positions with a target (the loss mask's count) over all stored shards."""
     from safetensors import safe_open
 
     from destila.cache.rows import ShardRows
@@ -129,16 +134,31 @@ def _stored_entries(path: Path, m) -> int:
     total = 0
     for shard in m.shards:
         with safe_open(str(path / shard.name), framework="pt") as handle:
-            if m.target_kind == "topk" and m.encoding == "plain":
-                total += handle.get_slice("topk_ids").get_shape()[0] * m.top_k
-                continue
-            if m.target_kind == "sampled" and m.encoding == "plain":
-                total += int((handle.get_tensor("sample_counts") > 0).sum())
+            if "loss_mask" in handle.keys():
+                total += int(handle.get_tensor("loss_mask").sum())
                 continue
             reader = ShardRows(handle, m, shard)
-            for r in range(shard.rows):
-                stored = reader.stored(r)
-                total += int((stored["counts"] > 0).sum()) if "counts" in stored else stored["ids"].size
+            total += sum(int((reader.item(r)["labels"] != IGNORE_INDEX).sum()) for r in range(shard.rows))
+    return total
+
+
+def _stored_entries(path: Path, m) -> int:
+    """Target entries stored in all shards: trained positions × K, or the distinct ids of sampled targets."""
+    from destila.cache.shard_check import open_checked_shard
+
+    total = 0
+    for shard in m.shards:
+        reader = open_checked_shard(path, m, shard, checksum=False)  # size and schema; refuses a damaged shard
+        handle = reader.handle
+        if m.target_kind == "topk" and m.encoding == "plain":
+            total += handle.get_slice("topk_ids").get_shape()[0] * m.top_k
+            continue
+        if m.target_kind == "sampled" and m.encoding == "plain":
+            total += int((handle.get_tensor("sample_counts") > 0).sum())
+            continue
+        for r in range(shard.rows):
+            stored = reader.stored(r)
+            total += int((stored["counts"] > 0).sum()) if "counts" in stored else stored["ids"].size
     return total
 
 
@@ -155,6 +175,16 @@ def _targets_line(summary: dict) -> str:
         return f"S={targets['samples']} draws of V={summary['vocab_size']:,} (seed {targets['seed']})"
     dtype = f", log-probs {summary['logprob_dtype']}" if summary["encoding"] == "plain" else ""
     return f"top-K K={targets['top_k']} of V={summary['vocab_size']:,}{dtype}"
+
+
+def _data_line(data: dict) -> str:
+    spec = data.get("spec")
+    if not spec:
+        return f"field {data['text_field']!r}"
+    field_names = {"messages_field": "messages", "prompt_field": "prompt", "completion_field": "completion"}
+    named = [f"{label} {spec[key]!r}" for key, label in field_names.items() if spec.get(key)]
+    named = named or [f"text {spec.get('text_field')!r}"]
+    return f"{', '.join(named)}, loss on {spec.get('loss_on')}, packing {spec.get('packing')}"
 
 
 def format_summary(summary: dict) -> str:
@@ -177,9 +207,12 @@ def format_summary(summary: dict) -> str:
         f"{summary['teacher']['dtype']}, weights {summary['teacher']['weight_fingerprint']})",
         f"tokenizer      {summary['tokenizer']['class']} ({summary['tokenizer']['size']:,} tokens, "
         f"fingerprint {summary['tokenizer']['fingerprint']}) in {summary['tokenizer']['path']}",
-        f"data           {summary['data']['source']} (field {summary['data']['text_field']!r}, "
+        f"data           {summary['data']['source']} ({_data_line(summary['data'])}, "
         f"fingerprint {summary['data']['fingerprint']})",
     ]
+    if summary["trained_fraction"] is not None:
+        lines.append(f"trained        {summary['trained_positions']:,} positions, {summary['trained_fraction']:.1%} "
+                     "of the stored tokens (the rest: other turns, prompts, document ends, padding)")
     stats = summary.get("stats")
     if stats:
         lines.append(f"top-K mass     mean Σp = {stats['topk_mass_mean']:.4f} over {stats['positions']:,} positions")

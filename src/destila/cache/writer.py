@@ -12,17 +12,17 @@ file), so a build killed at any instant resumes from its last recorded shard.
 
 Naive equivalent (one process, everything in memory)::
 
-    packed = pack_documents(load_texts(data), tokenizer, seq_len)
-    logp = torch.log_softmax(model(packed).logits.float() / temperature, -1)   # [S, L, V]
-    topk_logprobs, topk_ids = logp[:, :-1].topk(k, -1)                        # trained positions only
-    tail_logmass = logp[:, :-1].scatter(-1, topk_ids, -inf).logsumexp(-1)
+    rows = packed_source(DataSpec(data, seq_len=seq_len), tokenizer)          # destila.data
+    batch = rows.rows(range(len(rows)))                                       # input_ids, position_ids, loss_mask
+    logits = model(batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
+    logp = torch.log_softmax(logits.float() / temperature, -1)[batch["loss_mask"]]   # trained positions only
+    topk_logprobs, topk_ids = logp.topk(k, -1)
+    tail_logmass = logp.scatter(-1, topk_ids, -inf).logsumexp(-1)
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +31,6 @@ from destila.cache import distributed
 from destila.cache.assemble import assemble_shard, write_shard
 from destila.cache.format import (
     FORMAT_VERSION,
-    TMP_MARK,
-    TOKENIZER_DIR,
     Manifest,
     ShardInfo,
     read_manifest,
@@ -48,6 +46,7 @@ from destila.cache.resume import (
     write_progress,
 )
 from destila.cache.spec import BuildSpec
+from destila.cache.tokenizer_files import copy_tokenizer
 
 log = logging.getLogger("destila.cache")
 
@@ -210,7 +209,8 @@ def _prepare(group, spec: BuildSpec, device):
         teacher_weight_fingerprint=weight_fingerprint(model),
         teacher_dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         tokenizer_size=len(tokenizer), eos_token_id=int(tokenizer.eos_token_id), vocab_size=int(weight.shape[0]),
-        data_source=description, tokens=len(source) * spec.seq_len, destila_version=__version__, **fields,
+        data_source=description, tokens=len(source) * spec.seq_len, destila_version=__version__,
+        data=source.spec.describe() if hasattr(source, "spec") else None, **fields,
     )
     error = None
     if group.is_main:
@@ -220,7 +220,7 @@ def _prepare(group, spec: BuildSpec, device):
                 old = manifest
             else:
                 refuse_different(old, manifest.content(), output, context)
-            _save_tokenizer(tokenizer, output)
+            old.tokenizer_files = copy_tokenizer(tokenizer, output, old.tokenizer_files)
             recovered = recover(output, old)
             if old is not manifest and recovered.stored_sequences and not recovered.complete:
                 log.info("resuming %s: %d of %d sequences already stored", output, recovered.stored_sequences,
@@ -257,17 +257,6 @@ def _check_fits(model, source, spec: BuildSpec) -> None:
     if spec.targets.kind == "topk" and spec.targets.top_k > vocab:
         raise ValueError(f"top_k: {spec.targets.top_k} is larger than the teacher's vocabulary of {vocab}; "
                          f"pass --top-k {vocab} or less")
-
-
-def _save_tokenizer(tokenizer, output: Path) -> None:
-    target = output / TOKENIZER_DIR
-    if (target / "tokenizer_config.json").is_file():
-        return
-    staging = output / f".{TOKENIZER_DIR}{TMP_MARK}{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    tokenizer.save_pretrained(staging)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(staging, target)
 
 
 def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report) -> None:

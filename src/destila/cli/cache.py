@@ -60,11 +60,13 @@ def _build(args) -> int:
                          **values_of(args, DataSpec, exclude=_BUILD_DATA_FIELDS))
     try:
         report = build_cache(spec)
-    except (ValueError, FileNotFoundError, FileExistsError):
-        raise  # main prints these as one line, exit 2
-    except OSError as err:  # full disk, permissions: not the user's arguments, but still one clear line
-        print(f"destila cache build: error: {err.strerror or err}", file=sys.stderr)
-        return 1
+    except Exception as err:  # a full disk reported by a Rust writer names no file: name the cache folder
+        from destila.fs_errors import as_os_error
+
+        disguised = as_os_error(err, args.output)
+        if disguised is None or disguised is err:
+            raise  # main prints it as one line (exit 2 for arguments, 1 for the disk)
+        raise disguised from err
     if report.rank != 0:
         return 0
     if report.nothing_to_do:

@@ -3,13 +3,19 @@
 Each module in ``COMMANDS`` exposes ``register(subparsers)``, which adds its
 parser and sets ``func`` to a callable taking the parsed namespace. Modules
 import torch and friends inside their ``func`` so that ``--help`` stays fast.
+Failures are reported by :mod:`destila.cli.errors`: one line, no traceback
+unless ``--debug`` (anywhere on the command line) or ``DESTILA_DEBUG=1``.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from importlib import import_module
+
+from destila.cli.errors import EXIT_ENVIRONMENT, EXIT_USER, USER_ERRORS, debug_requested, describe_os_error
+from destila.cli.errors import os_error_number
 
 COMMANDS = ["cache", "student", "train", "eval", "bench", "demo", "generate", "recipe"]
 # Commands whose module parses the rest of the command line itself: ``run(argv)``.
@@ -28,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Knowledge distillation from a cached top-K teacher pass.",
     )
     parser.add_argument("--version", action="version", version=f"destila {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the Python traceback of a failure (also DESTILA_DEBUG=1); anywhere on the line")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         import_module(f"destila.cli.{name}").register(subparsers)
@@ -35,27 +43,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    debug, argv = debug_requested(sys.argv[1:] if argv is None else list(argv))
     if argv and argv[0] in OWN_PARSERS:
         # This command parses its own flags (HfArgumentParser over a dataclass).
         command = argv[0]
         module = import_module(f"destila.cli.{command}")
-        _call(command, lambda: module.run(argv[1:]))
+        _call(command, lambda: module.run(argv[1:]), debug)
         return
     parser = build_parser()
     args = parser.parse_args(argv)
-    _call(args.command, lambda: args.func(args))
+    _call(args.command, lambda: args.func(args), debug)
 
 
-def _call(command: str, run) -> None:
+def _call(command: str, run, debug: bool) -> None:
     try:
         code = run()
-    except (UserError, ValueError, FileNotFoundError, FileExistsError) as err:
-        # Library code raises ValueError/FileNotFoundError with a message that
-        # says what was expected and found; a traceback would only bury it.
-        print(f"destila {command}: error: {err}", file=sys.stderr)
-        sys.exit(2)
     except KeyboardInterrupt:
         print(f"destila {command}: interrupted", file=sys.stderr)
         sys.exit(130)
+    except (UserError, *USER_ERRORS, OSError) as err:
+        if debug:
+            raise
+        fail(command, err)
+    except Exception as err:  # an OS failure reported as another type (Rust libraries): still the machine's
+        if debug or os_error_number(err) is None:
+            raise
+        fail(command, err)
     sys.exit(code or 0)
+
+
+def fail(command: str, err: BaseException) -> None:
+    """Print ``destila <command>: error: …`` and exit: 2 for the user's input, 1 for the machine's state."""
+    number = os_error_number(err)
+    if number is None or isinstance(err, (UserError, ValueError)) or (isinstance(err, OSError) and not err.errno):
+        message, code = str(err), EXIT_USER  # a library message that already says what and where
+    else:
+        message = describe_os_error(err)
+        code = EXIT_USER if number in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR) else EXIT_ENVIRONMENT
+    print(f"destila {command}: error: {message}", file=sys.stderr)
+    sys.exit(code)

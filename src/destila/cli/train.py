@@ -48,7 +48,8 @@ def build_parser():
     source.add_argument("--data", help="online: 'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets hub name")
     add_fields(parser.add_argument_group("online data (with --data)"), DataSpec, exclude=("source",))
     parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
-                        help="resume from the last checkpoint in the output folder, or from CHECKPOINT")
+                        help="continue the run in the output folder from its newest complete checkpoint, "
+                             "or from CHECKPOINT")
     return parser
 
 

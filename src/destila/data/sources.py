@@ -105,13 +105,29 @@ def _load_files(files: list[Path], spec):
     parts = []
     for builder, paths in groups:
         options = {"sample_by": "document"} if builder == "text" else {}  # a .txt file is one document
-        part = datasets.load_dataset(builder, data_files=paths, split="train", streaming=spec.streaming, **options)
+        try:
+            part = datasets.load_dataset(builder, data_files=paths, split="train", streaming=spec.streaming, **options)
+        except Exception as err:  # datasets wraps a file it cannot decode without naming it
+            bad = _not_utf8(paths) if builder == "text" else None
+            if bad is None:
+                raise
+            raise ValueError(f"data: not UTF-8 text at {bad}; expected a UTF-8 .txt file; convert it or leave it out") from err
         if builder == "text" and spec.text_field != "text":
             part = part.rename_column("text", spec.text_field)
         parts.append(part)
     if len(parts) == 1:
         return parts[0]
     return datasets.concatenate_datasets([_keep_columns(part, spec) for part in parts])
+
+
+def _not_utf8(paths: list[str]) -> str | None:
+    """The first of ``paths`` that is not UTF-8 text, or None."""
+    for path in paths:
+        try:
+            Path(path).read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            return path
+    return None
 
 
 def _load_folder(path: Path, spec):

@@ -49,6 +49,12 @@ def evaluate_model(
         from destila.cache import TopKCache
 
         source = TopKCache(cache)
+        rows = lm.get_output_embeddings().weight.shape[0]
+        if rows != source.vocab_size:  # the cache's ids would index past (or short of) the model's head
+            raise ValueError(
+                f"eval: {model} has a vocabulary of {rows} tokens but the cache at {cache} was made with "
+                f"{source.vocab_size}; evaluate on a cache of this model's teacher, or pass --data instead"
+            )
         chosen = list(range(len(source))) if indices is None else list(indices)
         if max_tokens is not None:
             chosen = chosen[: max(1, max_tokens // source.seq_len)]
@@ -89,6 +95,10 @@ def evaluate_model(
     }
 
 
+# A worker's failure that is the user's input (its last traceback line): shown as one line, not a crash.
+_USER_ERRORS = ("ValueError: ", "FileNotFoundError: ", "destila.cache.reader.CorruptShardError: ")
+
+
 def evaluate_models(models: list[str], *, isolated: bool = True, timeout: float | None = None, **options) -> list[dict]:
     """:func:`evaluate_model` for each model, each in a fresh process when ``isolated`` (for its peak memory)."""
     from destila.measure import run_isolated
@@ -100,6 +110,9 @@ def evaluate_models(models: list[str], *, isolated: bool = True, timeout: float 
             continue
         run = run_isolated("destila.eval.run:evaluate_model", {"model": model, **options},
                            device=options.get("device", "cpu"), timeout=timeout)
+        if run["status"] == "error" and str(run["error"]).startswith(_USER_ERRORS):
+            kind, _, message = str(run["error"]).partition(": ")  # the worker's own one-line message
+            raise (FileNotFoundError if kind == "FileNotFoundError" else ValueError)(message)
         if run["status"] != "ok":
             raise RuntimeError(f"eval: evaluating {model} failed ({run['status']}): {run.get('error')}")
         results.append(run["result"])

@@ -70,6 +70,9 @@ def _own_fields() -> list[tuple]:
         ("allow_tokenizer_mismatch", bool, field(default=False, metadata={
             "help": "Train although the student's tokenizer differs from the targets' (accepted only when both "
                     "vocabularies have the same size)."})),
+        ("overwrite", bool, field(default=False, metadata={
+            "help": "Delete the training run already in the output folder and start again (without it, or "
+                    "--resume, a folder holding a run is refused)."})),
     ]
 
 

@@ -3,17 +3,17 @@ teacher and data) to a trained student saved for plain `transformers`."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from destila.fs_errors import as_os_error
 from destila.models import load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
 from destila.targets.spec import check_training_temperature
 from destila.training.arguments import DistillationArguments
+from destila.training.hidden import hidden_term
 from destila.training.callbacks import JsonlLogCallback
 from destila.data import DataSpec, collate, packed_source, texts_source
 from destila.training.datasets import Subset, split_indices
-
-LOG_FILE = "log.jsonl"
+from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir, write_failure
 
 
 def context_length(model) -> int | None:
@@ -49,25 +49,6 @@ def check_student(model, student_path: str, *, vocab_size: int, fingerprint: str
         raise ValueError(f"student: sequences have {seq_len} tokens but the student's context is {limit} tokens")
 
 
-def last_complete_checkpoint(out: str | Path) -> str | None:
-    """The newest ``checkpoint-N`` in ``out`` whose ``trainer_state.json`` (written last) is readable.
-
-    The Trainer writes checkpoints in place, so a run killed while saving
-    leaves a newer, partial folder behind; resuming from it would fail.
-    """
-    candidates = []
-    for path in Path(out).glob("checkpoint-*"):
-        if path.name.removeprefix("checkpoint-").isdigit():
-            candidates.append((int(path.name.removeprefix("checkpoint-")), path))
-    for _, path in sorted(candidates, reverse=True):
-        try:
-            json.loads((path / "trainer_state.json").read_text())
-        except (OSError, ValueError):
-            continue
-        return str(path)
-    return None
-
-
 def train_student(
     student: str,
     out: str | Path,
@@ -89,6 +70,11 @@ def train_student(
     student (safetensors, config, tokenizer) loadable with
     ``AutoModelForCausalLM.from_pretrained(out)``. Returns
     ``{"train": Trainer metrics, "steps": optimizer steps, "eval": held-out metrics or {}}``.
+
+    ``out`` is claimed by :func:`~destila.training.output_dir.claim_output_dir`:
+    a folder holding another run is refused unless ``resume`` (continue it
+    from its newest complete checkpoint, or from the checkpoint path given)
+    or ``args.overwrite``; a second concurrent writer is refused at once.
     """
     from transformers import AutoTokenizer
 
@@ -131,42 +117,34 @@ def train_student(
             allow_tokenizer_mismatch=args.allow_tokenizer_mismatch, source="teacher",
         )
         online = OnlineTeacher(teacher_model, args.online_loss, args.target_spec())
-    hidden = _hidden_term(args, model, online, source)
+    hidden = hidden_term(args.hidden_options(), model, teacher_model=online.model if online else None,
+                         source=source)
     train_ids, eval_ids = split_indices(len(source), args.eval_fraction)
-    trainer = DistillationTrainer(
-        model=model,
-        args=args,
-        train_dataset=Subset(source, train_ids),
-        eval_dataset=Subset(source, eval_ids) if eval_ids else None,
-        data_collator=collate,
-        processing_class=tokenizer,
-        teacher=online,
-        hidden=hidden,
-        callbacks=[JsonlLogCallback(out / LOG_FILE), *callbacks],
-    )
-    if resume is True:
-        resume = last_complete_checkpoint(out)
-        if resume is None:
-            print(f"train: no complete checkpoint in {out}; starting from the beginning")
-    result = trainer.train(resume_from_checkpoint=resume or None)
-    metrics = trainer.evaluate() if eval_ids else {}
-    trainer.save_model(str(out))  # weights, config and (processing_class) tokenizer
+    with args.main_process_first(desc="claiming the output folder"):
+        claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0)
+    try:
+        for note in claim.notes:
+            print(note)
+        trainer = DistillationTrainer(
+            model=model,
+            args=args,
+            train_dataset=Subset(source, train_ids),
+            eval_dataset=Subset(source, eval_ids) if eval_ids else None,
+            data_collator=collate,
+            processing_class=tokenizer,
+            teacher=online,
+            hidden=hidden,
+            callbacks=[JsonlLogCallback(out / LOG_FILE), RunRecordCallback(claim.run_id), *callbacks],
+        )
+        result = trainer.train(resume_from_checkpoint=claim.checkpoint)
+        metrics = trainer.evaluate() if eval_ids else {}
+        trainer.save_model(str(out))  # weights, config and (processing_class) tokenizer
+    except Exception as err:  # a full or read-only disk hides in torch's writer errors: name it and the folder
+        disguised = as_os_error(err, out)
+        if disguised is None:
+            raise
+        raise write_failure(disguised, out) from err
+    finally:
+        claim.release()
     return {"train": result.metrics, "steps": result.global_step, "eval": metrics}
 
-
-def _hidden_term(args, model, online, source):
-    """The hidden-state term of ``--hidden_loss``, with teacher states from the online teacher or the cache."""
-    from destila.training.hidden import HiddenDistillation
-
-    options = args.hidden_options()
-    if options.hidden_loss is None:
-        return None
-    if online is not None:
-        return HiddenDistillation(options, model, teacher=online.model)
-    layers = getattr(source, "hidden_layers", None)
-    if not layers:
-        raise ValueError(
-            "hidden_loss: this cache holds no teacher hidden states; rebuild it with `destila cache build "
-            "--hidden-layers 6,12 --hidden-dim D`, or train online with --teacher and --data"
-        )
-    return HiddenDistillation(options, model, cached_layers=layers, cached_dim=source.hidden_dim)

@@ -24,7 +24,7 @@ from destila.losses import distill_loss
 from destila.models import check_plain_head, final_hidden_states, output_head
 from destila.targets.online import OnlineTeacher, dense_online_loss
 from destila.losses.options import IGNORE_INDEX
-from destila.training.hidden import HiddenDistillation
+from destila.training.hidden import HiddenDistillation, hidden_term
 
 _STATS = ("soft", "hard", "rows", "agree")
 
@@ -99,6 +99,10 @@ class DistillationTrainer(Trainer):
         if teacher_model is not None:
             teacher = OnlineTeacher(teacher_model, self.args.online_loss, self.args.target_spec())
         self.teacher = teacher.to(self.args.device) if teacher is not None else None
+        if hidden is None:  # built here from the args when the caller did not (TRL-style construction)
+            hidden = hidden_term(self.args.hidden_options(), self.model,
+                                 teacher_model=self.teacher.model if self.teacher is not None else None,
+                                 source=self.train_dataset)
         if hidden is not None and self.args.world_size > 1:
             # Its projections live outside the (DDP-wrapped) model, so their gradients would not be averaged.
             raise ValueError("hidden_loss: hidden-state distillation runs in one process only; launch without "

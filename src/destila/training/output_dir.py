@@ -1,0 +1,281 @@
+"""Owning a training output folder: one writer, one run, resumed only from its own checkpoints.
+
+``destila train -o OUT`` writes checkpoints, ``log.jsonl`` and the final
+model into ``OUT``. Without care, a second run into the same folder
+overwrites the model, appends to the first run's log and leaves the first
+run's ``checkpoint-N`` beside its own, where a later ``--resume`` would pick
+it up. So:
+
+- the folder records its run: ``destila_run.json`` holds a random run id,
+  and every checkpoint gets the same file written *last* (by
+  :class:`RunRecordCallback`), which makes it the checkpoint's completion
+  mark too;
+- a folder that holds a run is refused unless ``resume`` (continue that
+  run) or ``overwrite`` (delete it and start again) is given; a non-empty
+  folder that holds no run is refused outright;
+- ``OUT/.lock`` is an ``flock`` held for the whole run: a second writer fails
+  at once, and the kernel drops the lock when the process dies (even by
+  SIGKILL), so a lock is never stale;
+- resuming takes the newest checkpoint stamped with the folder's run id,
+  deletes newer, unfinished ones, and cuts ``log.jsonl`` back to the steps
+  up to that checkpoint, which the resumed run does not log again: each
+  step appears once.
+
+Under ``torchrun`` only the main process claims, locks and cleans; the
+others only read the result (callers run :func:`claim_output_dir` inside
+``args.main_process_first()``).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from destila.cache.format import write_atomic
+
+RUN_FILE = "destila_run.json"
+LOCK_FILE = ".lock"
+LOG_FILE = "log.jsonl"
+CHECKPOINT_PREFIX = "checkpoint-"
+# Files a run leaves once it has trained (besides checkpoints): their presence means "a run was here".
+# A run record alone (a run that failed before its first step) is not one: the folder is reused.
+_RUN_TRACES = (LOG_FILE, "model.safetensors", "trainer_state.json", "training_args.bin")
+
+
+@dataclass
+class OutputClaim:
+    """What :func:`claim_output_dir` decided: the run id, the checkpoint to resume (or None), the lock."""
+
+    path: Path
+    run_id: str
+    checkpoint: str | None = None
+    resumed_steps: int = 0
+    notes: list[str] = field(default_factory=list)
+    lock: object = None
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
+
+
+def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, overwrite: bool = False,
+                     is_main: bool = True) -> OutputClaim:
+    """Make ``out`` ready for a run: lock it, refuse another run's folder, pick the checkpoint to resume.
+
+    ``resume``: True (the newest checkpoint of this folder's run) or a
+    checkpoint path. Raises ``ValueError``/``FileExistsError`` with the fix
+    when ``out`` cannot be used as asked.
+    """
+    out = Path(out)
+    if resume and overwrite:
+        raise ValueError("train: --resume continues the run in the output folder, --overwrite deletes it; give one")
+    if not is_main:
+        return _follow(out, resume)
+    others = sorted(p.name for p in out.iterdir() if p.name not in (LOCK_FILE, RUN_FILE)) if out.is_dir() else []
+    if others and not _holds_run(out):
+        shown = ", ".join(others[:5])
+        raise FileExistsError(
+            f"train: the output folder is not empty and holds no training run at {out} ({shown}); "
+            "choose a new or empty folder"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    lock = _lock(out)
+    try:
+        claim = _decide(out, resume, overwrite)
+    except BaseException:
+        lock.close()
+        raise
+    claim.lock = lock
+    return claim
+
+
+def _decide(out: Path, resume, overwrite: bool) -> OutputClaim:
+    record = read_run_record(out)
+    if overwrite:
+        for item in out.iterdir():
+            if item.name != LOCK_FILE:
+                shutil.rmtree(item) if item.is_dir() else item.unlink()
+        return _new_run(out, notes=[f"train: deleted the previous run in {out} (--overwrite)"])
+    if not _holds_run(out):
+        return _new_run(out, notes=[f"train: no run to resume in {out}; starting from the beginning"] if resume else [])
+    if not resume:
+        raise FileExistsError(
+            f"train: the output folder already holds a training run at {out} ({_describe_run(out)}); "
+            "pass --resume to continue it, --overwrite to delete it and start again, or choose another -o"
+        )
+    if record is None:
+        raise ValueError(
+            f"train: the run in {out} has no {RUN_FILE} (written by an older destila), so its checkpoints cannot "
+            "be told from another run's; pass --overwrite to start again, or resume with --resume CHECKPOINT"
+        )
+    run_id = record["run_id"]
+    if resume is True:
+        checkpoint = newest_checkpoint(out, run_id)
+        _delete_unfinished_checkpoints(out, run_id, checkpoint)
+    else:
+        checkpoint = str(resume)
+        _check_explicit(Path(checkpoint), out, run_id)
+    steps = _step_of(Path(checkpoint)) if checkpoint else 0
+    cut_log(out / LOG_FILE, steps)
+    notes = [] if checkpoint else [f"train: no complete checkpoint in {out}; starting from the beginning"]
+    return OutputClaim(out, run_id, checkpoint, steps, notes)
+
+
+def _follow(out: Path, resume) -> OutputClaim:
+    """A non-main process: the main process has claimed ``out``; read its decision."""
+    record = read_run_record(out) or {}
+    run_id = record.get("run_id", "")
+    checkpoint = None
+    if resume is True:
+        checkpoint = newest_checkpoint(out, run_id)
+    elif resume:
+        checkpoint = str(resume)
+    return OutputClaim(out, run_id, checkpoint, _step_of(Path(checkpoint)) if checkpoint else 0)
+
+
+def _lock(out: Path):
+    handle = open(out / LOCK_FILE, "a+")
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return handle
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ValueError(
+            f"train: another `destila train` is writing to {out} (its lock {out / LOCK_FILE} is held); "
+            "wait for it to finish, stop it, or choose another -o"
+        ) from None
+    return handle
+
+
+def _new_run(out: Path, notes: list[str]) -> OutputClaim:
+    run_id = uuid.uuid4().hex
+    write_run_record(out, run_id)
+    return OutputClaim(out, run_id, None, 0, notes)
+
+
+def write_run_record(folder: Path, run_id: str, **extra) -> None:
+    payload = {"run_id": run_id, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
+    write_atomic(Path(folder) / RUN_FILE, json.dumps(payload, indent=1).encode())
+
+
+def read_run_record(folder: Path) -> dict | None:
+    try:
+        record = json.loads((Path(folder) / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("run_id"), str) else None
+
+
+def _holds_run(out: Path) -> bool:
+    return any((out / name).exists() for name in _RUN_TRACES) or bool(_checkpoints(out))
+
+
+def _checkpoints(out: Path) -> list[Path]:
+    found = [p for p in out.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and p.name[len(CHECKPOINT_PREFIX):].isdigit()]
+    return sorted(found, key=_step_of)
+
+
+def _step_of(checkpoint: Path) -> int:
+    tail = checkpoint.name[len(CHECKPOINT_PREFIX):]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _finished_by(checkpoint: Path, run_id: str) -> bool:
+    record = read_run_record(checkpoint)
+    return record is not None and record["run_id"] == run_id
+
+
+def newest_checkpoint(out: Path, run_id: str) -> str | None:
+    """The newest ``checkpoint-N`` of run ``run_id`` that was completely written (its run record exists)."""
+    for checkpoint in reversed(_checkpoints(out)):
+        if _finished_by(checkpoint, run_id):
+            return str(checkpoint)
+    return None
+
+
+def _delete_unfinished_checkpoints(out: Path, run_id: str, kept: str | None) -> None:
+    """Checkpoints after ``kept`` (written when the run died) or without this run's stamp are not resumable."""
+    limit = _step_of(Path(kept)) if kept else -1
+    for checkpoint in _checkpoints(out):
+        if _step_of(checkpoint) > limit or not _finished_by(checkpoint, run_id):
+            shutil.rmtree(checkpoint)
+
+
+def _check_explicit(checkpoint: Path, out: Path, run_id: str) -> None:
+    if not (checkpoint / "trainer_state.json").is_file():
+        raise FileNotFoundError(f"train: --resume: no checkpoint at {checkpoint} (no trainer_state.json)")
+    if checkpoint.resolve().parent == out.resolve() and not _finished_by(checkpoint, run_id):
+        raise ValueError(
+            f"train: --resume: the checkpoint at {checkpoint} was not completely written by this folder's run; "
+            "pass --resume alone to take the newest complete one"
+        )
+
+
+def _describe_run(out: Path) -> str:
+    steps = sorted({r["step"] for r in read_log_records(out / LOG_FILE) if "step" in r})
+    checkpoints = [p.name for p in _checkpoints(out)]
+    parts = [f"steps {steps[0]}–{steps[-1]} logged" if steps else "no steps logged"]
+    parts.append(f"checkpoints {', '.join(checkpoints)}" if checkpoints else "no checkpoint")
+    if (out / "model.safetensors").exists():
+        parts.append("a final model")
+    return ", ".join(parts)
+
+
+def read_log_records(path: Path) -> list[dict]:
+    """The JSON lines of ``path`` (a line cut short by a crash is skipped)."""
+    records = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return records
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
+
+
+def cut_log(path: Path, last_step: int) -> None:
+    """Keep the records of steps ``≤ last_step`` (atomically): a resumed run logs the later ones again.
+
+    Naive equivalent: ``[r for r in records if r["step"] <= last_step]``.
+    """
+    if not path.exists():
+        return
+    kept = [r for r in read_log_records(path) if r.get("step", 0) <= last_step]
+    write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept).encode())
+
+
+def write_failure(err: OSError, out: Path) -> OSError:
+    """The error to show when the disk fails mid-run: what happened, where, and that ``--resume`` continues."""
+    what = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+            errno.EROFS: "read-only file system"}.get(err.errno, err.strerror or str(err))
+    return OSError(
+        err.errno, f"{what} at {err.filename or out}; the checkpoints already complete in {out} are intact: "
+        "free space (or make the folder writable), then run the same command with --resume",
+    )
+
+
+class RunRecordCallback(TrainerCallback):
+    """Stamps each checkpoint with the run id, last, so an unfinished checkpoint has no stamp."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            checkpoint = Path(args.output_dir) / f"{CHECKPOINT_PREFIX}{state.global_step}"
+            if checkpoint.is_dir():
+                write_run_record(checkpoint, self.run_id, step=state.global_step)

@@ -1,0 +1,145 @@
+"""Shared pieces of the fault-injection tests: real `destila` processes, small file systems, tiny models.
+
+Every command runs as ``python -m destila …`` in a subprocess with one
+thread, exactly as a user would run it, and every assertion is about what
+the user sees (exit code, the one error line, no traceback) and what is on
+disk afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import make_tiny_model, pydoc_texts, train_tiny_tokenizer
+
+SRC = str(Path(__file__).parents[2] / "src")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+       "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))}
+ENV.pop("DESTILA_DEBUG", None)
+CACHE_ARGS = ["--seq-len", "32", "--max-tokens", "512", "--top-k", "8", "--shard-size", "4", "--quiet"]
+TRAIN_ARGS = ["--per_device_train_batch_size", "4", "--learning_rate", "3e-3", "--lr_scheduler_type", "constant",
+              "--seed", "7", "--logging_steps", "1", "--use_cpu"]
+
+
+def destila(*args, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "destila", *map(str, args)], env=env or ENV, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def build_command(teacher, data, out, *extra) -> list[str]:
+    return ["cache", "build", str(teacher), str(data), "-o", str(out), *CACHE_ARGS, *extra]
+
+
+def train_command(student, cache, out, *extra) -> list[str]:
+    return ["train", str(student), "--cache", str(cache), "-o", str(out), *TRAIN_ARGS, *extra]
+
+
+def error_line(result: subprocess.CompletedProcess, command: str, code: int, *needles: str) -> str:
+    """Assert the failure is one ``destila <command>: error: …`` line (no traceback); return that line."""
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.returncode == code, (result.returncode, result.stderr[-3000:])
+    lines = [line for line in result.stderr.splitlines() if ": error: " in line]
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith(f"destila {command}: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` with its bytes: to assert nothing already written changed."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+class Tmpfs:
+    """A small tmpfs mounted for one test (the tests run as root); skipped where mounting is not permitted."""
+
+    def __init__(self, base: Path):
+        self.base, self.mounts = base, []
+
+    def mount(self, size: str, name: str = "fs") -> Path:
+        point = self.base / name
+        point.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {done.stderr.strip()}")
+        self.mounts.append(point)
+        return point
+
+    @staticmethod
+    def read_only(point: Path) -> None:
+        subprocess.run(["mount", "-o", "remount,ro", str(point)], check=True)
+
+    @staticmethod
+    def free(point: Path) -> int:
+        stats = os.statvfs(point)
+        return stats.f_bavail * stats.f_frsize
+
+    @staticmethod
+    def used(point: Path) -> int:
+        stats = os.statvfs(point)
+        return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+
+    def fill(self, point: Path, leave: int, name: str = "filler") -> Path:
+        """Write a filler file so that about ``leave`` bytes stay free (whole 4 KiB pages)."""
+        filler = point / name
+        filler.unlink(missing_ok=True)
+        size = max(0, self.free(point) - leave)
+        with open(filler, "wb") as handle:
+            handle.write(b"\0" * size)
+        return filler
+
+    def unmount_all(self) -> None:
+        for point in reversed(self.mounts):
+            subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    holder = Tmpfs(tmp_path)
+    yield holder
+    holder.unmount_all()
+
+
+@pytest.fixture(scope="session")
+def wide_vocab_teacher(tmp_path_factory):
+    """A tiny Llama with a 4000-token tokenizer: its tokenizer.json (~0.2 MB) dominates a small cache."""
+    tokenizer = train_tiny_tokenizer(vocab_size=4000)
+    path = tmp_path_factory.mktemp("wide-teacher")
+    make_tiny_model("llama", len(tokenizer), hidden=16, layers=2).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_cache(tiny_llama_dir, tmp_path_factory):
+    """A complete cache of the tiny Llama: 16 sequences of 32 tokens, 4 shards, written by the CLI."""
+    path = tmp_path_factory.mktemp("small-cache") / "cache"
+    result = destila(*build_command(tiny_llama_dir, "pydoc", path))
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+@pytest.fixture(scope="session")
+def train_cache(tiny_llama_dir, tmp_path_factory):
+    """About 200 sequences of 32 tokens: enough for runs of a hundred steps of batch 4."""
+    from destila.cache import build_cache
+
+    path = tmp_path_factory.mktemp("train-cache") / "cache"
+    build_cache(str(tiny_llama_dir), pydoc_texts(6), path, seq_len=32, top_k=16, progress=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def student(tiny_llama_dir, tmp_path_factory):
+    from destila.student import init_student
+
+    path = tmp_path_factory.mktemp("student") / "student"
+    init_student(str(tiny_llama_dir), path, config_overrides={"num_hidden_layers": 2}, seed=1)
+    return path
