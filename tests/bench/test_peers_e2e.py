@@ -47,3 +47,10 @@ def test_ratios_to_the_reference_row():
     assert rows[1]["memory_vs_trl-gkd"] == 0.25 and rows[1]["time_vs_trl-gkd"] == 0.5
     assert rows[1]["heldout_kl_vs_trl-gkd"] == pytest.approx(0.02)
     assert "memory_vs_trl-gkd" not in rows[2]
+
+
+def test_peers_refuses_what_it_would_ignore(capsys):
+    for extra, expected in ((["--peers", "--plot", "x.png"], "--plot"), (["--peers", "trl-gkd,magic"], "magic")):
+        with pytest.raises(SystemExit) as done:
+            cli(["bench", "e2e", *extra])
+        assert done.value.code == 2 and expected in capsys.readouterr().err
