@@ -343,6 +343,25 @@ def targets_caches(records: list[dict]) -> str:
             + command_block("\n".join(commands)))
 
 
+@table("targets-students", "targets_students.jsonl")
+def targets_students(records: list[dict]) -> str:
+    """benchmarks/targets_compare.py students: held-out quality and step time of a student per kind of target."""
+    latest = {r["config"]: r for r in records if r.get("stage") == "students"}
+    online = latest.get("online")
+    rows = []
+    for name, r in latest.items():
+        ratio = f"{r['heldout_kl_to_teacher'] / online['heldout_kl_to_teacher']:.4f}" if online else "–"
+        rows.append([name, f"{r['step_seconds_median']:.1f}", f"{r['heldout_kl_to_teacher']:.4f}", ratio,
+                     f"{r['heldout_perplexity']:.0f}", f"{100 * r['heldout_top1_agreement']:.1f}%"])
+    first = next(iter(latest.values()))
+    header = ["student trained from", "median step (s)", "held-out KL to the teacher (nats/token)", "of online",
+              "held-out perplexity", "top-1 agreement"]
+    return (render_rows(header, rows) + f"\n\n{first['student_layers']}-layer student cut from the teacher, "
+            f"{first['steps']} steps of {first['train_batch_size']} × {first['seq_len']} tokens, learning rate "
+            f"{first['learning_rate']}, seed 0; {first['heldout_tokens']:,} held-out tokens; {first['cpus']} CPUs, "
+            f"torch {first['torch']}, {first['torch_threads']} thread.\n\n" + command_block("python " + first["command"]))
+
+
 @table("demo", "demo/report.json", doc="README.md")
 def demo(report: dict) -> str:
     """`destila demo`: teacher, distilled and cross-entropy-only students on held-out documents."""
@@ -380,6 +399,11 @@ _MARKER = re.compile(r"<!-- table:([a-z0-9-]+) -->\n.*?<!-- /table:\1 -->", re.S
 
 def render_docs(root: Path = ROOT) -> dict[Path, str]:
     """The text every doc with generated tables should have, keyed by its path (nothing is written)."""
+    missing = [f"{RESULTS}/{source} (table {t.name} of {t.doc})" for t in TABLES.values() for source in t.sources
+               if not (root / RESULTS / source).is_file()]
+    if missing:
+        raise FileNotFoundError("no results file " + "; ".join(missing) +
+                                ": commit the benchmark's results (or unregister the table)")
     docs: dict[Path, str] = {}
     for doc in sorted({t.doc for t in TABLES.values()}):
         path = root / doc

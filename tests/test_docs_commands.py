@@ -22,18 +22,19 @@ from destila.cli import main as cli_main
 ROOT = Path(__file__).resolve().parent.parent
 _FENCE = re.compile(r"^\s*```(\w*)\s*$")
 # `torchrun … -m destila ARGS` runs the same command line as `destila ARGS`.
-_ENTRY = re.compile(r"^(?:torchrun\s.*?-m\s+destila|(?:\.venv/bin/)?destila|python\s+-m\s+destila)\s+(.*)$")
+# Output shown in a block ("destila cache: error: …") is not a command: the verb must be a plain word.
+_ENTRY = re.compile(r"^(?:torchrun\s.*?-m\s+destila|(?:\.venv/bin/)?destila|python\s+-m\s+destila)\s+([a-z][a-z-]*(?:\s.*)?)$")
 
 
 def shown_commands(doc: Path) -> list[tuple[int, str]]:
-    """``(line, command)`` for each `destila` command line in the doc's bash blocks (continuations joined)."""
+    """``(line, command)`` for each `destila` command line in the doc's bash/sh blocks (continuations joined)."""
     found, fenced, language, pending, start = [], False, "", "", 0
     for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
         fence = _FENCE.match(line)
         if fence:
             fenced, language = not fenced, fence.group(1) if not fenced else ""
             continue
-        if not fenced or language not in ("bash", "sh", ""):
+        if not fenced or language not in ("bash", "sh", "shell", "console", ""):
             continue
         if not pending:
             start = number

@@ -183,24 +183,39 @@ def load_tokenizer(spec: str, gguf_file: str | None = None):
         raise _hub_error(spec, err) from err
 
 
-def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cpu", dtype=None):
+def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cpu", dtype=None,
+                   device_map: str | None = None, max_memory: str | None = None, offload_folder: str | None = None):
     """A causal LM in eval mode on ``device``; ``dtype=None`` keeps the stored dtype
-    (float32 for GGUF, which transformers dequantises)."""
+    (float32 for GGUF, which transformers dequantises).
+
+    ``device_map="auto"`` (with ``max_memory`` such as ``"0=20GiB,cpu=64GiB"``
+    and ``offload_folder``) spreads a model too large for one device over
+    GPUs, CPU memory and disk (:mod:`destila.placement`); ``device`` is then
+    ignored. ``device="auto"`` means CUDA when present.
+    """
     from transformers import AutoModelForCausalLM
 
+    from destila.placement import load_options, resolve_device
+
+    placement = load_options(device_map, max_memory, offload_folder)
     source, gguf = resolve_source(spec, gguf_file)
     try:
         if gguf:
+            if placement:
+                raise ValueError("device_map: a GGUF teacher is dequantised in memory first; convert it once with "
+                                 "save_pretrained (see docs/scale.md) and pass that folder instead")
             model, _ = _load_gguf(Path(source), gguf)
             if dtype is not None:
                 model = model.to(dtype)
         else:
-            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or "auto")
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or "auto", **placement)
+            if placement:
+                return model.eval()
     except OSError as err:
         if Path(source).exists():
             raise
         raise _hub_error(spec, err) from err
-    return model.to(device).eval()
+    return model.to(resolve_device(device)).eval()
 
 
 def decoder_of(model):
@@ -209,6 +224,8 @@ def decoder_of(model):
     Naive equivalent: ``model(input_ids, output_hidden_states=True).hidden_states[-1]``
     without ever materialising the ``[B, T, V]`` logits.
     """
+    if hasattr(model, "get_base_model"):  # a PEFT model: its base_model is the tuner, not the decoder
+        model = model.get_base_model()
     decoder = getattr(model, "base_model", None)
     if decoder is None or decoder is model:
         raise ValueError(f"model: {type(model).__name__} exposes no base model producing hidden states")
@@ -300,15 +317,22 @@ def weight_fingerprint(model, sample: int = 4096) -> str:
     """
     import torch
 
-    digest = hashlib.sha256()
+    from destila.placement import offloaded_state
+
+    pieces = {}
     with torch.no_grad():
-        for name, tensor in sorted(model.state_dict().items()):
+        # offloaded_state brings weights offloaded to CPU/disk back while each
+        # is read, so a device-mapped teacher has the same fingerprint.
+        for name, tensor in offloaded_state(model):
             flat = tensor.detach().reshape(-1)
             head = flat[:sample].float().cpu()
             tail = flat[-sample:].float().cpu()
-            digest.update(f"{name}{tuple(tensor.shape)}{flat.double().sum().item():.10e}".encode())
-            digest.update(head.numpy().tobytes())
-            digest.update(tail.numpy().tobytes())
+            pieces[name] = (f"{name}{tuple(tensor.shape)}{flat.double().sum().item():.10e}".encode(),
+                            head.numpy().tobytes(), tail.numpy().tobytes())
+    digest = hashlib.sha256()
+    for name in sorted(pieces):
+        for part in pieces[name]:
+            digest.update(part)
     return digest.hexdigest()[:16]
 
 

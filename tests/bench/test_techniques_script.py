@@ -12,6 +12,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "techniques.py"
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # about 30 destila commands, each a fresh process
 def test_every_technique_row_runs(tiny_llama_dir, tmp_path):
     out = tmp_path / "bench"
     command = [sys.executable, str(SCRIPT), "--out", str(out), "--teacher", str(tiny_llama_dir), "--layers", "2",

@@ -178,3 +178,20 @@ def test_verify_names_non_finite_hidden_states(hidden_cache, tmp_path):
     write_manifest(copy, manifest)
     report = verify_cache(copy)
     assert not report.ok and any("non-finite stored teacher hidden-state values" in f for f in report.faults)
+
+
+def test_trainer_builds_the_hidden_term_from_its_args(tiny_llama_dir, hidden_cache, tmp_path):
+    """DistillationTrainer(cache=...) with --hidden_loss in its args: the term is built, never ignored."""
+    from destila.student import init_student
+    from destila.training import DistillationArguments
+    from destila.training.trainer import DistillationTrainer
+
+    init_student(str(tiny_llama_dir), tmp_path / "student", layers=2)
+    student = AutoModelForCausalLM.from_pretrained(tmp_path / "student")
+    args = DistillationArguments(output_dir=str(tmp_path / "o"), hidden_loss="cosine", report_to="none")
+    trainer = DistillationTrainer(model=student, args=args, cache=TopKCache(hidden_cache))
+    assert trainer.hidden is not None and trainer.hidden.pairs == [(0, 0), (1, 2)]
+    plain = tmp_path / "plain"
+    assert cli(["cache", "build", str(tiny_llama_dir), "pydoc", "-o", str(plain), *SMALL]) == 0
+    with pytest.raises(ValueError, match="hold no teacher hidden states"):
+        DistillationTrainer(model=student, args=args, cache=TopKCache(plain))

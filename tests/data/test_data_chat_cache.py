@@ -90,12 +90,19 @@ def assert_mask_is_the_assistant_tokens(cache, tokenizer):
         assert torch.isneginf(item["topk_logprobs"][~mask]).all()  # read back as -inf: nothing stored there
         checked += int(mask.sum())
     assert checked > 200
-    assert inspect_cache(cache.path)["stored_entries"] == checked * cache.manifest.top_k  # the shards hold no more
+    summary = inspect_cache(cache.path)
+    assert summary["stored_entries"] == checked * cache.manifest.top_k  # the shards hold no more
+    assert summary["trained_positions"] == checked and summary["data"]["spec"]["loss_on"] == "assistant"
+    assert summary["trained_fraction"] == checked / (len(cache) * SEQ_LEN) < 0.5
 
 
 def test_chat_cache_mask_is_exactly_the_assistant_tokens(tiny_chat_llama_dir, tiny_chat_tokenizer, tmp_path, capsys):
     cache = build_chat_cache(tiny_chat_llama_dir, tmp_path, capsys, ["--top-k", "8", "--batch-size", "4"])
     assert_mask_is_the_assistant_tokens(cache, tiny_chat_tokenizer)
+    with pytest.raises(SystemExit):
+        main(["cache", "inspect", str(cache.path)])
+    shown = capsys.readouterr().out
+    assert "messages 'messages', loss on assistant, packing documents" in shown and "trained " in shown
 
 
 def test_training_moves_only_assistant_positions(tiny_chat_llama_dir, tiny_chat_tokenizer, tmp_path, capsys):

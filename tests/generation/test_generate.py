@@ -202,7 +202,8 @@ def test_documented_commands(chat_teacher, tmp_path, monkeypatch):
     commands = [
         f"destila generate {chat_teacher} prompts.jsonl -o answers.jsonl --max-new-tokens 128 "
         "--temperature 0.7 --top-p 0.9 --num-return-sequences 2 --seed 0",
-        f"destila cache build {chat_teacher} answers.jsonl --text-field text --seq-len 256 -o cache-generated",
+        f"destila cache build {chat_teacher} answers.jsonl --messages-field messages --seq-len 256 -o cache-generated",
+        f"destila cache build {chat_teacher} answers.jsonl --text-field text --seq-len 256 -o cache-generated-text",
     ]
     for command in commands:
         with pytest.raises(SystemExit) as done:
@@ -210,3 +211,12 @@ def test_documented_commands(chat_teacher, tmp_path, monkeypatch):
         assert done.value.code == 0, command
     assert len((tmp_path / "answers.jsonl").read_text().splitlines()) == 12
     assert read_manifest(tmp_path / "cache-generated").complete
+    assert read_manifest(tmp_path / "cache-generated-text").complete
+    # The conversation cache trains the answers only: fewer trained positions than the plain-text one.
+    from destila.cache import TopKCache
+
+    def trained(folder):
+        cache = TopKCache(tmp_path / folder)
+        return sum(int((cache[i]["labels"] != -100).sum()) for i in range(len(cache)))
+
+    assert 0 < trained("cache-generated") < trained("cache-generated-text")

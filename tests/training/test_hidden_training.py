@@ -84,7 +84,7 @@ def test_hidden_loss_needs_a_cache_with_hidden_states(narrow_student, tiny_cache
         main(["train", str(narrow_student), "--cache", str(tiny_cache), "-o", str(tmp_path / "o"),
               "--hidden-loss", "mse", "--max_steps", "1"])
     assert done.value.code == 2
-    assert "holds no teacher hidden states" in capsys.readouterr().err
+    assert "hold no teacher hidden states" in capsys.readouterr().err
 
 
 def test_documented_online_command(tiny_llama_dir, tmp_path, monkeypatch):

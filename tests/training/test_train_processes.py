@@ -19,7 +19,7 @@ def train_command(student, cache, out, *extra):
     return [
         sys.executable, "-m", "destila", "train", str(student), "--cache", str(cache), "-o", str(out),
         "--per_device_train_batch_size", "4", "--learning_rate", "3e-3", "--lr_scheduler_type", "constant",
-        "--seed", "7", "--logging_steps", "1", "--use_cpu", *extra,
+        "--seed", "7", "--logging_steps", "1", *extra,
     ]
 
 

@@ -147,6 +147,9 @@ class Manifest:
     shards: list[ShardInfo] = field(default_factory=list)
     destila_version: str = ""
     extras: dict | None = None  # several teachers, stored hidden states (destila.cache.extras)
+    # The data spec the sequences were made with (kind, fields, loss_on, packing, split, subset, streaming);
+    # informative: ids_fingerprint already covers every token, position and mask it decides.
+    data: dict | None = None
     tokenizer_files: dict[str, str] = field(default_factory=dict)  # tokenizer/ file → sha256 (tokenizer_files.py)
 
     @property
@@ -197,7 +200,8 @@ class Manifest:
                 "rebuild the cache with this version or use the destila that wrote it"
             )
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = sorted(names - set(raw) - {"complete", "shards", "destila_version", "extras", "tokenizer_files"})
+        missing = sorted(names - set(raw) - {"complete", "shards", "destila_version", "extras", "data",
+                                              "tokenizer_files"})
         if missing:
             raise ValueError(f"{where}: manifest lacks the fields {', '.join(missing)}; the file is damaged")
         values = {k: v for k, v in raw.items() if k in names}

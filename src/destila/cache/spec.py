@@ -16,6 +16,7 @@ from typing import Sequence
 
 from destila.cache.extras import TeacherExtras
 from destila.cache.format import ENCODINGS, LOGPROB_DTYPES
+from destila.placement import DEVICE_MAPS
 from destila.targets.spec import TargetSpec
 
 TEACHER_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -27,7 +28,7 @@ class BuildSpec:
 
     Only :data:`~destila.cache.format.CONTENT_FIELDS`-relevant fields
     (teacher, data, sequence length, targets, encoding, dtypes) change what
-    is stored; ``batch_size``, ``device``, ``shard_size`` and
+    is stored; ``batch_size``, ``device`` (and the device map), ``shard_size`` and
     ``targets.head_chunk_rows`` may differ between a build and its resume.
     """
 
@@ -52,7 +53,14 @@ class BuildSpec:
     logprob_dtype: str = field(default="float16", metadata={
         "help": "storage dtype of the top-K log-probs in the plain encoding", "choices": LOGPROB_DTYPES})
     batch_size: int = field(default=8, metadata={"help": "sequences per teacher forward"})
-    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, …"})
+    device: str = field(default="auto", metadata={"help": "auto (CUDA when present, else CPU), cpu, cuda, cuda:1, …"})
+    device_map: str | None = field(default=None, metadata={
+        "help": "spread a teacher too large for one device: auto (GPUs in order, then CPU memory, then disk; "
+                "accelerate big-model inference); --device is then ignored", "choices": list(DEVICE_MAPS)})
+    max_memory: str | None = field(default=None, metadata={
+        "help": "with --device-map: memory per device, e.g. 0=20GiB,1=20GiB,cpu=64GiB; the rest goes to disk"})
+    offload_folder: str | None = field(default=None, metadata={
+        "help": "with --device-map: folder for the layers offloaded to disk"})
     dtype: str = field(default="auto", metadata={
         "help": "teacher weights dtype ('auto': as stored)", "choices": TEACHER_DTYPES})
     shard_size: int = field(default=128, metadata={"help": "sequences per shard file"})

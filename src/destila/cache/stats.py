@@ -44,6 +44,7 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
     shard_bytes = sum(s.bytes for s in m.shards)
     stored_tokens = m.stored_sequences * m.seq_len
     entries = _stored_entries(path, m)
+    trained_count = _trained_positions(path, m)
     folder_bytes = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     summary = {
         "path": str(path),
@@ -73,7 +74,10 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
             "path": str(path / TOKENIZER_DIR), "class": _tokenizer_class(path / TOKENIZER_DIR),
             "size": m.tokenizer_size, "eos_token_id": m.eos_token_id, "fingerprint": m.tokenizer_fingerprint,
         },
-        "data": {"source": m.data_source, "text_field": m.text_field, "fingerprint": m.data_fingerprint},
+        "data": {"source": m.data_source, "text_field": m.text_field, "fingerprint": m.data_fingerprint,
+                 "spec": m.data},
+        "trained_positions": trained_count,
+        "trained_fraction": trained_count / stored_tokens if stored_tokens else None,
     }
     hidden = (m.extras or {}).get("hidden")
     if m.extras:
@@ -121,6 +125,23 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
     return summary
 
 
+def _trained_positions(path: Path, m) -> int:
+    """Positions with a target (the loss mask's count) over all stored shards."""
+    from safetensors import safe_open
+
+    from destila.cache.rows import ShardRows
+
+    total = 0
+    for shard in m.shards:
+        with safe_open(str(path / shard.name), framework="pt") as handle:
+            if "loss_mask" in handle.keys():
+                total += int(handle.get_tensor("loss_mask").sum())
+                continue
+            reader = ShardRows(handle, m, shard)
+            total += sum(int((reader.item(r)["labels"] != IGNORE_INDEX).sum()) for r in range(shard.rows))
+    return total
+
+
 def _stored_entries(path: Path, m) -> int:
     """Target entries stored in all shards: trained positions × K, or the distinct ids of sampled targets."""
     from destila.cache.shard_check import open_checked_shard
@@ -156,6 +177,16 @@ def _targets_line(summary: dict) -> str:
     return f"top-K K={targets['top_k']} of V={summary['vocab_size']:,}{dtype}"
 
 
+def _data_line(data: dict) -> str:
+    spec = data.get("spec")
+    if not spec:
+        return f"field {data['text_field']!r}"
+    field_names = {"messages_field": "messages", "prompt_field": "prompt", "completion_field": "completion"}
+    named = [f"{label} {spec[key]!r}" for key, label in field_names.items() if spec.get(key)]
+    named = named or [f"text {spec.get('text_field')!r}"]
+    return f"{', '.join(named)}, loss on {spec.get('loss_on')}, packing {spec.get('packing')}"
+
+
 def format_summary(summary: dict) -> str:
     """The human-readable form printed by ``destila cache inspect``."""
     lines = [
@@ -176,9 +207,12 @@ def format_summary(summary: dict) -> str:
         f"{summary['teacher']['dtype']}, weights {summary['teacher']['weight_fingerprint']})",
         f"tokenizer      {summary['tokenizer']['class']} ({summary['tokenizer']['size']:,} tokens, "
         f"fingerprint {summary['tokenizer']['fingerprint']}) in {summary['tokenizer']['path']}",
-        f"data           {summary['data']['source']} (field {summary['data']['text_field']!r}, "
+        f"data           {summary['data']['source']} ({_data_line(summary['data'])}, "
         f"fingerprint {summary['data']['fingerprint']})",
     ]
+    if summary["trained_fraction"] is not None:
+        lines.append(f"trained        {summary['trained_positions']:,} positions, {summary['trained_fraction']:.1%} "
+                     "of the stored tokens (the rest: other turns, prompts, document ends, padding)")
     stats = summary.get("stats")
     if stats:
         lines.append(f"top-K mass     mean Σp = {stats['topk_mass_mean']:.4f} over {stats['positions']:,} positions")

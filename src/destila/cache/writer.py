@@ -12,10 +12,12 @@ file), so a build killed at any instant resumes from its last recorded shard.
 
 Naive equivalent (one process, everything in memory)::
 
-    packed = pack_documents(load_texts(data), tokenizer, seq_len)
-    logp = torch.log_softmax(model(packed).logits.float() / temperature, -1)   # [S, L, V]
-    topk_logprobs, topk_ids = logp[:, :-1].topk(k, -1)                        # trained positions only
-    tail_logmass = logp[:, :-1].scatter(-1, topk_ids, -inf).logsumexp(-1)
+    rows = packed_source(DataSpec(data, seq_len=seq_len), tokenizer)          # destila.data
+    batch = rows.rows(range(len(rows)))                                       # input_ids, position_ids, loss_mask
+    logits = model(batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
+    logp = torch.log_softmax(logits.float() / temperature, -1)[batch["loss_mask"]]   # trained positions only
+    topk_logprobs, topk_ids = logp.topk(k, -1)
+    tail_logmass = logp.scatter(-1, topk_ids, -inf).logsumexp(-1)
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from destila.cache.resume import (
 )
 from destila.cache.spec import BuildSpec
 from destila.cache.tokenizer_files import copy_tokenizer
+from destila.placement import resolve_device
 
 log = logging.getLogger("destila.cache")
 
@@ -95,7 +98,7 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
     elif data is not None or output is not None or options:
         raise ValueError("build_cache: pass either a BuildSpec or (teacher, data, output, **options), not both")
     output = spec.output
-    group, device = distributed.join(spec.device)
+    group, device = distributed.join(resolve_device(spec.device))
     lock = None
     try:
         lock, manifest, source, model = _prepare(group, spec, device)
@@ -190,7 +193,8 @@ def _prepare(group, spec: BuildSpec, device):
         import transformers
 
         transformers.utils.logging.disable_progress_bar()  # its weight-loading bar, in logs, is noise
-    model = load_causal_lm(spec.teacher, gguf_file=spec.gguf_file, device=device, dtype=torch_dtype)
+    model = load_causal_lm(spec.teacher, gguf_file=spec.gguf_file, device=device, dtype=torch_dtype,
+                           device_map=spec.device_map, max_memory=spec.max_memory, offload_folder=spec.offload_folder)
     check_plain_head(model)
     _check_fits(model, source, spec)
     weight, _ = output_head(model)
@@ -207,7 +211,8 @@ def _prepare(group, spec: BuildSpec, device):
         teacher_weight_fingerprint=weight_fingerprint(model),
         teacher_dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         tokenizer_size=len(tokenizer), eos_token_id=int(tokenizer.eos_token_id), vocab_size=int(weight.shape[0]),
-        data_source=description, tokens=len(source) * spec.seq_len, destila_version=__version__, **fields,
+        data_source=description, tokens=len(source) * spec.seq_len, destila_version=__version__,
+        data=source.spec.describe() if hasattr(source, "spec") else None, **fields,
     )
     error = None
     if group.is_main:
@@ -260,13 +265,14 @@ def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report)
     import torch
     from tqdm.auto import tqdm
 
-    from destila.models import decoder_of, output_head
+    from destila.models import decoder_of
+    from destila.placement import head_weights, input_device
 
     teachers = model if hasattr(model, "positions") else None  # a TeacherSet (destila.cache.extras)
     model = teachers.models[0] if teachers is not None else model
     decoder = decoder_of(model)
-    weight, bias = output_head(model)
-    device, output, seq_len = weight.device, spec.output, manifest.seq_len
+    # A device-mapped teacher may keep its head on CPU or disk between uses.
+    device, output, seq_len = input_device(model), spec.output, manifest.seq_len
     groups = [mine[i : i + spec.shard_size] for i in range(0, len(mine), spec.shard_size)]
     bar = tqdm(
         total=len(mine) * seq_len, unit="tok", unit_scale=True, dynamic_ncols=True,
@@ -295,7 +301,9 @@ def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report)
                 _sync(device)
                 middle = time.perf_counter()
                 mask = stacked["loss_mask"]
-                targets = _head(hidden[mask.to(device)], weight, bias, manifest, spec, batch, mask)
+                with head_weights(model) as (weight, bias):
+                    targets = _head(hidden[mask.to(hidden.device)].to(weight.device), weight, bias, manifest, spec,
+                                    batch, mask)
                 _sync(device)
                 report.forward_seconds += middle - began
                 report.head_seconds += time.perf_counter() - middle

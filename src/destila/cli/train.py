@@ -33,9 +33,11 @@ def register(subparsers) -> None:
 def build_parser():
     from transformers import HfArgumentParser
 
+    from destila.placement import DEVICE_MAPS
     from destila.training import DistillationArguments
+    from destila.training.peft_student import LoraArguments
 
-    parser = HfArgumentParser(DistillationArguments, prog="destila train", description=DESCRIPTION,
+    parser = HfArgumentParser([DistillationArguments, LoraArguments], prog="destila train", description=DESCRIPTION,
                               usage="destila train STUDENT (--cache CACHE | --teacher TEACHER --data DATA) "
                                     "-o OUT [--config FILE] [options]")
     parser.add_argument("student", help="student folder (e.g. from `destila student init`)")
@@ -47,6 +49,10 @@ def build_parser():
     source.add_argument("--teacher-gguf-file", help="online: GGUF file name inside the teacher folder")
     source.add_argument("--data", help="online: 'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets hub name")
     add_fields(parser.add_argument_group("online data (with --data)"), DataSpec, exclude=("source",))
+    source.add_argument("--teacher-device-map", choices=list(DEVICE_MAPS),
+                        help="online: spread a teacher too large for one device (accelerate big-model inference)")
+    source.add_argument("--teacher-max-memory", help="online, with --teacher-device-map: e.g. 0=20GiB,cpu=64GiB")
+    source.add_argument("--teacher-offload-folder", help="online, with --teacher-device-map: folder for layers on disk")
     parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
                         help="continue the run in the output folder from its newest complete checkpoint, "
                              "or from CHECKPOINT")
@@ -107,18 +113,26 @@ def parse(argv: list[str]):
 
 
 def run(argv: list[str]) -> int:
+    import dataclasses
+
     from destila.training import train_student
+    from destila.training.peft_student import LoraArguments
 
     args, training_args = parse(argv)
+    lora = LoraArguments(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LoraArguments)})
     out = training_args.output_dir
     result = train_student(
         args.student, out, training_args,
         cache=args.cache, teacher=args.teacher, teacher_gguf_file=args.teacher_gguf_file, resume=args.resume,
         data=DataSpec(args.data, **values_of(args, DataSpec, exclude=("source",))) if args.data is not None else None,
+        lora=lora, teacher_placement=dict(device_map=args.teacher_device_map, max_memory=args.teacher_max_memory,
+                                          offload_folder=args.teacher_offload_folder),
     )
     if training_args.process_index == 0:
         if result["eval"]:
             print("held-out: " + ", ".join(f"{k.removeprefix('eval_')} {v:.4g}" for k, v in result["eval"].items()
                                            if isinstance(v, float)))
-        print(f"student saved to {out}")
+        print(f"{'adapter' if lora.enabled else 'student'} saved to {out}")
+        if result["merged"]:
+            print(f"merged student saved to {result['merged']}")
     return 0

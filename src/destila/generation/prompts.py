@@ -80,9 +80,12 @@ def _load_file(path: Path, prompt_field: str, messages_field: str) -> list[Promp
     if suffix not in _ROW_FORMATS:
         raise ValueError(f"prompts: unknown format {suffix or '(no suffix)'} for {path}; "
                          "expected .txt (one prompt per line), .jsonl, .json or .parquet")
-    from destila.data import _load_with_builder
+    import datasets
 
-    rows = _load_with_builder(_ROW_FORMATS[suffix], [path])
+    from destila.data.sources import quiet_datasets
+
+    with quiet_datasets():
+        rows = datasets.load_dataset(_ROW_FORMATS[suffix], data_files=[str(path)], split="train")
     if messages_field in rows.column_names:
         column = messages_field
     elif prompt_field in rows.column_names:

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 from destila.targets.head import teacher_topk
 from destila.losses.options import IGNORE_INDEX
-from destila.models import check_plain_head, decoder_of, output_head
+from destila.models import check_plain_head, decoder_of
+from destila.placement import head_weights, input_device
 from destila.targets.spec import TargetSpec
 
 
@@ -81,18 +82,29 @@ class OnlineTeacher:
         self.mode, self.spec = mode, spec or TargetSpec()
 
     def to(self, device):
-        self.model.to(device)
+        if getattr(self.model, "hf_device_map", None) is None:  # a device-mapped teacher stays where it was put
+            self.model.to(device)
         return self
 
     @torch.no_grad()
     def targets(self, input_ids, layers=(), **model_inputs) -> dict:
         """``{"teacher_logits" [B, T, V]}`` (dense) or the cache's top-K fields (topk); with ``layers``,
-        also ``teacher_layers``: ``{layer: [B, T, H]}``, those decoder layers' outputs."""
+        also ``teacher_layers``: ``{layer: [B, T, H]}``, those decoder layers' outputs. On ``input_ids``' device."""
+        device = input_device(self.model)  # a device-mapped teacher takes its inputs where its embedding runs
+        moved = {key: value.to(device) if torch.is_tensor(value) else value for key, value in model_inputs.items()}
+        with head_weights(self.model) as (weight, bias):  # brought in from CPU/disk if offloaded
+            found = self._targets(weight, bias, input_ids.to(device), layers, **moved)
+        back = {key: value.to(input_ids.device) for key, value in found.items() if torch.is_tensor(value)}
+        if "teacher_layers" in found:
+            back["teacher_layers"] = {k: v.to(input_ids.device) for k, v in found["teacher_layers"].items()}
+        return back
+
+    def _targets(self, weight, bias, input_ids, layers, **model_inputs) -> dict:
         from destila.targets.layers import capture_layer_outputs
 
-        weight, bias = output_head(self.model)
         with capture_layer_outputs(self.model, layers) as captured:
             hidden = decoder_of(self.model)(input_ids=input_ids, use_cache=False, **model_inputs).last_hidden_state
+        hidden = hidden.to(weight.device)
         extra = {"teacher_layers": captured} if layers else {}
         if self.mode == "dense":
             logits = hidden.float() @ weight.float().T

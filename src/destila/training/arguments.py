@@ -26,6 +26,7 @@ from transformers import TrainingArguments
 from destila.losses.options import LossOptions
 from destila.targets.spec import TargetSpec
 from destila.training.hidden import HiddenLossOptions
+from destila.training.engines import check_engine, choose_device
 
 ONLINE_LOSSES = ("dense", "topk")
 # ignore_index is the data path's business (every collate writes IGNORE_INDEX).
@@ -101,11 +102,9 @@ def _post_init(self) -> None:
     self.target_spec()
     self.hidden_options()
     _check_reporters(self.report_to)
-    import torch
-
-    if not torch.cuda.is_available():
-        self.dataloader_pin_memory = False  # pinning needs an accelerator; on CPU it only warns
+    choose_device(self)  # CPU-only machines: use_cpu, so torchrun gives DDP over gloo and bf16 is accepted
     TrainingArguments.__post_init__(self)
+    check_engine(self)
 
 
 def _check_reporters(report_to) -> None:

@@ -48,6 +48,30 @@ class StopAfterSeconds(TrainerCallback):
             control.should_save = True
 
 
+class EngineReport(TrainerCallback):
+    """At the start of training, rank 0 prints and logs which engine really runs.
+
+    The line ``{"engine": "ddp", "world_size": 2, "backend": "gloo", ...}`` is
+    the first record of ``log.jsonl``, so a run that was meant to be
+    distributed and is not shows it in its own log.
+    """
+
+    def __init__(self, trainer, path: str | Path):
+        self.trainer, self.path = trainer, Path(path)
+        self.engine: dict = {}
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        from destila.training.engines import describe_engine
+
+        self.engine = describe_engine(self.trainer, model)
+        if not state.is_world_process_zero:
+            return
+        print("train: " + ", ".join(f"{k} {v}" for k, v in self.engine.items()), flush=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as handle:
+            handle.write(json.dumps({"step": state.global_step, "time": time.time(), **self.engine}) + "\n")
+
+
 def read_training_log(path: str | Path) -> list[dict]:
     """The training records of a ``log.jsonl`` (the last one per step; evaluation records dropped)."""
     records = {}

@@ -129,3 +129,20 @@ class HiddenDistillation:
             return False
         self.module.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         return True
+
+
+def hidden_term(options: HiddenLossOptions, model, *, teacher_model=None, source=None) -> HiddenDistillation | None:
+    """The hidden-state term ``options`` ask for (None when ``hidden_loss`` is off), with teacher states from
+    ``teacher_model`` (online) or from ``source``, a cache built with ``--hidden-layers`` (offline)."""
+    if options.hidden_loss is None:
+        return None
+    if teacher_model is not None:
+        return HiddenDistillation(options, model, teacher=teacher_model)
+    source = getattr(source, "source", source)  # a Subset of the cache
+    layers = getattr(source, "hidden_layers", None)
+    if not layers:
+        raise ValueError(
+            "hidden_loss: the targets hold no teacher hidden states; build the cache with `destila cache build "
+            "--hidden-layers 6,12 --hidden-dim D`, or train online with a teacher"
+        )
+    return HiddenDistillation(options, model, cached_layers=layers, cached_dim=source.hidden_dim)

@@ -9,9 +9,11 @@ from destila.fs_errors import as_os_error
 from destila.models import load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
 from destila.targets.spec import check_training_temperature
 from destila.training.arguments import DistillationArguments
-from destila.training.callbacks import JsonlLogCallback
+from destila.training.hidden import hidden_term
+from destila.training.callbacks import EngineReport, JsonlLogCallback
 from destila.data import DataSpec, collate, packed_source, texts_source
 from destila.training.datasets import Subset, split_indices
+from destila.training.peft_student import MERGED_DIR, LoraArguments, merge_adapter, with_adapters
 from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir, write_failure
 
 
@@ -62,13 +64,20 @@ def train_student(
     text_field: str = "text",
     resume: bool | str | None = None,
     callbacks: tuple = (),
+    lora: LoraArguments | None = None,
+    teacher_placement: dict | None = None,
 ) -> dict:
     """Train ``student`` from ``cache`` (offline) or from ``teacher`` on ``data`` (online).
 
     Writes checkpoints and ``log.jsonl`` into ``out`` and, at the end, the
     student (safetensors, config, tokenizer) loadable with
-    ``AutoModelForCausalLM.from_pretrained(out)``. Returns
-    ``{"train": Trainer metrics, "steps": optimizer steps, "eval": held-out metrics or {}}``.
+    ``AutoModelForCausalLM.from_pretrained(out)``; with ``lora`` adapters
+    enabled, the adapter instead (``PeftModel.from_pretrained``), and with
+    ``lora.merge`` also ``out/merged``, the plain merged model.
+    ``teacher_placement`` (online only) holds :func:`destila.models.load_causal_lm`'s
+    ``device_map``/``max_memory``/``offload_folder`` for a teacher larger than one device.
+    Returns ``{"train": Trainer metrics, "steps": optimizer steps, "eval": held-out metrics or {},
+    "engine": what ran (:func:`destila.training.engines.describe_engine`), "merged": folder or None}``.
 
     ``out`` is claimed by :func:`~destila.training.output_dir.claim_output_dir`:
     a folder holding another run is refused unless ``resume`` (continue it
@@ -99,7 +108,7 @@ def train_student(
             seq_len=source.seq_len, allow_tokenizer_mismatch=args.allow_tokenizer_mismatch,
         )
     else:
-        teacher_model = load_causal_lm(teacher, gguf_file=teacher_gguf_file)
+        teacher_model = load_causal_lm(teacher, gguf_file=teacher_gguf_file, **(teacher_placement or {}))
         tokenizer = load_tokenizer(teacher, gguf_file=teacher_gguf_file)
         if isinstance(data, (list, tuple)):
             source = texts_source(list(data), tokenizer, seq_len=seq_len, max_tokens=max_tokens)
@@ -116,7 +125,10 @@ def train_student(
             allow_tokenizer_mismatch=args.allow_tokenizer_mismatch, source="teacher",
         )
         online = OnlineTeacher(teacher_model, args.online_loss, args.target_spec())
-    hidden = _hidden_term(args, model, online, source)
+    if lora is not None and lora.enabled:
+        model = with_adapters(model, lora)
+    hidden = hidden_term(args.hidden_options(), model, teacher_model=online.model if online else None,
+                         source=source)
     train_ids, eval_ids = split_indices(len(source), args.eval_fraction)
     with args.main_process_first(desc="claiming the output folder"):
         claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0)
@@ -134,9 +146,17 @@ def train_student(
             hidden=hidden,
             callbacks=[JsonlLogCallback(out / LOG_FILE), RunRecordCallback(claim.run_id), *callbacks],
         )
+        engine = EngineReport(trainer, out / LOG_FILE)
+        trainer.add_callback(engine)
         result = trainer.train(resume_from_checkpoint=claim.checkpoint)
         metrics = trainer.evaluate() if eval_ids else {}
-        trainer.save_model(str(out))  # weights, config and (processing_class) tokenizer
+        trainer.save_model(str(out))  # weights (or the adapter), config and (processing_class) tokenizer
+        merged = None
+        if lora is not None and lora.merge:
+            merged = out / MERGED_DIR
+            if trainer.is_world_process_zero():
+                merge_adapter(out, student, merged)
+            trainer.accelerator.wait_for_everyone()
     except Exception as err:  # a full or read-only disk hides in torch's writer errors: name it and the folder
         disguised = as_os_error(err, out)
         if disguised is None:
@@ -144,22 +164,6 @@ def train_student(
         raise write_failure(disguised, out) from err
     finally:
         claim.release()
-    return {"train": result.metrics, "steps": result.global_step, "eval": metrics}
+    return {"train": result.metrics, "steps": result.global_step, "eval": metrics, "engine": engine.engine,
+            "merged": str(merged) if merged else None}
 
-
-def _hidden_term(args, model, online, source):
-    """The hidden-state term of ``--hidden_loss``, with teacher states from the online teacher or the cache."""
-    from destila.training.hidden import HiddenDistillation
-
-    options = args.hidden_options()
-    if options.hidden_loss is None:
-        return None
-    if online is not None:
-        return HiddenDistillation(options, model, teacher=online.model)
-    layers = getattr(source, "hidden_layers", None)
-    if not layers:
-        raise ValueError(
-            "hidden_loss: this cache holds no teacher hidden states; rebuild it with `destila cache build "
-            "--hidden-layers 6,12 --hidden-dim D`, or train online with --teacher and --data"
-        )
-    return HiddenDistillation(options, model, cached_layers=layers, cached_dim=source.hidden_dim)

@@ -1,8 +1,10 @@
 """`DistillationTrainer`: a `transformers.Trainer` whose loss is the distillation loss.
 
-The student's decoder produces hidden states; its output head's weight (and
-bias) go straight into :func:`destila.distill_loss`, so with the default
-``impl="fused"`` the ``[B, T, V]`` student logits never exist. Targets
+The student runs its ordinary forward, and its output head, instead of
+logits, returns :func:`destila.distill_loss` of the hidden states it is given
+against its own weight (and bias) (:mod:`destila.training.head_loss`), so
+with the default ``impl="fused"`` the ``[B, T, V]`` student logits never
+exist and sharded engines gather the head's weight as for any forward. Targets
 come from the batch (a cache) or from an :class:`OnlineTeacher`.
 
 Normalisation: the Trainer counts the valid labels of the whole accumulated
@@ -20,11 +22,12 @@ from pathlib import Path
 import torch
 from transformers import Trainer
 
-from destila.losses import distill_loss
-from destila.models import check_plain_head, final_hidden_states, output_head
-from destila.targets.online import OnlineTeacher, dense_online_loss
 from destila.losses.options import IGNORE_INDEX
-from destila.training.hidden import HiddenDistillation
+from destila.models import check_plain_head
+from destila.targets.online import OnlineTeacher, dense_online_loss
+from destila.training.engines import enable_cpu_fsdp
+from destila.training.head_loss import distill_through_forward
+from destila.training.hidden import HiddenDistillation, hidden_term
 
 _STATS = ("soft", "hard", "rows", "agree")
 
@@ -99,6 +102,10 @@ class DistillationTrainer(Trainer):
         if teacher_model is not None:
             teacher = OnlineTeacher(teacher_model, self.args.online_loss, self.args.target_spec())
         self.teacher = teacher.to(self.args.device) if teacher is not None else None
+        if hidden is None:  # built here from the args when the caller did not (TRL-style construction)
+            hidden = hidden_term(self.args.hidden_options(), self.model,
+                                 teacher_model=self.teacher.model if self.teacher is not None else None,
+                                 source=self.train_dataset)
         if hidden is not None and self.args.world_size > 1:
             # Its projections live outside the (DDP-wrapped) model, so their gradients would not be averaged.
             raise ValueError("hidden_loss: hidden-state distillation runs in one process only; launch without "
@@ -110,6 +117,10 @@ class DistillationTrainer(Trainer):
         self.model_accepts_loss_kwargs = True
         self._loss_shifts_labels = False
         self._window = torch.zeros(len(_STATS), dtype=torch.float64)
+
+    def create_accelerator_and_postprocess(self):
+        super().create_accelerator_and_postprocess()
+        enable_cpu_fsdp(self)  # a requested FSDP on a CPU-only machine really shards
 
     # -- loss -----------------------------------------------------------------
 
@@ -143,15 +154,9 @@ class DistillationTrainer(Trainer):
                 logits.flatten(0, 1), inputs["teacher_logits"].flatten(0, 1), labels.flatten(),
                 num_items=num_items, **keep,
             )
-        hidden = final_hidden_states(model, inputs["input_ids"], **_layout(inputs))
-        weight, bias = output_head(self.accelerator.unwrap_model(model))
-        # The loss accumulates in float32 itself; autocast would round its
-        # logits to bf16 before the softmax.
-        with torch.autocast(device_type=hidden.device.type, enabled=False):
-            return distill_loss(
-                hidden, weight, inputs["topk_ids"], inputs["topk_logprobs"], inputs.get("tail_logmass"), labels,
-                bias=bias, num_items=num_items, return_stats=True, **options,
-            )
+        # The head computes the loss inside its own forward, where sharded
+        # engines (FSDP, ZeRO-3) have gathered its weight.
+        return distill_through_forward(model, inputs, options, num_items, **_layout(inputs))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, stats = self._distill(model, inputs, num_items_in_batch)
@@ -225,7 +230,8 @@ class DistillationTrainer(Trainer):
         the top-K buckets with the student at T = 1; over the full vocabulary for online
         dense), cross-entropy, perplexity and top-1 agreement. ``eval_loss`` is that KL,
         so ``metric_for_best_model="loss"`` keeps the student closest to the teacher."""
-        model = self.accelerator.unwrap_model(self.model)
+        # The wrapped model: under FSDP the unwrapped one holds only shards.
+        model = self.model_wrapped if self.model_wrapped is not None else self.model
         was_training = model.training
         model.eval()
         sums = torch.zeros(len(_STATS), dtype=torch.float64)

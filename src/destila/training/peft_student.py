@@ -1,0 +1,120 @@
+"""LoRA students: train low-rank adapters on a frozen student instead of all its weights.
+
+The adapters live inside the decoder's linear layers; the output head stays
+a plain (frozen) linear layer, so the fused loss keeps reading its weight
+directly. Training saves the adapter the PEFT way (``adapter_config.json`` +
+``adapter_model.safetensors`` in the output folder, loadable with
+``PeftModel.from_pretrained(base, out)``); ``merge`` also writes
+``out/merged/``, a plain model with the adapters folded into its weights
+(``W + (alpha / r) · B A``), which ``AutoModelForCausalLM`` loads without PEFT.
+
+Naive equivalent::
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(student), LoraConfig(r=8, ...))
+    ... train ...
+    model.save_pretrained(out); model.merge_and_unload().save_pretrained(out / "merged")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MERGED_DIR = "merged"
+
+
+def _require_peft():
+    try:
+        import peft  # noqa: F401
+    except ImportError as err:
+        raise ValueError(
+            "lora_r: LoRA students need the package peft, which is not installed; "
+            "install it with `pip install 'destila[peft]'`"
+        ) from err
+
+
+@dataclass
+class LoraArguments:
+    """Options of a LoRA student (``lora_r = 0``: train every weight, no adapters)."""
+
+    lora_r: int = field(default=0, metadata={"help": "LoRA rank; 0 trains the full student (no adapters)"})
+    lora_alpha: float | None = field(
+        default=None, metadata={"help": "LoRA scaling numerator (the update is alpha / r · B A); default 2·r"}
+    )
+    lora_dropout: float = field(default=0.0, metadata={"help": "dropout on the LoRA input"})
+    lora_target_modules: str = field(
+        default="all-linear",
+        metadata={"help": "comma-separated module names to adapt (e.g. q_proj,v_proj), or all-linear "
+                  "(every linear layer but the output head)"},
+    )
+    merge: bool = field(
+        default=False, metadata={"help": "after training also write OUT/merged: a plain model with the adapters merged"}
+    )
+
+    def __post_init__(self):
+        if self.lora_r < 0:
+            raise ValueError(f"lora_r: expected a non-negative rank, found {self.lora_r}")
+        if not self.enabled:
+            if self.merge:
+                raise ValueError("merge: there is nothing to merge without adapters; pass --lora-r R as well")
+            return
+        _require_peft()
+        if self.lora_alpha is None:
+            self.lora_alpha = 2.0 * self.lora_r
+        if not self.lora_alpha > 0:
+            raise ValueError(f"lora_alpha: expected a positive number, found {self.lora_alpha}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"lora_dropout: expected a number in [0, 1), found {self.lora_dropout}")
+        targets = self.targets()
+        if isinstance(targets, list) and "lm_head" in targets:
+            raise ValueError(
+                "lora_target_modules: lm_head cannot be adapted; the fused loss reads the output head's "
+                "weight directly. Leave it out (all-linear already does)"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.lora_r > 0
+
+    def targets(self) -> str | list[str]:
+        names = [name.strip() for name in self.lora_target_modules.split(",") if name.strip()]
+        if not names:
+            raise ValueError("lora_target_modules: expected module names or all-linear, found nothing")
+        return "all-linear" if names == ["all-linear"] else names
+
+
+def with_adapters(model, options: LoraArguments):
+    """``model`` wrapped as a PEFT model whose only trainable weights are the LoRA adapters."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=options.lora_r, lora_alpha=options.lora_alpha, lora_dropout=options.lora_dropout,
+        target_modules=options.targets(), task_type="CAUSAL_LM",
+    )
+    try:
+        return get_peft_model(model, config)
+    except ValueError as err:  # e.g. target modules that do not exist in this architecture
+        raise ValueError(f"lora_target_modules: {err}") from err
+
+
+def merge_adapter(adapter_dir: str | Path, base: str | Path, out: str | Path | None = None) -> Path:
+    """Write ``base`` + the adapter in ``adapter_dir`` merged into one plain model folder.
+
+    Reloads both from disk rather than merging the training copy, so it works
+    the same after any engine (DDP, FSDP) and never alters the saved adapter.
+    The tokenizer of ``adapter_dir`` is copied alongside. Returns the folder.
+    """
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+
+    from destila.models import load_causal_lm
+
+    adapter_dir = Path(adapter_dir)
+    out = Path(out) if out is not None else adapter_dir / MERGED_DIR
+    merged = PeftModel.from_pretrained(load_causal_lm(str(base)), adapter_dir).merge_and_unload()
+    merged.save_pretrained(out)
+    try:
+        AutoTokenizer.from_pretrained(adapter_dir).save_pretrained(out)
+    except (OSError, ValueError):
+        pass  # an adapter saved without a tokenizer: the merged model is still complete
+    return out
