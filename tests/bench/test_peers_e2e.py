@@ -12,8 +12,10 @@ from destila.cli.main import main as cli
 @pytest.mark.slow
 @pytest.mark.skipif(peer_trainer_unavailable("trl-gkd") is not None, reason="trl not installed (destila[peers])")
 def test_trl_gkd_follows_destila_online_step_for_step(tiny_llama_dir, tmp_path, capsys):
+    # One long document: no packed row crosses a document boundary, where destila restarts positions and
+    # TRL's GKD (no position_ids in its forward) would not, so both trainers see exactly the same rows.
     corpus = tmp_path / "docs.jsonl"
-    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in pydoc_texts(12)))
+    corpus.write_text(json.dumps({"text": "\n\n".join(pydoc_texts(12))}) + "\n")
     out = tmp_path / "e2e.json"
     with pytest.raises(SystemExit) as done:
         cli(["bench", "e2e", "--peers", "--teacher", str(tiny_llama_dir), "--student-layers", "2",
@@ -45,3 +47,10 @@ def test_ratios_to_the_reference_row():
     assert rows[1]["memory_vs_trl-gkd"] == 0.25 and rows[1]["time_vs_trl-gkd"] == 0.5
     assert rows[1]["heldout_kl_vs_trl-gkd"] == pytest.approx(0.02)
     assert "memory_vs_trl-gkd" not in rows[2]
+
+
+def test_peers_refuses_what_it_would_ignore(capsys):
+    for extra, expected in ((["--peers", "--plot", "x.png"], "--plot"), (["--peers", "trl-gkd,magic"], "magic")):
+        with pytest.raises(SystemExit) as done:
+            cli(["bench", "e2e", *extra])
+        assert done.value.code == 2 and expected in capsys.readouterr().err

@@ -109,6 +109,16 @@ def test_liger_equals_destila_on_gpu(peer):
     assert theirs.item() == pytest.approx(ours.item(), rel=1e-4)
 
 
+def test_bad_peer_arguments_are_errors(capsys):
+    from destila.cli.main import main
+
+    for extra, expected in ((["--peers", "torchtune,magic"], "magic"), (["--peer-beta", "0.5"], "--peers"),
+                            (["--peers", "--peer-beta", "2"], "[0, 1]")):
+        with pytest.raises(SystemExit) as done:
+            main(["bench", "loss", *extra])
+        assert done.value.code == 2 and expected in capsys.readouterr().err
+
+
 def test_unavailable_peers_say_why():
     assert "GPU only" in unavailable_reason("liger-fljsd", "cpu")
     for peer in PEERS:

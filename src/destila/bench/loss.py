@@ -77,6 +77,8 @@ class LossBenchConfig:
         unknown = [p for p in self.peers if p not in PEERS]
         if unknown:
             raise ValueError(f"peers: expected some of {', '.join(PEERS)}, found {unknown}")
+        if self.peer_beta != 0.0 and not self.peers:
+            raise ValueError(f"peer_beta: {self.peer_beta} applies to the peers' losses only; add --peers")
         if not 0.0 <= self.peer_beta <= 1.0:
             raise ValueError(f"peer_beta: expected a JSD β in [0, 1] (0: forward KL), found {self.peer_beta}")
         if self.top_k > self.vocab:

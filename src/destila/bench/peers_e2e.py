@@ -54,16 +54,13 @@ def peer_trainer_unavailable(name: str) -> str | None:
     return None
 
 
-def training_sequences(teacher: str, data: str, seq_len: int, tokens: int, eval_fraction: float = 0.0):
-    """The sequences destila's online training uses for these arguments: ``(LongTensor [S, L], train indices)``."""
-    from destila.data import load_texts, pack_documents
+def packed_rows(teacher: str, data: str, seq_len: int, tokens: int):
+    """The packed source destila's online training reads for these arguments, and its tokenizer."""
+    from destila.data import DataSpec, packed_source
     from destila.models import load_tokenizer
-    from destila.training.datasets import split_indices
 
     tokenizer = load_tokenizer(teacher)
-    packed = pack_documents(load_texts(data), tokenizer, seq_len, max_tokens=tokens)
-    train, _ = split_indices(len(packed), eval_fraction)
-    return packed, train, tokenizer
+    return packed_source(DataSpec(data, seq_len=seq_len, max_tokens=tokens), tokenizer), tokenizer
 
 
 def trl_gkd_worker(student: str, out: str, teacher: str, data: str, seq_len: int, steps: int, batch_size: int,
@@ -77,15 +74,25 @@ def trl_gkd_worker(student: str, out: str, teacher: str, data: str, seq_len: int
     from trl.experimental.gkd import GKDConfig, GKDTrainer
 
     from destila.bench.e2e import step_clock
+    from destila.data import collate
     from destila.models import load_causal_lm
+    from destila.training.datasets import split_indices
 
-    packed, train, tokenizer = training_sequences(teacher, data, seq_len, steps * batch_size * seq_len)
-    dataset = Dataset.from_dict({"input_ids": [packed[i].tolist() for i in train]})
+    source, tokenizer = packed_rows(teacher, data, seq_len, steps * batch_size * seq_len)
+    train, _ = split_indices(len(source), 0.0)
+    rows = [source[i] for i in train]  # GKD takes a datasets.Dataset: the same rows, as columns
+    dataset = Dataset.from_dict({key: [row[key].tolist() for row in rows] for key in rows[0]})
+    dataset.set_format("torch")
 
-    def collate(items: list[dict]) -> dict:
-        ids = torch.tensor([item["input_ids"] for item in items])
-        # GKD shifts inside its loss (logits[:, :-1] against labels[:, 1:]): every next token counts, as in destila.
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+    def gkd_collate(items: list[dict]) -> dict:
+        batch = collate(items)  # destila's: position-aligned labels from the loss mask
+        # GKD scores logits[:, :-1] against labels[:, 1:] (Hugging Face's token-aligned convention): the
+        # same targets, one column later. Its forward takes no position_ids: within a packed row its
+        # models attend across document boundaries, where destila restarts positions per document.
+        labels = torch.full_like(batch["input_ids"], -100)
+        labels[:, 1:] = batch["labels"][:, :-1]
+        return {"input_ids": batch["input_ids"], "attention_mask": torch.ones_like(batch["input_ids"]),
+                "labels": labels}
 
     args = GKDConfig(
         output_dir=out, max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,
@@ -96,7 +103,7 @@ def trl_gkd_worker(student: str, out: str, teacher: str, data: str, seq_len: int
     )
     clock = step_clock(device)
     trainer = GKDTrainer(model=load_causal_lm(student), teacher_model=load_causal_lm(teacher), args=args,
-                         train_dataset=dataset, data_collator=collate, processing_class=tokenizer,
+                         train_dataset=dataset, data_collator=gkd_collate, processing_class=tokenizer,
                          callbacks=[clock])
     trainer.train()
     trainer.save_model(out)
@@ -109,16 +116,15 @@ def heldout_kl_worker(model: str, teacher: str, data: str, seq_len: int, skip_to
     """Full-vocabulary forward KL(teacher ‖ model) per token on the ``eval_tokens`` after the first ``skip_tokens``."""
     import torch
 
-    from destila.data import load_texts, pack_documents
+    from destila.data import collate
     from destila.eval.quality import metrics_from_sums, quality_sums
-    from destila.models import load_causal_lm, load_tokenizer
-    from destila.training.datasets import collate
+    from destila.models import load_causal_lm
 
-    packed = pack_documents(load_texts(data), load_tokenizer(teacher), seq_len, max_tokens=skip_tokens + eval_tokens)
-    held = packed[skip_tokens // seq_len:]
+    source, _ = packed_rows(teacher, data, seq_len, skip_tokens + eval_tokens)
+    held = range(skip_tokens // seq_len, len(source))
     if len(held) == 0:
         raise ValueError(f"data: no sequences left after the {skip_tokens} trained tokens for a held-out KL")
-    batches = [{k: v.to(device) for k, v in collate([{"input_ids": row}]).items()} for row in held]
+    batches = [{k: v.to(device) for k, v in collate([source[i]]).items()} for i in held]
     with torch.no_grad():
         sums = quality_sums(load_causal_lm(model, device=device), batches, load_causal_lm(teacher, device=device))
     metrics = metrics_from_sums(sums)

@@ -146,6 +146,7 @@ def _run_long_context(args, console, machine) -> int:
 
 
 def _run_with_peers(args, cfg, console, machine, show) -> int:
+    from rich.console import Console
     from rich.table import Table
 
     from destila.bench.e2e import save_json
@@ -156,6 +157,9 @@ def _run_with_peers(args, cfg, console, machine, show) -> int:
     unknown = [p for p in peers if p not in PEER_TRAINERS]
     if unknown:
         raise ValueError(f"--peers: expected some of {', '.join(PEER_TRAINERS)}, found {unknown}")
+    if args.plot:
+        raise ValueError("--plot: no plot is drawn with --peers; the printed table, --json and --csv carry the "
+                         "comparison (drop --plot, or run without --peers for the per-step plot)")
     result = run_e2e_with_peers(cfg, peers, args.heldout_tokens, on_row=show)
     result["machine"] = machine
     table = Table(title=f"destila beside TRL: seq-len {cfg.seq_len} × batch {cfg.batch_size}, {cfg.steps} steps, "
@@ -164,7 +168,6 @@ def _run_with_peers(args, cfg, console, machine, show) -> int:
         table.add_column(column, justify="left" if column in ("trainer", "status") else "right")
     for cells in e2e_table_rows(result["rows"]):
         table.add_row(*cells)
-    Console = type(console)
     Console(width=200).print(table)
     if args.json:
         save_json(result, args.json)

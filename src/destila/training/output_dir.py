@@ -223,7 +223,7 @@ def _check_explicit(checkpoint: Path, out: Path, run_id: str) -> None:
 
 
 def _describe_run(out: Path) -> str:
-    steps = sorted({r["step"] for r in read_log_records(out / LOG_FILE) if "step" in r and "loss" in r})
+    steps = sorted({r["step"] for r in read_log_records(out / LOG_FILE) if "loss" in r})  # training records
     checkpoints = [p.name for p in _checkpoints(out)]
     parts = [f"steps {steps[0]}–{steps[-1]} logged" if steps else "no steps logged"]
     parts.append(f"checkpoints {', '.join(checkpoints)}" if checkpoints else "no checkpoint")
