@@ -9,6 +9,8 @@ TORCH  ?= torch==2.13.0
 # --retries 0: where that index is unreachable, fall through to PyPI quickly.
 TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,--retries 0 --extra-index-url https://download.pytorch.org/whl/cpu)
 PYTEST_ARGS ?=
+# The default suite runs on every core (2 here): each test process uses one thread.
+TEST_JOBS ?= auto
 comma := ,
 
 .PHONY: install test test-slow test-all demo bench-loss docs clean
@@ -25,7 +27,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_JOBS) $(PYTEST_ARGS)
 
 test-slow: install
 	$(PY) -m pytest -m "slow or real_model" $(PYTEST_ARGS)

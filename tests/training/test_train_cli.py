@@ -72,3 +72,12 @@ def test_temperature_other_than_the_caches_is_refused(tiny_cache, fresh_student,
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
     assert "T = 2" in err and "T = 1" in err and err.startswith("destila train: error: temperature:")
+
+
+def test_resume_from_checkpoint_is_resume_not_ignored(tmp_path, capsys):
+    """The Trainer's own flag must not be accepted and then dropped."""
+    with pytest.raises(SystemExit) as exit_:
+        cli(["train", "student", "--cache", "c", "-o", str(tmp_path / "o"), "--resume_from_checkpoint", "x/ckpt-1",
+             "--resume", "y/ckpt-2"])
+    assert exit_.value.code == 2
+    assert "--resume_from_checkpoint x/ckpt-1 and --resume y/ckpt-2 disagree" in capsys.readouterr().err

@@ -119,11 +119,17 @@ def run(argv: list[str]) -> int:
     from destila.training.peft_student import LoraArguments
 
     args, training_args = parse(argv)
+    resume = args.resume
+    if training_args.resume_from_checkpoint is not None:  # the Trainer's spelling of --resume CHECKPOINT
+        if resume not in (None, training_args.resume_from_checkpoint):
+            raise ValueError(f"--resume_from_checkpoint {training_args.resume_from_checkpoint} and --resume "
+                             f"{resume} disagree; give one of them")
+        resume = training_args.resume_from_checkpoint
     lora = LoraArguments(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LoraArguments)})
     out = training_args.output_dir
     result = train_student(
         args.student, out, training_args,
-        cache=args.cache, teacher=args.teacher, teacher_gguf_file=args.teacher_gguf_file, resume=args.resume,
+        cache=args.cache, teacher=args.teacher, teacher_gguf_file=args.teacher_gguf_file, resume=resume,
         data=DataSpec(args.data, **values_of(args, DataSpec, exclude=("source",))) if args.data is not None else None,
         lora=lora, teacher_placement=dict(device_map=args.teacher_device_map, max_memory=args.teacher_max_memory,
                                           offload_folder=args.teacher_offload_folder),
