@@ -39,6 +39,7 @@ from destila.cache.format import (
     write_atomic,
     write_manifest,
 )
+from destila.locks import exclusive_lock
 
 log = logging.getLogger("destila.cache")
 
@@ -60,19 +61,12 @@ def lock_folder(folder: Path):
             err.errno, f"cannot create or write the cache folder {folder}: {err.strerror}; "
             "choose a folder you can write to"
         ) from err
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock, concurrent builds are the user's problem
-        return handle
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise ValueError(
-            f"another `destila cache build` is writing to {folder} (its lock {folder / LOCK} is held); "
-            "wait for it to finish or stop it first"
-        ) from None
-    return handle
+    handle.close()
+    return exclusive_lock(
+        folder / LOCK,
+        f"another `destila cache build` is writing to {folder} (its lock {folder / LOCK} is held); "
+        "wait for it to finish or stop it first",
+    )
 
 
 def existing_manifest(folder: Path) -> Manifest | None:

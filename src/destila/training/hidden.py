@@ -83,11 +83,11 @@ class HiddenDistillation:
 
     @property
     def student_layers(self) -> list[int]:
-        return [s for s, _ in self.pairs]
+        return self.module.student_layers
 
     @property
     def teacher_layers(self) -> list[int]:
-        return [t for _, t in self.pairs]
+        return self.module.teacher_layers
 
     def parameters(self):
         return list(self.module.parameters())

@@ -39,6 +39,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from destila.cache.format import write_atomic
+from destila.locks import exclusive_lock
 
 RUN_FILE = "destila_run.json"
 LOCK_FILE = ".lock"
@@ -142,20 +143,11 @@ def _follow(out: Path, resume) -> OutputClaim:
 
 
 def _lock(out: Path):
-    handle = open(out / LOCK_FILE, "a+")
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock
-        return handle
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise ValueError(
-            f"train: another `destila train` is writing to {out} (its lock {out / LOCK_FILE} is held); "
-            "wait for it to finish, stop it, or choose another -o"
-        ) from None
-    return handle
+    return exclusive_lock(
+        out / LOCK_FILE,
+        f"train: another `destila train` is writing to {out} (its lock {out / LOCK_FILE} is held); "
+        "wait for it to finish, stop it, or choose another -o",
+    )
 
 
 def _new_run(out: Path, notes: list[str]) -> OutputClaim:
