@@ -42,7 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_optional_engines() -> None:
+    """Drop DeepSpeed's import-time warning that a CPU machine has no GPU: users did not ask for it.
+
+    DeepSpeed (an optional engine) is imported by accelerate whenever it is
+    installed; a logger filter survives DeepSpeed configuring its logger later.
+    """
+    import logging
+
+    logging.getLogger("DeepSpeed").addFilter(lambda record: "unable to detect it" not in record.getMessage())
+
+
 def main(argv: list[str] | None = None) -> None:
+    _quiet_optional_engines()
     debug, argv = debug_requested(sys.argv[1:] if argv is None else list(argv))
     if argv and argv[0] in OWN_PARSERS:
         # This command parses its own flags (HfArgumentParser over a dataclass).

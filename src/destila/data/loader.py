@@ -68,4 +68,8 @@ def texts_source(texts: list[str], tokenizer, spec: DataSpec | None = None, **sp
         saved = Path(tmp) / "texts"
         if not folder.is_dir():  # build_store reuses a finished store without reading the source
             datasets.Dataset.from_dict({spec.text_field: texts}).save_to_disk(str(saved))
-        return packed_source(spec.replace(source=str(saved)), tokenizer, store_dir=folder)
+        source = packed_source(spec.replace(source=str(saved)), tokenizer, store_dir=folder)
+    # Describe the documents as given, not by the temporary folder they passed through: a manifest
+    # recording this spec must not change from one build of the same documents to the next.
+    source.spec = spec
+    return source
