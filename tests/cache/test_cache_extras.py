@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import make_tiny_model, train_tiny_tokenizer
+from conftest import train_tiny_tokenizer, save_tiny_model
 from transformers import AutoModelForCausalLM
 
 from destila.cache import TopKCache, read_manifest, verify_cache
@@ -25,8 +25,7 @@ def cli(argv) -> int:
 @pytest.fixture(scope="module")
 def second_teacher(tmp_path_factory, tiny_tokenizer):
     path = tmp_path_factory.mktemp("second")
-    make_tiny_model("llama", len(tiny_tokenizer), seed=5, layers=3, hidden=48).save_pretrained(path)
-    tiny_tokenizer.save_pretrained(path)
+    save_tiny_model(path, tiny_tokenizer, seed=5, layers=3, hidden=48)
     return path
 
 
@@ -60,8 +59,7 @@ def test_mixture_cache_holds_the_mixture_of_both_teachers(tiny_llama_dir, second
 def test_mixture_refusals(tiny_llama_dir, tmp_path, capsys):
     other = tmp_path / "other"
     tokenizer = train_tiny_tokenizer(vocab_size=300)
-    make_tiny_model("llama", len(tokenizer)).save_pretrained(other)
-    tokenizer.save_pretrained(other)
+    save_tiny_model(other, tokenizer)
     assert cli(["cache", "build", str(tiny_llama_dir), str(other), "pydoc", "-o", str(tmp_path / "c"),
                 "--teacher-weights", "1,1", *SMALL]) == 2
     assert "different tokenizer" in capsys.readouterr().err

@@ -17,21 +17,19 @@ import time
 import psutil
 import pytest
 import torch
-from conftest import make_tiny_model
+from conftest import ENV, run_and_kill, save_tiny_model
 
 from destila.cache import TopKCache, build_cache, read_manifest, verify_cache
 
 ARGS = ["--seq-len", "64", "--max-tokens", "8000", "--top-k", "12", "--shard-size", "3", "--batch-size", "1"]
 KWARGS = dict(seq_len=64, max_tokens=8000, top_k=12, shard_size=3, batch_size=1, progress=False)
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 @pytest.fixture(scope="module")
 def slow_teacher(tmp_path_factory, tiny_tokenizer):
     """A tiny Llama a bit wider than conftest's, so a build lasts long enough to be killed mid-way."""
     path = tmp_path_factory.mktemp("slow-llama")
-    make_tiny_model("llama", len(tiny_tokenizer), layers=6, hidden=128).save_pretrained(path)
-    tiny_tokenizer.save_pretrained(path)
+    save_tiny_model(path, tiny_tokenizer, layers=6, hidden=128)
     return path
 
 
@@ -52,23 +50,6 @@ def recorded_shards(folder) -> int:
     except (FileNotFoundError, ValueError):
         return -1
 
-
-def run_and_kill(cmd, when, timeout=120.0) -> bool:
-    """Start ``cmd``; SIGKILL it as soon as ``when()`` is true. Returns False if it ended first."""
-    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + timeout
-    try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            if when():
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                return True
-            time.sleep(0.002)
-        return False
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def assert_same_cache(got, want):

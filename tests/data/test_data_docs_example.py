@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from conftest import make_tiny_model
+from conftest import save_tiny_model
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "data.md"
 FOLDERS = 'TEACHER, STUDENT, OUT = "teacher/", "student/", "distilled/"'
@@ -20,8 +20,7 @@ def test_docs_trl_example_runs(tmp_path, tiny_chat_llama_dir, tiny_chat_tokenize
     code = python_example()
     assert len(code.strip().splitlines()) <= 30
     student = tmp_path / "student"
-    make_tiny_model("llama", len(tiny_chat_tokenizer), seed=5, layers=2).save_pretrained(student)
-    tiny_chat_tokenizer.save_pretrained(student)
+    save_tiny_model(student, tiny_chat_tokenizer, seed=5, layers=2)
     out = tmp_path / "distilled"
     code = code.replace(FOLDERS, f"TEACHER, STUDENT, OUT = {str(tiny_chat_llama_dir)!r}, {str(student)!r}, {str(out)!r}")
     namespace = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_tiny_model, pydoc_texts, train_tiny_tokenizer
+from conftest import train_tiny_tokenizer, save_tiny_model
 
 SRC = str(Path(__file__).parents[2] / "src")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -112,8 +112,7 @@ def wide_vocab_teacher(tmp_path_factory):
     """A tiny Llama with a 4000-token tokenizer: its tokenizer.json (~0.2 MB) dominates a small cache."""
     tokenizer = train_tiny_tokenizer(vocab_size=4000)
     path = tmp_path_factory.mktemp("wide-teacher")
-    make_tiny_model("llama", len(tokenizer), hidden=16, layers=2).save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    save_tiny_model(path, tokenizer, hidden=16, layers=2)
     return path
 
 
@@ -127,19 +126,12 @@ def small_cache(tiny_llama_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def train_cache(tiny_llama_dir, tmp_path_factory):
-    """About 200 sequences of 32 tokens: enough for runs of a hundred steps of batch 4."""
-    from destila.cache import build_cache
-
-    path = tmp_path_factory.mktemp("train-cache") / "cache"
-    build_cache(str(tiny_llama_dir), pydoc_texts(6), path, seq_len=32, top_k=16, progress=False)
-    return path
+def train_cache(tiny_cache):
+    """The training tests' tiny cache (tests/conftest.py): about 200 sequences of 32 tokens."""
+    return tiny_cache
 
 
 @pytest.fixture(scope="session")
-def student(tiny_llama_dir, tmp_path_factory):
-    from destila.student import init_student
-
-    path = tmp_path_factory.mktemp("student") / "student"
-    init_student(str(tiny_llama_dir), path, config_overrides={"num_hidden_layers": 2}, seed=1)
-    return path
+def student(fresh_student):
+    """The training tests' random 2-layer student (tests/conftest.py)."""
+    return fresh_student

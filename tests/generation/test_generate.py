@@ -6,21 +6,17 @@ byte for byte with an uninterrupted in-process run (also one thread).
 """
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
-from conftest import make_tiny_model, pydoc_texts
+from conftest import ENV, pydoc_texts, run_and_kill, save_tiny_model
 
 from destila.generation import GenerateSpec, generate
 from destila.generation.run import sidecar_path
 from destila.generation.sampling import OwnStreamSampler
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|endoftext|>{{ m['role'] }}\n{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|endoftext|>assistant\n{% endif %}"
@@ -36,8 +32,7 @@ def prompt_lines(count: int) -> list[str]:
 def teacher(tmp_path_factory, tiny_tokenizer):
     """A tiny Llama, wide enough that a run lasts long enough to be killed mid-way."""
     path = tmp_path_factory.mktemp("gen-llama")
-    make_tiny_model("llama", len(tiny_tokenizer), layers=6, hidden=128).save_pretrained(path)
-    tiny_tokenizer.save_pretrained(path)
+    save_tiny_model(path, tiny_tokenizer, layers=6, hidden=128)
     return path
 
 
@@ -46,8 +41,7 @@ def chat_teacher(tmp_path_factory, tiny_tokenizer):
     from transformers import AutoTokenizer
 
     path = tmp_path_factory.mktemp("gen-chat")
-    make_tiny_model("llama", len(tiny_tokenizer)).save_pretrained(path)
-    tiny_tokenizer.save_pretrained(path)
+    save_tiny_model(path, tiny_tokenizer)
     tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(path)
@@ -146,23 +140,6 @@ def _count_lines(path) -> int:
     except FileNotFoundError:
         return 0
 
-
-def run_and_kill(cmd, when, timeout=120.0) -> bool:
-    """Start ``cmd``; SIGKILL it as soon as ``when()`` is true. Returns False if it ended first."""
-    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + timeout
-    try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            if when():
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                return True
-            time.sleep(0.002)
-        return False
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ import yaml
 from transformers import TrainingArguments
 
 from destila.training import DistillationArguments
-from train_helpers import fresh_student, tiny_cache  # noqa: F401 (fixtures)
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 

@@ -13,7 +13,7 @@ from destila.training.trainer import DistillationTrainer
 from destila.data import collate
 from destila.training.hidden import HiddenDistillation, PROJECTION_FILE
 from destila.targets.online import OnlineTeacher
-from train_helpers import read_log, tiny_cache  # noqa: F401  (fixture)
+from train_helpers import read_log
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 from conftest import pydoc_texts
 from destila.training import DistillationArguments, train_student
 from destila.training.peft_student import LoraArguments
-from train_helpers import DOCS, SEQ_LEN, fresh_student, tiny_cache  # noqa: F401 (fixtures)
+from train_helpers import DOCS, SEQ_LEN
 
 peft = pytest.importorskip("peft", reason="LoRA students need destila[peft]")
 

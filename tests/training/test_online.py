@@ -5,7 +5,7 @@ import pytest
 from conftest import pydoc_texts
 from destila.cache import build_cache
 from destila.training import DistillationArguments, train_student
-from train_helpers import DOCS, SEQ_LEN, fresh_student, read_log  # noqa: F401 (fixture)
+from train_helpers import DOCS, SEQ_LEN, read_log
 
 
 def online_args(out, **overrides):

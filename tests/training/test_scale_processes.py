@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from train_helpers import fresh_student, tiny_cache  # noqa: F401 (fixtures)
 
 DOCS = Path(__file__).parents[2] / "docs" / "scale.md"
 

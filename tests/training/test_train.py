@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from destila.training import DistillationArguments, train_student
 from destila.data import next_token_labels
 from destila.training.datasets import split_indices
-from train_helpers import fresh_student, read_log, tiny_cache  # noqa: F401 (fixtures)
+from train_helpers import read_log
 
 
 def args_for(out, **overrides):

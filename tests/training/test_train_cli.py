@@ -9,7 +9,6 @@ import pytest
 
 from destila.cli.main import main as cli
 from destila.cli.train import parse
-from train_helpers import fresh_student, tiny_cache  # noqa: F401 (fixtures)
 
 CONFIG = """\
 learning_rate: 2e-3

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from train_helpers import fresh_student, read_log, tiny_cache  # noqa: F401 (fixtures)
+from train_helpers import read_log
 
 
 def train_command(student, cache, out, *extra):
