@@ -230,7 +230,8 @@ def measure_reader(args) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from destila.cache import TopKCache, collate_topk
+    from destila.cache import TopKCache
+    from destila.data import collate
 
     cache = TopKCache(args.cache)
     tokens_per_item = cache.seq_len
@@ -254,7 +255,7 @@ def measure_reader(args) -> None:
     results["items_tokens_per_s"] = round(_median([rate(items) for _ in range(args.epochs)]))
     for workers in args.workers:
         loader = torch.utils.data.DataLoader(cache, batch_size=args.batch_size, shuffle=True, num_workers=workers,
-                                             collate_fn=collate_topk, persistent_workers=workers > 0)
+                                             collate_fn=collate, persistent_workers=workers > 0)
 
         def batches(loader=loader):
             return sum(batch["input_ids"].numel() for batch in loader)

@@ -6,7 +6,8 @@ import pickle
 import pytest
 import torch
 
-from destila.cache import CorruptShardError, TopKCache, build_cache, collate_topk, inspect_cache, verify_cache
+from destila.cache import CorruptShardError, TopKCache, build_cache, inspect_cache, verify_cache
+from destila.data import collate
 from destila.cache.format import read_manifest
 from destila.cli.main import main
 
@@ -54,7 +55,7 @@ def test_items_and_attributes(built):
 
 def test_collate_batches_and_labels(built):
     cache = TopKCache(built)
-    batch = collate_topk([cache[0], cache[1], cache[2]])
+    batch = collate([cache[0], cache[1], cache[2]])
     assert batch["input_ids"].shape == (3, 32) and batch["topk_ids"].shape == (3, 32, 12)
     assert batch["topk_logprobs"].dtype == torch.float16 and batch["tail_logmass"].shape == (3, 32)
     assert torch.equal(batch["labels"][:, :-1], batch["input_ids"][:, 1:])
@@ -65,7 +66,7 @@ def test_collate_batches_and_labels(built):
 def test_dataloader_with_workers_sees_the_same_items(built):
     cache = TopKCache(built)
     pickle.dumps(cache)  # workers receive the dataset by pickling under the spawn start method
-    loader = torch.utils.data.DataLoader(cache, batch_size=4, num_workers=2, collate_fn=collate_topk)
+    loader = torch.utils.data.DataLoader(cache, batch_size=4, num_workers=2, collate_fn=collate)
     batches = list(loader)
     ids = torch.cat([b["topk_ids"] for b in batches])
     lps = torch.cat([b["topk_logprobs"] for b in batches])

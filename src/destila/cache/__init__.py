@@ -4,7 +4,7 @@ See :mod:`destila.cache.format` for the folder layout and crash-safety rules.
 """
 
 from destila.cache.format import FORMAT_VERSION, Manifest, ShardInfo, read_manifest
-from destila.cache.reader import CorruptShardError, TopKCache, collate_topk
+from destila.cache.reader import CorruptShardError, TopKCache
 from destila.cache.stats import inspect_cache
 from destila.cache.verify import VerifyReport, verify_cache
 from destila.cache.spec import BuildSpec
@@ -20,7 +20,6 @@ __all__ = [
     "TopKCache",
     "VerifyReport",
     "build_cache",
-    "collate_topk",
     "inspect_cache",
     "read_manifest",
     "verify_cache",

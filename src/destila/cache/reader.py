@@ -8,7 +8,7 @@
     item["topk_ids"]             # [L, K] int64, teacher's top-K ids for the token at t+1
     item["topk_logprobs"]        # [L, K] sorted descending, -inf where untrained or padding
     item["tail_logmass"]         # [L]    float32, log of the mass outside the top-K
-    loader = DataLoader(cache, batch_size=8, shuffle=True, num_workers=2, collate_fn=collate_topk)
+    loader = DataLoader(cache, batch_size=8, shuffle=True, num_workers=2, collate_fn=destila.data.collate)
 
 Every encoding (plain, compact) and target kind (top-K, sampled) reads the
 same way; :mod:`destila.cache.rows` decodes them.
@@ -154,13 +154,3 @@ class TopKCache(torch.utils.data.Dataset):
                 "command to recompute its sequences"
             )
         self._verified.add(number)
-
-
-def collate_topk(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Stack cache items into a batch: every field of an item gains a leading ``B``
-    (``input_ids``, ``position_ids``, ``labels`` ``[B, L]``, ``topk_ids``/``topk_logprobs`` ``[B, L, K]``,
-    ``tail_logmass [B, L]``). Labels come from the item: next token where trained, else -100.
-    The project's one collate, :func:`destila.data.collate`."""
-    from destila.data.collate import collate
-
-    return collate(items)
