@@ -2,6 +2,7 @@
 
     python benchmarks/targets_compare.py caches   --out /tmp/targets --max-tokens 12288
     python benchmarks/targets_compare.py students --out /tmp/targets --steps 12
+    python benchmarks/targets_compare.py plot     --out /tmp/targets --png targets.png
 
 Stage ``caches`` builds, over the same packed sequences of ``--data``, the
 caches of ``CONFIGS`` (one ``build_cache(BuildSpec(...))`` each, timed) plus a
@@ -13,6 +14,8 @@ between the decoded bucket distribution (top-K + tail) and the float32 one
 (``--layers``) from each cache and online (full vocabulary), with the same
 sequences, steps and seed, and evaluates each on held-out sequences against
 the teacher: full-vocabulary KL, perplexity, top-1 agreement, step time.
+Stage ``plot`` draws, from the latest record of each config, every student's
+held-out KL against its cache's bytes per token (online: a horizontal line).
 
 Each record is one JSON line appended to ``OUT/results.jsonl`` with the
 machine, versions and the command.
@@ -176,9 +179,42 @@ def stage_students(args) -> None:
         })
 
 
+def stage_plot(args) -> None:
+    """``--png``: held-out KL of each student against the bytes per token of the cache it learnt from."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a server
+    import matplotlib.pyplot as plt
+
+    records = [json.loads(line) for line in (Path(args.out) / "results.jsonl").read_text().splitlines() if line]
+    caches = {r["config"]: r for r in records if r["stage"] == "caches"}  # a rerun replaces a config's record
+    students = {r["config"]: r for r in records if r["stage"] == "students"}
+    if not students:
+        raise SystemExit(f"{args.out}/results.jsonl has no student records: run the students stage first")
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for name, r in students.items():
+        kl = r["heldout_kl_to_teacher"]
+        if name == "online":
+            ax.axhline(kl, color="tab:gray", linestyle="--", label=f"online, full vocabulary ({kl:.3f})")
+        elif name in caches:
+            ax.plot(caches[name]["bytes_per_token"], kl, "o", label=f"{name} ({kl:.3f})")
+    ax.set_xscale("log")
+    ax.set_xlabel("cache bytes per token (log scale)")
+    ax.set_ylabel("student's held-out KL to the teacher (nats/token)")
+    first = next(iter(students.values()))
+    ax.set_title(f"{first['student_layers']}-layer student, {first['steps']} steps of "
+                 f"{first['train_batch_size']} x {first['seq_len']} tokens", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.png, dpi=120)
+    plt.close(fig)
+    print(f"wrote {args.png}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python benchmarks/targets_compare.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=["caches", "students"])
+    parser.add_argument("stage", choices=["caches", "students", "plot"])
     parser.add_argument("--out", required=True, help="folder for the caches and results.jsonl")
     parser.add_argument("--teacher", default="smollm2")
     parser.add_argument("--data", default="pydoc")
@@ -193,8 +229,9 @@ def main(argv=None) -> None:
     parser.add_argument("--learning-rate", type=float, default=5e-4, help="students: constant learning rate")
     parser.add_argument("--held-out-documents", type=int, default=40, help="students: last pydoc topics held out")
     parser.add_argument("--eval-tokens", type=int, default=4096, help="students: held-out tokens evaluated")
+    parser.add_argument("--png", default="targets.png", help="plot: the file written")
     args = parser.parse_args(argv)
-    (stage_caches if args.stage == "caches" else stage_students)(args)
+    {"caches": stage_caches, "students": stage_students, "plot": stage_plot}[args.stage](args)
 
 
 if __name__ == "__main__":
