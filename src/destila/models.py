@@ -184,30 +184,35 @@ def load_tokenizer(spec: str, gguf_file: str | None = None):
 
 
 def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cpu", dtype=None,
-                   device_map: str | None = None, max_memory: str | None = None, offload_folder: str | None = None):
+                   device_map: str | None = None, max_memory: str | None = None, offload_folder: str | None = None,
+                   tensor_parallel: bool = False):
     """A causal LM in eval mode on ``device``; ``dtype=None`` keeps the stored dtype
     (float32 for GGUF, which transformers dequantises).
 
     ``device_map="auto"`` (with ``max_memory`` such as ``"0=20GiB,cpu=64GiB"``
     and ``offload_folder``) spreads a model too large for one device over
-    GPUs, CPU memory and disk (:mod:`destila.placement`); ``device`` is then
-    ignored. ``device="auto"`` means CUDA when present.
+    GPUs, CPU memory and disk (:mod:`destila.placement`); ``tensor_parallel``
+    (under ``torchrun``) shards it across all the processes with transformers'
+    ``tp_plan="auto"``. ``device`` is then ignored. ``device="auto"`` means CUDA when present.
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    from destila.placement import load_options, resolve_device
+    from destila.placement import check_tensor_plan, load_options, resolve_device
 
-    placement = load_options(device_map, max_memory, offload_folder)
+    placement = load_options(device_map, max_memory, offload_folder, tensor_parallel)
     source, gguf = resolve_source(spec, gguf_file)
     try:
         if gguf:
             if placement:
-                raise ValueError("device_map: a GGUF teacher is dequantised in memory first; convert it once with "
-                                 "save_pretrained (see docs/scale.md) and pass that folder instead")
+                raise ValueError(f"{'tensor_parallel' if tensor_parallel else 'device_map'}: a GGUF teacher is "
+                                 "dequantised in memory first; convert it once with save_pretrained (see "
+                                 "docs/scale.md) and pass that folder instead")
             model, _ = _load_gguf(Path(source), gguf)
             if dtype is not None:
                 model = model.to(dtype)
         else:
+            if tensor_parallel:  # refused before any weight is read
+                check_tensor_plan(AutoConfig.from_pretrained(source), int(os.environ.get("WORLD_SIZE", "1")))
             model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or "auto", **placement)
             if placement:
                 return model.eval()

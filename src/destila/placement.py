@@ -1,4 +1,5 @@
-"""Where a teacher's weights live: one device, or spread by accelerate's big-model inference.
+"""Where a teacher's weights live: one device, spread by accelerate's big-model inference, or
+sharded across ``torchrun``'s processes by transformers' tensor-parallel plan.
 
 ``device_map="auto"`` with ``max_memory`` lets a teacher larger than one
 device run: accelerate fills the GPUs in order, then CPU memory, then puts
@@ -10,6 +11,12 @@ Code that reads a weight outside the owning module's forward (the teacher's
 chunked output head, the weight fingerprint) must first bring it back from
 CPU or disk: :func:`materialized` does that for one module, exactly as
 accelerate's own hook does before a forward, and puts it back afterwards.
+
+``tensor_parallel`` loads the teacher with ``tp_plan="auto"``: each process
+holds a slice of every sharded weight (a ``DTensor``), all processes run the
+same inputs and the forward exchanges partial results. A weight read outside
+a forward is gathered whole with :func:`whole` (a collective: every process
+must ask for the same tensors in the same order).
 """
 
 from __future__ import annotations
@@ -55,8 +62,16 @@ def parse_max_memory(text: str | None) -> dict | None:
     return limits
 
 
-def load_options(device_map: str | None, max_memory: str | None, offload_folder: str | None) -> dict:
-    """Keyword arguments for ``from_pretrained``: a device map, or nothing (the caller moves the model to ``device``)."""
+def load_options(device_map: str | None, max_memory: str | None, offload_folder: str | None,
+                 tensor_parallel: bool = False) -> dict:
+    """Keyword arguments for ``from_pretrained``: a device map, transformers' tensor-parallel plan over all
+    ``torchrun`` processes, or nothing (the caller moves the model to ``device``)."""
+    if tensor_parallel:
+        from transformers import DistributedConfig
+
+        if device_map or max_memory or offload_folder:
+            raise ValueError("tensor_parallel: cannot be combined with a device map (max_memory, offload_folder)")
+        return {"distributed_config": DistributedConfig(tp_plan="auto")}
     if device_map is None:
         if max_memory or offload_folder:
             raise ValueError("max_memory/offload_folder: only used with --device-map auto; pass it as well")
@@ -70,6 +85,45 @@ def load_options(device_map: str | None, max_memory: str | None, offload_folder:
     if offload_folder:
         options["offload_folder"] = offload_folder
     return options
+
+
+def check_tensor_parallel(device: str, world: int) -> None:
+    """Refuse a tensor-parallel teacher outside ``torchrun``, or on a device transformers would not put it on."""
+    if world < 2:
+        raise ValueError("tensor_parallel: shards the teacher across torchrun's processes, found a single process; "
+                         "launch with torchrun --nproc-per-node N (N ≥ 2, one per GPU) or drop --tensor-parallel")
+    accelerator = resolve_device("auto")
+    if device not in ("auto", accelerator):
+        raise ValueError(f"tensor_parallel: transformers puts each process's shard on this machine's {accelerator} "
+                         f"(cuda:LOCAL_RANK on GPUs), found --device {device}; drop --device")
+
+
+def check_tensor_plan(config, world: int) -> None:
+    """Refuse a teacher transformers' tensor-parallel plan cannot split over ``world`` processes.
+
+    The plan shards attention by heads (query and key/value projections
+    column-wise), so both head counts must divide by ``world``; the
+    vocabulary and the MLP width need not (the last rank holds a shorter slice).
+    """
+    config = config.get_text_config()
+    if not getattr(config, "base_model_tp_plan", None):
+        raise ValueError(f"tensor_parallel: transformers has no tensor-parallel plan for {config.model_type}; "
+                         "spread the teacher with --device-map auto instead")
+    for attr in ("num_attention_heads", "num_key_value_heads"):
+        heads = getattr(config, attr, None)
+        if isinstance(heads, int) and heads % world:
+            raise ValueError(f"tensor_parallel: the teacher has {attr}={heads}, which {world} processes cannot "
+                             f"share evenly; run torchrun with an --nproc-per-node that divides {heads}")
+
+
+def whole(tensor):
+    """``tensor`` entire on this process: a tensor-parallel shard (``DTensor``) is gathered from every rank.
+
+    A plain tensor (or None) is returned as it is. Naive equivalent:
+    ``tensor.full_tensor()`` for a ``DTensor``.
+    """
+    gather = getattr(tensor, "full_tensor", None)
+    return tensor if gather is None else gather()
 
 
 def input_device(model):
@@ -106,16 +160,18 @@ def materialized(module):
 
 @contextmanager
 def head_weights(model):
-    """``(weight [V, H], bias [V] or None)`` of the output head, brought in from CPU/disk if offloaded."""
+    """``(weight [V, H], bias [V] or None)`` of the output head, over the full vocabulary: brought in from
+    CPU/disk if offloaded, gathered from every rank if tensor-parallel (then every rank must enter)."""
     head = model.get_output_embeddings()
     if head is None or not hasattr(head, "weight"):
         raise ValueError(f"model: {type(model).__name__} has no linear output head")
     with materialized(head):
-        yield head.weight, getattr(head, "bias", None)
+        yield whole(head.weight), whole(getattr(head, "bias", None))
 
 
 def offloaded_state(model):
-    """``(name, tensor)`` for every state-dict entry, each real (brought in from CPU/disk while it is read).
+    """``(name, tensor)`` for every state-dict entry, each real and whole (brought in from CPU/disk while it
+    is read, gathered from every rank if tensor-parallel).
 
     The names and order are those of ``model.state_dict()``; offloaded tensors
     are yielded from inside :func:`materialized`, so read each one before
@@ -132,4 +188,4 @@ def offloaded_state(model):
         with materialized(module):
             for name, _ in own:
                 local = name[len(prefix):]
-                yield name, getattr(module, local)
+                yield name, whole(getattr(module, local))

@@ -3,7 +3,7 @@
 Each command is read from the docs themselves, so the docs show exactly what
 is tested; only the program (``torchrun``/``destila``) is resolved to this
 interpreter's, and the run happens in a folder holding ``student/`` and
-``cache/``.
+``cache/`` (or, for a cache build, ``teacher/`` and ``data/``).
 """
 
 import json
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
+from conftest import pydoc_texts
 
 DOCS = Path(__file__).parents[2] / "docs" / "scale.md"
 
@@ -105,3 +105,34 @@ def test_fsdp_without_a_launcher_is_refused(tmp_path):
 
     with pytest.raises(ValueError, match="fsdp: .* needs a distributed launch"):
         DistillationArguments(output_dir=str(tmp_path), fsdp="full_shard")
+
+
+@pytest.mark.slow
+def test_documented_tensor_parallel_cache_build_equals_one_process(tmp_path, tiny_llama_dir, monkeypatch):
+    """Two processes sharing one teacher (tp_plan="auto", gloo) write the cache one process writes."""
+    import torch
+
+    from destila.cache import TopKCache, build_cache, read_manifest, verify_cache
+
+    (tmp_path / "teacher").symlink_to(tiny_llama_dir, target_is_directory=True)
+    (tmp_path / "data").mkdir()
+    for number, text in enumerate(pydoc_texts(6)):
+        (tmp_path / "data" / f"{number}.txt").write_text(text)
+    sizes = dict(seq_len=32, max_tokens=32 * 20, top_k=12, shard_size=8, batch_size=4, logprob_dtype="float32")
+    monkeypatch.chdir(tmp_path)
+    build_cache("teacher/", "data/", "plain/", progress=False, **sizes)
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in sizes.items()]
+    launched = run_documented(documented("torchrun --standalone --nproc-per-node 2 -m destila cache build teacher/ "
+                                         "data/ -o tp-cache/"), tmp_path, *flags, "--quiet")
+    assert launched.stdout.count("with the teacher split over 2 processes") == 1  # rank 0 alone reports
+    plain, split = read_manifest(tmp_path / "plain"), read_manifest(tmp_path / "tp-cache")
+    assert split.complete and split.content() == plain.content()
+    # rank 0 wrote every shard, of consecutive sequences, as one process does
+    assert [(s.name, s.rows) for s in split.shards] == [(s.name, s.rows) for s in plain.shards]
+    assert verify_cache(tmp_path / "tp-cache").ok and not list((tmp_path / "tp-cache").glob("progress-rank*"))
+    one, two = TopKCache(tmp_path / "plain"), TopKCache(tmp_path / "tp-cache")
+    for i in range(len(one)):
+        x, y = one[i], two[i]
+        assert torch.equal(x["input_ids"], y["input_ids"]) and torch.equal(x["topk_ids"], y["topk_ids"]), i
+        torch.testing.assert_close(y["topk_logprobs"], x["topk_logprobs"], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(y["tail_logmass"], x["tail_logmass"], rtol=1e-5, atol=1e-5)

@@ -28,8 +28,8 @@ class BuildSpec:
 
     Only :data:`~destila.cache.format.CONTENT_FIELDS`-relevant fields
     (teacher, data, sequence length, targets, encoding, dtypes) change what
-    is stored; ``batch_size``, ``device`` (and the device map), ``shard_size`` and
-    ``targets.head_chunk_rows`` may differ between a build and its resume.
+    is stored; ``batch_size``, ``device`` (the device map, tensor parallelism), ``shard_size``
+    and ``targets.head_chunk_rows`` may differ between a build and its resume.
     """
 
     teacher: str = field(metadata={
@@ -61,6 +61,10 @@ class BuildSpec:
         "help": "with --device-map: memory per device, e.g. 0=20GiB,1=20GiB,cpu=64GiB; the rest goes to disk"})
     offload_folder: str | None = field(default=None, metadata={
         "help": "with --device-map: folder for the layers offloaded to disk"})
+    tensor_parallel: bool = field(default=False, metadata={
+        "help": "under torchrun: shard the teacher across all the processes with transformers' tensor-parallel "
+                "plan (tp_plan=\"auto\"), for a teacher larger than one GPU; every process runs every sequence "
+                "and rank 0 writes the cache (see docs/scale.md)"})
     dtype: str = field(default="auto", metadata={
         "help": "teacher weights dtype ('auto': as stored)", "choices": TEACHER_DTYPES})
     shard_size: int = field(default=128, metadata={"help": "sequences per shard file"})
@@ -89,6 +93,12 @@ class BuildSpec:
             raise ValueError(f"extras: expected a TeacherExtras, found {type(self.extras).__name__}")
         if self.extras.mixture and self.targets.kind != "topk":
             raise ValueError("teacher_weights: a mixture of teachers is stored as top-K targets; drop --kind sampled")
+        if self.tensor_parallel and (self.device_map or self.max_memory or self.offload_folder):
+            raise ValueError("tensor_parallel: shards the teacher across torchrun's processes, --device-map spreads "
+                             "it over one process's devices; pass one of them, not both")
+        if self.tensor_parallel and self.extras.active:
+            raise ValueError("tensor_parallel: runs one teacher without stored hidden states; drop --tensor-parallel "
+                             "or the further teachers and --hidden-layers")
         if self.extras.hidden_layers is not None and self.encoding != "plain":
             raise ValueError("hidden_layers: teacher hidden states are stored in the plain encoding only; "
                              "drop --encoding compact")

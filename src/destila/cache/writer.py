@@ -9,6 +9,9 @@ logits never exist.
 Rows are grouped into shards; each shard is written atomically and then
 recorded (in the manifest, or under ``torchrun`` in this rank's progress
 file), so a build killed at any instant resumes from its last recorded shard.
+With ``tensor_parallel`` the ``torchrun`` processes share one teacher instead
+of splitting the sequences: all run every forward, rank 0 alone computes the
+targets (with the head gathered whole once) and writes, as a single process would.
 
 Naive equivalent (one process, everything in memory)::
 
@@ -23,7 +26,9 @@ Naive equivalent (one process, everything in memory)::
 from __future__ import annotations
 
 import logging
+import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +52,7 @@ from destila.cache.resume import (
 )
 from destila.cache.spec import BuildSpec
 from destila.cache.tokenizer_files import copy_tokenizer
-from destila.placement import resolve_device
+from destila.placement import check_tensor_parallel, resolve_device
 
 log = logging.getLogger("destila.cache")
 
@@ -91,13 +96,16 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
     Resumes an interrupted build of the same spec; refuses (``ValueError``)
     an existing cache built with a different one. Under ``torchrun`` rank r
     computes the sequences r, r+W, r+2W, … (of those not yet stored) and the
-    result does not depend on the number of processes.
+    result does not depend on the number of processes; with ``tensor_parallel``
+    every rank runs every sequence on its slice of the teacher.
     """
     if not isinstance(spec, BuildSpec):
         spec = BuildSpec.from_options(spec, data, output, **options)
     elif data is not None or output is not None or options:
         raise ValueError("build_cache: pass either a BuildSpec or (teacher, data, output, **options), not both")
     output = spec.output
+    if spec.tensor_parallel:  # before joining a process group or reading any data
+        check_tensor_parallel(spec.device, int(os.environ.get("WORLD_SIZE", "1")))
     group, device = distributed.join(resolve_device(spec.device))
     lock = None
     try:
@@ -113,7 +121,9 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
         report.already_stored = len(done)
         # Round-robin over what is left: r, r+W, r+2W, … on a fresh build, and
         # still an even split when a resume finds the ranks unequally advanced.
-        mine = [i for i in range(manifest.sequences) if i not in done][group.rank :: group.world]
+        # Tensor-parallel ranks hold one teacher between them: each runs them all.
+        rank, ranks = (0, 1) if spec.tensor_parallel else (group.rank, group.world)
+        mine = [i for i in range(manifest.sequences) if i not in done][rank::ranks]
         _teacher_pass(model, source, mine, manifest, spec, group, report)
         distributed.barrier(group)
         if group.world > 1 and group.is_main:
@@ -194,7 +204,8 @@ def _prepare(group, spec: BuildSpec, device):
 
         transformers.utils.logging.disable_progress_bar()  # its weight-loading bar, in logs, is noise
     model = load_causal_lm(spec.teacher, gguf_file=spec.gguf_file, device=device, dtype=torch_dtype,
-                           device_map=spec.device_map, max_memory=spec.max_memory, offload_folder=spec.offload_folder)
+                           device_map=spec.device_map, max_memory=spec.max_memory, offload_folder=spec.offload_folder,
+                           tensor_parallel=spec.tensor_parallel)
     check_plain_head(model)
     _check_fits(model, source, spec)
     weight, _ = output_head(model)
@@ -274,12 +285,18 @@ def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report)
     # A device-mapped teacher may keep its head on CPU or disk between uses.
     device, output, seq_len = input_device(model), spec.output, manifest.seq_len
     groups = [mine[i : i + spec.shard_size] for i in range(0, len(mine), spec.shard_size)]
+    # Tensor parallel: rank 0 writes as a single process would; the others only take part in the forwards.
+    alone, writes = group.world == 1 or spec.tensor_parallel, group.is_main or not spec.tensor_parallel
     bar = tqdm(
         total=len(mine) * seq_len, unit="tok", unit_scale=True, dynamic_ncols=True,
-        desc="teacher pass" if group.world == 1 else f"teacher pass (rank 0 of {group.world})",
+        desc="teacher pass" if alone else f"teacher pass (rank 0 of {group.world})",
         disable=not (spec.progress and group.is_main),
     )
     written: list[ShardInfo] = []
+    gathered = None
+    if spec.tensor_parallel:  # the head is split by vocabulary: gathered once, for the full-vocabulary top-K
+        with head_weights(model) as (weight, bias):
+            gathered = (weight, bias) if writes else None
     with bar, torch.inference_mode():
         for number, sequences in enumerate(groups, 1):
             rows = []
@@ -298,10 +315,12 @@ def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report)
                     continue
                 hidden = decoder(input_ids=stacked["input_ids"].to(device),
                                  position_ids=stacked["position_ids"].to(device), use_cache=False).last_hidden_state
+                if not writes:
+                    continue
                 _sync(device)
                 middle = time.perf_counter()
                 mask = stacked["loss_mask"]
-                with head_weights(model) as (weight, bias):
+                with nullcontext(gathered) if gathered else head_weights(model) as (weight, bias):
                     targets = _head(hidden[mask.to(hidden.device)].to(weight.device), weight, bias, manifest, spec,
                                     batch, mask)
                 _sync(device)
@@ -309,10 +328,12 @@ def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report)
                 report.head_seconds += time.perf_counter() - middle
                 rows.extend(_split_rows(batch, items, targets))
                 bar.update(len(batch) * seq_len)
+            if not writes:
+                continue
             began = time.perf_counter()
             info = write_shard(output, assemble_shard(manifest, rows), sequences, lambda w: _durable(output, w))
             written.append(info)
-            if group.world == 1:
+            if alone:
                 manifest.shards.append(info)
                 manifest.shards.sort(key=lambda shard: shard.name)  # same manifest whatever the order of work
                 manifest.complete = covers_all(manifest)

@@ -23,7 +23,8 @@ def register(subparsers) -> None:
         help="run the teacher once over DATA and store its top-K distributions in CACHE",
         description="Run the teacher once and store, per token, its top-K log-probs and the log-mass left out. "
         "Killed at any point, the same command resumes. Under `torchrun --nproc-per-node N -m destila cache "
-        "build …` the sequences are split across the processes.",
+        "build …` the sequences are split across the processes (with --tensor-parallel the processes share one "
+        "teacher instead).",
     )
     add_fields(build, BuildSpec, positional=("teacher", "data"), exclude=("targets", "extras"))
     add_fields(build.add_argument_group("data (conversations, prompt/completion pairs, hub names, packing)"),
@@ -74,6 +75,8 @@ def _build(args) -> int:
         return 0
     resumed = f", resumed after {report.already_stored:,} stored" if report.already_stored else ""
     ranks = f" on rank 0 of {report.world_size}" if report.world_size > 1 else ""
+    if spec.tensor_parallel:
+        ranks = f" with the teacher split over {report.world_size} processes"
     print(
         f"{report.path}: wrote {report.written_sequences:,} sequences ({report.written_tokens:,} tokens){ranks} "
         f"in {report.pass_seconds:.1f} s, {report.tokens_per_second:,.0f} tokens/s{resumed}; "
