@@ -343,23 +343,49 @@ def targets_caches(records: list[dict]) -> str:
             + command_block("\n".join(commands)))
 
 
-@table("targets-students", "targets_students.jsonl")
-def targets_students(records: list[dict]) -> str:
-    """benchmarks/targets_compare.py students: held-out quality and step time of a student per kind of target."""
+@table("targets-students", "targets_students.jsonl", "targets_caches.jsonl")
+def targets_students(records: list[dict], cache_records: list[dict]) -> str:
+    """benchmarks/targets_compare.py students: each student's held-out quality and step time, beside its cache."""
     latest = {r["config"]: r for r in records if r.get("stage") == "students"}
+    caches = {r["config"]: r for r in cache_records if r.get("stage") == "caches"}
     online = latest.get("online")
     rows = []
     for name, r in latest.items():
+        cache = caches.get(name)
         ratio = f"{r['heldout_kl_to_teacher'] / online['heldout_kl_to_teacher']:.4f}" if online else "–"
-        rows.append([name, f"{r['step_seconds_median']:.1f}", f"{r['heldout_kl_to_teacher']:.4f}", ratio,
-                     f"{r['heldout_perplexity']:.0f}", f"{100 * r['heldout_top1_agreement']:.1f}%"])
+        rows.append([name, f"{cache['bytes_per_token']:.1f}" if cache else "–",
+                     f"{cache['build_seconds']:.0f}" if cache else "–", f"{r['step_seconds_median']:.2f}",
+                     f"{r['heldout_kl_to_teacher']:.4f}", ratio, f"{r['heldout_perplexity']:.1f}",
+                     f"{100 * r['heldout_top1_agreement']:.1f}%"])
     first = next(iter(latest.values()))
-    header = ["student trained from", "median step (s)", "held-out KL to the teacher (nats/token)", "of online",
-              "held-out perplexity", "top-1 agreement"]
+    header = ["student trained from", "cache bytes / token", "cache build (s)", "median step (s)",
+              "held-out KL to the teacher (nats/token)", "of online", "held-out perplexity", "top-1 agreement"]
     return (render_rows(header, rows) + f"\n\n{first['student_layers']}-layer student cut from the teacher, "
             f"{first['steps']} steps of {first['train_batch_size']} × {first['seq_len']} tokens, learning rate "
             f"{first['learning_rate']}, seed 0; {first['heldout_tokens']:,} held-out tokens; {first['cpus']} CPUs, "
-            f"torch {first['torch']}, {first['torch_threads']} thread.\n\n" + command_block("python " + first["command"]))
+            f"torch {first['torch']}, {first['torch_threads']} threads. Online: the teacher runs on every batch, "
+            "full vocabulary (no cache).\n\n" + command_block("python " + first["command"]))
+
+
+@table("techniques", "techniques/results.jsonl", doc="docs/techniques.md")
+def techniques(rows: list[dict]) -> str:
+    """benchmarks/techniques.py: held-out quality of each technique's student, mean ± standard deviation over seeds."""
+    def spread(runs: list[dict], key: str, scale: float = 1.0, digits: int = 3) -> str:
+        values = [r[key] * scale for r in runs]
+        deviation = statistics.stdev(values) if len(values) > 1 else 0.0
+        return f"{statistics.fmean(values):.{digits}f} ± {deviation:.{digits}f}"
+
+    table = [[r["row"], spread(r["runs"], "kl_to_teacher"), spread(r["runs"], "perplexity", digits=1),
+              spread(r["runs"], "top1_agreement", 100, 1) + "%", str(r["steps"]), f"{r['wall_seconds'] / 60:.1f}",
+              str(len(r["runs"]))] for r in rows]
+    header = ["technique", "held-out KL to the teacher (nats/token)", "perplexity", "top-1 agreement (%)",
+              "steps", "wall (min)", "seeds"]
+    first = rows[0]["runs"][0]
+    return (render_rows(header, table) + f"\n\nMean ± standard deviation over the seeds; {first['tokens']:,} "
+            "held-out tokens, full-vocabulary KL and agreement against the teacher (`destila eval --teacher`). "
+            "Wall: every command the row needs, its preparation once and its training for one seed, on 2 CPU "
+            "cores. The run (each `destila` command it ran, with its seconds, is in "
+            f"`{RESULTS}/techniques/commands.jsonl`):\n\n" + command_block("python " + rows[0]["command"]))
 
 
 @table("demo", "demo/report.json", doc="README.md")

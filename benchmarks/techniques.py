@@ -24,6 +24,10 @@ Rows (the student has ``--layers`` layers, the assistant ``--assistant-layers``)
   the assistant's cache;
 - ``self``: the ``kd`` student distilled into a copy of itself from its own
   cache (so it has twice the steps in all: said in the table).
+
+Beside the figures, each row's wall time: the seconds of every command it
+needs, its preparation once (caches, assistant, generated data; a cache that
+several rows share is counted in each) and its training for one seed.
 """
 
 from __future__ import annotations
@@ -70,10 +74,11 @@ class Lab:
         self.out.mkdir(parents=True, exist_ok=True)
         self.log = out / "commands.jsonl"
 
-    def run(self, command: str, done: Path) -> None:
+    def run(self, command: str, done: Path) -> float:
+        """Run ``command`` unless ``done`` was made by an earlier run; its seconds (measured then or now)."""
         marker = done.with_name(done.name + ".done")
         if marker.exists():
-            return
+            return float(marker.read_text())
         print(f"$ {command}", flush=True)
         start = time.monotonic()
         subprocess.run([sys.executable, "-m", "destila", *shlex.split(command)[1:]], check=True)
@@ -82,6 +87,7 @@ class Lab:
             handle.write(json.dumps({"command": command, "seconds": round(seconds, 1)}) + "\n")
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(str(seconds))
+        return seconds
 
 
 def split_data(data: str, out: Path, prompts: int) -> None:
@@ -120,14 +126,26 @@ def main() -> None:
     t, w = a.teacher, out
     cache = f"--seq-len {a.seq_len} --max-tokens {a.train_tokens} --top-k {a.top_k}"
     train = f"--max_steps {a.steps} --per_device_train_batch_size {a.batch_size} --save_strategy no"
+    # seconds of the commands each row needs once (caches, assistant, generation) and per seed (training)
+    prep = {row: 0.0 for row in rows}
+    per_seed: dict[str, list[float]] = {row: [] for row in rows}
+
+    def charge(seconds: float, *charged: str) -> None:
+        for row in charged:
+            if row in prep:
+                prep[row] += seconds
+
     lab.run(f"destila student init {t} -o {w}/student --layers {a.layers}", w / "student")
-    lab.run(f"destila cache build {t} {w}/train.jsonl -o {w}/cache {cache}", w / "cache")
+    charge(lab.run(f"destila cache build {t} {w}/train.jsonl -o {w}/cache {cache}", w / "cache"),
+           "kd", "mixture", "progressive", "self")
     needs_assistant = {"mixture", "progressive"} & set(rows)
     if needs_assistant:
         lab.run(f"destila student init {t} -o {w}/assistant-init --layers {a.assistant_layers}", w / "assistant-init")
-        lab.run(f"destila train {w}/assistant-init --cache {w}/cache -o {w}/assistant {train} --seed 0", w / "assistant")
+        charge(lab.run(f"destila train {w}/assistant-init --cache {w}/cache -o {w}/assistant {train} --seed 0",
+                       w / "assistant"), "mixture", "progressive")
     if "progressive" in rows:
-        lab.run(f"destila cache build {w}/assistant {w}/train.jsonl -o {w}/cache-assistant {cache}", w / "cache-assistant")
+        charge(lab.run(f"destila cache build {w}/assistant {w}/train.jsonl -o {w}/cache-assistant {cache}",
+                       w / "cache-assistant"), "progressive")
         lab.run(f"destila student init {w}/assistant -o {w}/student-from-assistant --layers {a.layers}",
                 w / "student-from-assistant")
     if "kd+hidden" in rows:
@@ -138,16 +156,17 @@ def main() -> None:
 
         total = AutoConfig.from_pretrained(resolve_source(t)[0]).num_hidden_layers
         kept = ",".join(map(str, evenly_spaced_layers(total, a.layers)))
-        lab.run(f"destila cache build {t} {w}/train.jsonl -o {w}/cache-hidden {cache} --hidden-layers {kept} "
-                f"--hidden-dim {a.hidden_dim}", w / "cache-hidden")
+        charge(lab.run(f"destila cache build {t} {w}/train.jsonl -o {w}/cache-hidden {cache} --hidden-layers {kept} "
+                       f"--hidden-dim {a.hidden_dim}", w / "cache-hidden"), "kd+hidden")
     if "mixture" in rows:
-        lab.run(f"destila cache build {t} {w}/assistant {w}/train.jsonl -o {w}/cache-mixture {cache} "
-                "--teacher-weights 0.7,0.3", w / "cache-mixture")
+        charge(lab.run(f"destila cache build {t} {w}/assistant {w}/train.jsonl -o {w}/cache-mixture {cache} "
+                       "--teacher-weights 0.7,0.3", w / "cache-mixture"), "mixture")
     if "generated+real" in rows:
-        lab.run(f"destila generate {t} {w}/prompts.txt -o {w}/generated.jsonl --max-new-tokens {a.new_tokens} "
-                "--temperature 0.7 --top-p 0.9 --seed 0", w / "generated")
+        charge(lab.run(f"destila generate {t} {w}/prompts.txt -o {w}/generated.jsonl --max-new-tokens {a.new_tokens} "
+                       "--temperature 0.7 --top-p 0.9 --seed 0", w / "generated"), "generated+real")
         mix_generated(out)
-        lab.run(f"destila cache build {t} {w}/mixed.jsonl -o {w}/cache-generated {cache}", w / "cache-generated")
+        charge(lab.run(f"destila cache build {t} {w}/mixed.jsonl -o {w}/cache-generated {cache}",
+                       w / "cache-generated"), "generated+real")
 
     trained: dict[str, list[str]] = {row: [] for row in rows}
     for seed in seeds:
@@ -163,21 +182,32 @@ def main() -> None:
         }
         for row, command in runs.items():
             if row in rows:
-                lab.run(command, w / command.split(" -o ")[1].split()[0])
+                per_seed[row].append(lab.run(command, w / command.split(" -o ")[1].split()[0]))
                 trained[row].append(command.split(" -o ")[1].split()[0])
         if "self" in rows:
-            lab.run(f"destila train {w}/student --cache {w}/cache -o {w}/kd-{seed} {train} {s}", w / f"kd-{seed}")
-            lab.run(f"destila cache build {w}/kd-{seed} {w}/train.jsonl -o {w}/cache-kd-{seed} {cache}",
-                    w / f"cache-kd-{seed}")
+            seconds = lab.run(f"destila train {w}/student --cache {w}/cache -o {w}/kd-{seed} {train} {s}",
+                              w / f"kd-{seed}")
+            seconds += lab.run(f"destila cache build {w}/kd-{seed} {w}/train.jsonl -o {w}/cache-kd-{seed} {cache}",
+                               w / f"cache-kd-{seed}")
             lab.run(f"destila student init {w}/kd-{seed} -o {w}/self-init-{seed} --layers {a.layers}",
                     w / f"self-init-{seed}")
-            lab.run(f"destila train {w}/self-init-{seed} --cache {w}/cache-kd-{seed} -o {w}/self-{seed} {train} {s}",
-                    w / f"self-{seed}")
+            seconds += lab.run(f"destila train {w}/self-init-{seed} --cache {w}/cache-kd-{seed} -o {w}/self-{seed} "
+                               f"{train} {s}", w / f"self-{seed}")
+            per_seed["self"].append(seconds)
             trained["self"].append(f"{w}/self-{seed}")
-    evaluate(lab, a, out, trained)
+    steps = {row: a.steps * (2 if row == "self" else 1) for row in rows}
+    wall = {row: prep[row] + statistics.fmean(per_seed[row]) for row in rows}
+    evaluate(lab, a, out, trained, steps, wall)
 
 
-def evaluate(lab: Lab, a, out: Path, trained: dict[str, list[str]]) -> None:
+def evaluate(lab: Lab, a, out: Path, trained: dict[str, list[str]], steps: dict[str, int],
+             wall: dict[str, float]) -> None:
+    """Every row's models on the held-out documents; ``results.jsonl`` and the table ``results.md``.
+
+    ``steps``: the optimizer steps behind a row's final student (self-distillation's are its own plus
+    the KD student's); ``wall``: the seconds of every command a row needs, its shared preparation
+    (caches, assistant, generation) once and its training for one seed.
+    """
     results, table = {}, []
     for row, models in trained.items():
         path = out / f"eval-{row.replace('+', '-')}.json"
@@ -186,9 +216,10 @@ def evaluate(lab: Lab, a, out: Path, trained: dict[str, list[str]]) -> None:
         results[row] = json.loads(path.read_text())
     with (out / "results.jsonl").open("w") as handle:
         for row, runs in results.items():
-            handle.write(json.dumps({"row": row, "runs": runs}) + "\n")
-    lines = ["| technique | held-out full KL to the teacher | perplexity | top-1 agreement | seeds |",
-             "|---|---:|---:|---:|---:|"]
+            handle.write(json.dumps({"row": row, "steps": steps[row], "wall_seconds": round(wall[row], 1),
+                                     "runs": runs, "command": shlex.join(sys.argv)}) + "\n")
+    lines = ["| technique | held-out full KL to the teacher | perplexity | top-1 agreement | steps | wall (s) | seeds |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for row, runs in results.items():
         def spread(key, scale=1.0, digits=3):
             values = [r[key] * scale for r in runs]
@@ -197,7 +228,7 @@ def evaluate(lab: Lab, a, out: Path, trained: dict[str, list[str]]) -> None:
             return f"{mean:.{digits}f} ± {dev:.{digits}f}"
         # With --teacher, eval's kl_to_teacher and top1_agreement are over the full vocabulary.
         table.append(f"| {row} | {spread('kl_to_teacher')} | {spread('perplexity', digits=1)} | "
-                     f"{spread('top1_agreement', 100, 1)}% | {len(runs)} |")
+                     f"{spread('top1_agreement', 100, 1)}% | {steps[row]} | {wall[row]:.0f} | {len(runs)} |")
     (out / "results.md").write_text("\n".join(lines + table) + "\n")
     print("\n".join(lines + table))
 

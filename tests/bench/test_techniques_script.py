@@ -24,6 +24,8 @@ def test_every_technique_row_runs(tiny_llama_dir, tmp_path):
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [r["row"] for r in rows] == ["kd", "kd+hidden", "mixture", "generated+real", "progressive", "self"]
     assert all(len(r["runs"]) == 2 and all(run["kl_to_teacher"] > 0 for run in r["runs"]) for r in rows)
+    # self-distillation's student has the KD student's steps behind it too; every row's commands were timed
+    assert [r["steps"] for r in rows] == [2, 2, 2, 2, 2, 4] and all(r["wall_seconds"] > 0 for r in rows)
     table = (out / "results.md").read_text()
     assert table.count("\n") == 2 + 6 and "± " in table
     # Every command that made a figure is recorded beside it.
