@@ -8,6 +8,7 @@ from cache_oracle import assert_matches_teacher
 
 from destila.cache import TopKCache, build_cache, read_manifest
 from destila.cache.format import CONTENT_FIELDS, MANIFEST
+from destila.cache.writer import shard_blocks
 from destila.data import load_texts, pack_documents
 from destila.models import load_causal_lm, load_tokenizer, tokenizer_fingerprint
 
@@ -118,6 +119,14 @@ def test_missing_shard_is_recomputed(tiny_llama_dir, tmp_path):
     report = build(tiny_llama_dir, tmp_path / "c")
     assert report.written_sequences == before.shards[1].rows and report.complete
     assert [s.sha256 for s in read_manifest(tmp_path / "c").shards] == [s.sha256 for s in before.shards]
+
+
+def test_shard_blocks_stay_aligned_to_whole_shards():
+    assert shard_blocks(10, set(), 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]  # rank r of W: blocks r, r+W, …
+    # a killed two-process build whose rank 0 stored blocks 0 and 2, rank 1 none: the rest are the fresh blocks
+    assert shard_blocks(14, {0, 1, 2, 3, 8, 9, 10, 11}, 4) == [[4, 5, 6, 7], [12, 13]]
+    assert shard_blocks(10, {0, 1, 2}, 4) == [[3], [4, 5, 6, 7], [8, 9]]  # resumed with another shard size
+    assert shard_blocks(4, {0, 1, 2, 3}, 4) == []
 
 
 def test_list_of_documents_as_data(tiny_llama_dir, tmp_path):

@@ -171,35 +171,30 @@ def test_torchrun_two_processes_equal_one_process(tiny_llama_dir, tmp_path):
         env=ENV, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    a, b = read_manifest(single), read_manifest(double)
-    assert b.complete and a.content() == b.content()
-    # rank r took sequences r, r+2, …: shards hold strided sequences, 4 per shard
-    assert sorted(s.sequences[0][2] for s in b.shards) == [2] * len(b.shards)
+    # each rank took whole blocks of 4 consecutive sequences, in the micro-batches of one process: the same shards
+    assert_same_cache(double, single)
     assert verify_cache(double).ok and not list(double.glob("progress-rank*.json"))
-    one, two = TopKCache(single), TopKCache(double)
-    for i in range(len(one)):
-        x, y = one[i], two[i]
-        assert torch.equal(x["input_ids"], y["input_ids"]) and torch.equal(x["topk_ids"], y["topk_ids"])
-        torch.testing.assert_close(x["topk_logprobs"], y["topk_logprobs"], rtol=2.0**-10, atol=1e-5)
-        torch.testing.assert_close(x["tail_logmass"], y["tail_logmass"], rtol=1e-5, atol=1e-5)
+    assert (double / "manifest.json").read_bytes() == (single / "manifest.json").read_bytes()
 
 
 @pytest.mark.slow
-def test_torchrun_killed_then_resumed_by_one_process(slow_teacher, reference, tmp_path):
-    """Progress files of a killed two-process build are merged by a one-process resume."""
+@pytest.mark.parametrize("resume_processes", [1, 2])
+def test_torchrun_killed_unequally_advanced_then_resumed_equals_one_process(slow_teacher, reference, tmp_path,
+                                                                            resume_processes):
+    """A two-process build killed with its ranks unequally advanced, resumed by one or two processes:
+    the progress files are merged and the shards are those of an uninterrupted one-process build."""
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which("torchrun")
     if torchrun is None:
         pytest.skip("torchrun not found next to the Python interpreter")
     out = tmp_path / "c"
-    cmd = [torchrun, "--standalone", "--nproc-per-node", "2", *command(slow_teacher, out)[1:]]
-    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    two = [torchrun, "--standalone", "--nproc-per-node", "2", *command(slow_teacher, out)[1:]]
+    proc = subprocess.Popen(two, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
-            progress = list(out.glob("progress-rank*.json")) if out.exists() else []
-            if len(progress) == 2:
+            if len(set(progress_counts(out))) == 2:  # both ranks recorded shards, not as many
                 break
-            time.sleep(0.01)
+            time.sleep(0.005)
         assert proc.poll() is None, "the two-process build ended before it could be killed"
         # torchrun starts each rank in its own session: kill the agent and every rank, as a power cut would.
         family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
@@ -210,14 +205,23 @@ def test_torchrun_killed_then_resumed_by_one_process(slow_teacher, reference, tm
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-    stored = sum(len(json.loads(p.read_text())["shards"]) for p in out.glob("progress-rank*.json"))
-    assert stored >= 2 and recorded_shards(out) == 0  # recorded only in the progress files so far
-    finished = subprocess.run(command(slow_teacher, out), env=ENV, capture_output=True, text=True)
-    assert finished.returncode == 0, finished.stderr
-    assert f"resumed after {stored * 3:,} stored" in finished.stdout
+    counts = progress_counts(out)
+    assert len(counts) == 2 and 0 not in counts and recorded_shards(out) == 0  # only in the progress files so far
+    resume = command(slow_teacher, out) if resume_processes == 1 else two
+    finished = subprocess.run(resume, env=ENV, capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert f"resumed after {sum(counts) * 3:,} stored" in finished.stdout
     assert not list(out.glob("progress-rank*.json")) and verify_cache(out).ok
-    one, resumed = TopKCache(reference), TopKCache(out)
-    for i in range(len(one)):
-        x, y = one[i], resumed[i]
-        assert torch.equal(x["input_ids"], y["input_ids"])
-        torch.testing.assert_close(x["topk_logprobs"], y["topk_logprobs"], rtol=2.0**-10, atol=1e-5)
+    assert_same_cache(out, reference)  # every shard's name, rows and SHA-256
+    assert (out / "manifest.json").read_bytes() == (reference / "manifest.json").read_bytes()
+
+
+def progress_counts(folder) -> list[int]:
+    """The number of shards each rank's progress file records (one entry per file present)."""
+    counts = []
+    for path in sorted(folder.glob("progress-rank*.json")) if folder.exists() else []:
+        try:
+            counts.append(len(json.loads(path.read_text())["shards"]))
+        except (OSError, ValueError):  # deleted by rank 0's merge between the glob and the read
+            continue
+    return counts

@@ -1,4 +1,4 @@
-"""A 2-process torchrun cache build over a --streaming source stores every sequence byte for byte as one process."""
+"""A 2-process torchrun cache build over a --streaming source writes the files of a 1-process build, byte for byte."""
 
 import json
 import os
@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from destila.cache import TopKCache, read_manifest, verify_cache
 from destila.data import pydoc_texts
@@ -35,14 +34,13 @@ def test_torchrun_streaming_build_equals_one_process(tiny_llama_dir, tmp_path):
     build([torchrun, "--standalone", "--nproc-per-node", "2"], tiny_llama_dir, data, tmp_path / "two",
           tmp_path / "stores-two")  # its own store: the two processes tokenise the stream themselves
     a, b = read_manifest(tmp_path / "one"), read_manifest(tmp_path / "two")
-    assert b.complete and a.content() == b.content() and a.sequences == 18
+    assert b.complete and a.sequences == 18 and len(a.shards) == 5
     assert verify_cache(tmp_path / "two").ok
-    # Ranks take interleaved sequences, so shard files group different sequences; each sequence's stored
-    # bytes (tokens, positions, mask, top-K) are identical.
-    one, two = TopKCache(tmp_path / "one"), TopKCache(tmp_path / "two")
-    for i in range(len(one)):
-        x, y = one[i], two[i]
-        assert set(x) == set(y) >= {"input_ids", "position_ids", "labels", "topk_ids", "topk_logprobs"}
-        for key in x:
-            assert x[key].dtype == y[key].dtype and torch.equal(x[key], y[key]), (i, key)
-    assert any((one[i]["labels"][:-1] == -100).any() for i in range(len(one)))  # document bounds inside rows
+    # Ranks take whole shard-sized blocks of consecutive sequences, batched as one process batches them:
+    # the same shard files, the same bytes, and so the same manifest (it records no world size or timing).
+    files = sorted(p.name for p in (tmp_path / "one").glob("shard-*.safetensors"))
+    assert files == sorted(p.name for p in (tmp_path / "two").glob("shard-*.safetensors")) == [s.name for s in a.shards]
+    for name in [*files, "manifest.json"]:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+    cache = TopKCache(tmp_path / "two")
+    assert any((cache[i]["labels"][:-1] == -100).any() for i in range(len(cache)))  # document bounds inside rows

@@ -89,7 +89,7 @@ class ShardInfo:
 
     ``sequences`` lists the global sequence indices of the shard's rows, in
     row order, as ``[start, stop, step]`` ranges (``range(start, stop, step)``):
-    one range for a shard of consecutive or rank-strided sequences.
+    one range for a shard of consecutive sequences.
     """
 
     name: str

@@ -94,10 +94,12 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
     keyword options (target fields among them) ``build_cache(teacher, data,
     output, top_k=…, seq_len=…)`` (see :meth:`BuildSpec.from_options`).
     Resumes an interrupted build of the same spec; refuses (``ValueError``)
-    an existing cache built with a different one. Under ``torchrun`` rank r
-    computes the sequences r, r+W, r+2W, … (of those not yet stored) and the
-    result does not depend on the number of processes; with ``tensor_parallel``
-    every rank runs every sequence on its slice of the teacher.
+    an existing cache built with a different one. Under ``torchrun`` the
+    ranks deal the shards among themselves (:func:`shard_blocks`): W
+    processes write the shard files and manifest of one process, with the
+    same micro-batches, so byte for byte on the same kind of device and
+    thread count. With ``tensor_parallel`` every rank runs every sequence on
+    its slice of the teacher and rank 0 writes.
     """
     if not isinstance(spec, BuildSpec):
         spec = BuildSpec.from_options(spec, data, output, **options)
@@ -119,11 +121,9 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
             return report
         done = done_indices(manifest)
         report.already_stored = len(done)
-        # Round-robin over what is left: r, r+W, r+2W, … on a fresh build, and
-        # still an even split when a resume finds the ranks unequally advanced.
-        # Tensor-parallel ranks hold one teacher between them: each runs them all.
-        rank, ranks = (0, 1) if spec.tensor_parallel else (group.rank, group.world)
-        mine = [i for i in range(manifest.sequences) if i not in done][rank::ranks]
+        # Tensor-parallel ranks hold one teacher between them: each runs every block.
+        blocks = shard_blocks(manifest.sequences, done, spec.shard_size)
+        mine = blocks if spec.tensor_parallel else blocks[group.rank :: group.world]
         _teacher_pass(model, source, mine, manifest, spec, group, report)
         distributed.barrier(group)
         if group.world > 1 and group.is_main:
@@ -135,6 +135,21 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
         if lock is not None:
             lock.close()
         distributed.leave(group)
+
+
+def shard_blocks(sequences: int, done: set[int], shard_size: int) -> list[list[int]]:
+    """The shards left to write: block b holds the sequences of ``[b*shard_size, (b+1)*shard_size)`` not in ``done``.
+
+    Empty blocks are dropped; rank r of W computes the blocks r, r+W, r+2W, …
+    of this list. A fresh build's blocks are those of one process whatever W,
+    and so are a resume's when every stored shard is a whole block (the shard
+    size unchanged): a killed build, resumed with any number of processes,
+    writes the shards of an uninterrupted one, and the ranks still get an even
+    share (±1 block) when the kill left them unequally advanced.
+    """
+    blocks = ([i for i in range(start, min(start + shard_size, sequences)) if i not in done]
+              for start in range(0, sequences, shard_size))
+    return [block for block in blocks if block]
 
 
 def _content(spec: BuildSpec, tokenizer, source, data_fingerprint: str, vocab_size: int | None) -> dict:
@@ -272,7 +287,8 @@ def _check_fits(model, source, spec: BuildSpec) -> None:
                          f"pass --top-k {vocab} or less")
 
 
-def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report) -> None:
+def _teacher_pass(model, source, groups: list[list[int]], manifest, spec: BuildSpec, group, report) -> None:
+    """Compute and write the shards ``groups`` (each a list of sequence indices), recording each once written."""
     import torch
     from tqdm.auto import tqdm
 
@@ -284,11 +300,10 @@ def _teacher_pass(model, source, mine, manifest, spec: BuildSpec, group, report)
     decoder = decoder_of(model)
     # A device-mapped teacher may keep its head on CPU or disk between uses.
     device, output, seq_len = input_device(model), spec.output, manifest.seq_len
-    groups = [mine[i : i + spec.shard_size] for i in range(0, len(mine), spec.shard_size)]
     # Tensor parallel: rank 0 writes as a single process would; the others only take part in the forwards.
     alone, writes = group.world == 1 or spec.tensor_parallel, group.is_main or not spec.tensor_parallel
     bar = tqdm(
-        total=len(mine) * seq_len, unit="tok", unit_scale=True, dynamic_ncols=True,
+        total=sum(map(len, groups)) * seq_len, unit="tok", unit_scale=True, dynamic_ncols=True,
         desc="teacher pass" if alone else f"teacher pass (rank 0 of {group.world})",
         disable=not (spec.progress and group.is_main),
     )

@@ -8,6 +8,10 @@ from pathlib import Path
 from destila.cli.fields import add_fields, values_of
 from destila.data.spec import DataSpec
 
+# DataSpec fields that are not eval's data flags: DATA and --max-tokens are its own, and --num-proc could never be
+# honoured (eval reads at most --max-tokens tokens, in order, in one process).
+_NOT_FLAGS = ("source", "max_tokens", "num_proc")
+
 
 def register(subparsers) -> None:
     evaluate = subparsers.add_parser(
@@ -23,7 +27,7 @@ def register(subparsers) -> None:
     evaluate.add_argument("--eval-fraction", type=float, default=None,
                           help="with --cache: evaluate only the part `destila train --eval-fraction F` held out")
     evaluate.add_argument("--max-tokens", type=int, default=16384, help="evaluate at most this many tokens")
-    add_fields(evaluate.add_argument_group("data (with --data)"), DataSpec, exclude=("source", "max_tokens"))
+    add_fields(evaluate.add_argument_group("data (with --data)"), DataSpec, exclude=_NOT_FLAGS)
     evaluate.add_argument("--batch-size", type=int, default=4)
     evaluate.add_argument("--prompt", default=None, help="prompt for the generation-speed sample")
     evaluate.add_argument("--new-tokens", type=int, default=32, help="tokens generated for the speed measurement")
@@ -47,7 +51,7 @@ def run(args) -> int:
         indices = split_indices(len(TopKCache(args.cache)), args.eval_fraction)[1]
     results = evaluate_models(
         args.models, cache=args.cache, indices=indices, teacher=args.teacher,
-        data=DataSpec(args.data, **values_of(args, DataSpec, exclude=("source", "max_tokens"))).describe()
+        data=DataSpec(args.data, **values_of(args, DataSpec, exclude=_NOT_FLAGS)).describe()
         if args.data is not None else None,
         max_tokens=args.max_tokens,
         batch_size=args.batch_size, prompt=args.prompt or DEFAULT_PROMPT, new_tokens=args.new_tokens,

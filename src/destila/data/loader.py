@@ -24,7 +24,6 @@ def packed_source(
     *,
     store_dir: str | Path | None = None,
     main_first=None,
-    num_proc: int | None = None,
 ) -> PackedSource:
     """The :class:`PackedSource` of ``spec`` tokenised by ``tokenizer``.
 
@@ -38,7 +37,7 @@ def packed_source(
 
     folder = Path(store_dir) if store_dir is not None else store_root() / store_key(spec, tokenizer_fingerprint(tokenizer))
     with (main_first or contextlib.nullcontext)():
-        store = build_store(spec, tokenizer, folder, num_proc=num_proc)
+        store = build_store(spec, tokenizer, folder)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return PackedSource(store, spec, pad)
 

@@ -56,6 +56,12 @@ class DataSpec:
     )
     seq_len: int = field(default=512, metadata={"help": "tokens per sequence (default: 512)"})
     max_tokens: int | None = field(default=None, metadata={"help": "stop after this many tokens (whole sequences)"})
+    # How the documents are tokenised, not what they become: left out of describe(), so of store keys and manifests.
+    num_proc: int = field(
+        default=1,
+        metadata={"help": "processes tokenising the whole corpus (datasets map; a stream or a --max-tokens budget "
+                  "is read in order by one)", "metavar": "N", "content": False},
+    )
 
     def __post_init__(self):
         object.__setattr__(self, "source", str(self.source))
@@ -87,6 +93,13 @@ class DataSpec:
                 f"max_tokens: {self.max_tokens} is less than one sequence of {self.seq_len} tokens; raise "
                 "--max-tokens or lower --seq-len"
             )
+        if self.num_proc < 1:
+            raise ValueError(f"num_proc: expected at least 1 process, found {self.num_proc}; pass --num-proc 1 or more")
+        if self.num_proc > 1 and (self.streaming or self.max_tokens is not None):
+            how, given = (("a stream is tokenised as it is read", "--streaming") if self.streaming else
+                          ("with a budget the documents are tokenised in order until it is met", "--max-tokens"))
+            raise ValueError(f"num_proc: {self.num_proc} processes tokenise a whole corpus, but {how}, by one "
+                             f"process; drop --num-proc or {given}")
 
     @property
     def kind(self) -> str:
@@ -114,5 +127,5 @@ class DataSpec:
         return replace(self, **changes)
 
     def describe(self) -> dict:
-        """The fields as a plain dict (for manifests and logs)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The fields that decide the sequences, as a plain dict (for manifests, store keys and logs)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("content", True)}

@@ -101,8 +101,9 @@ def _budget(spec) -> tuple[str, int] | None:
     return ("tokens", spec.max_sequences * spec.seq_len)
 
 
-def build_store(spec, tokenizer, folder: str | Path, *, num_proc: int | None = None, records=None) -> TokenStore:
-    """Tokenise ``spec``'s documents into a store at ``folder`` (reused when it is already there).
+def build_store(spec, tokenizer, folder: str | Path, *, records=None) -> TokenStore:
+    """Tokenise ``spec``'s documents into a store at ``folder`` (reused when it is already there), with
+    ``spec.num_proc`` processes over a whole corpus.
 
     ``records``: a ``datasets.Dataset``/``IterableDataset`` to read instead of ``spec.source``."""
     folder = Path(folder)
@@ -116,8 +117,10 @@ def build_store(spec, tokenizer, folder: str | Path, *, num_proc: int | None = N
     budget = _budget(spec)
     with quiet_datasets():
         if budget is None and not spec.streaming:
-            # The whole corpus: datasets' map, in parallel, cached as Arrow beside the source.
-            encoded = records.map(encode, batched=True, batch_size=_BATCH, num_proc=num_proc,
+            # The whole corpus: datasets' map, in parallel, cached as Arrow beside the source. One process is
+            # num_proc None: with num_proc=1 datasets would turn off the fast tokenizer's own threads.
+            processes = spec.num_proc if spec.num_proc > 1 else None
+            encoded = records.map(encode, batched=True, batch_size=_BATCH, num_proc=processes,
                                   remove_columns=records.column_names, desc="tokenising")
             batches = encoded.iter(batch_size=_BATCH)
         else:
