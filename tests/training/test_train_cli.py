@@ -73,6 +73,16 @@ def test_temperature_other_than_the_caches_is_refused(tiny_cache, fresh_student,
     assert "T = 2" in err and "T = 1" in err and err.startswith("destila train: error: temperature:")
 
 
+def test_data_flags_with_a_cache_are_refused_not_ignored(tiny_cache, fresh_student, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli(["train", str(fresh_student), "--cache", str(tiny_cache), "-o", str(tmp_path / "o"),
+             "--streaming", "--num-proc", "2", "--use_cpu"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("destila train: error: --streaming, --num-proc:")
+    assert not (tmp_path / "o").exists()
+
+
 def test_resume_from_checkpoint_is_resume_not_ignored(tmp_path, capsys):
     """The Trainer's own flag must not be accepted and then dropped."""
     with pytest.raises(SystemExit) as exit_:

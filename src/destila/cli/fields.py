@@ -67,3 +67,13 @@ def add_fields(parser: argparse.ArgumentParser, cls, *, positional=(), exclude=(
 def values_of(args: argparse.Namespace, cls, *, exclude=()) -> dict:
     """The parsed values of ``cls``'s fields (minus ``exclude``), ready for ``cls(**values)``."""
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.name not in exclude}
+
+
+def given_flags(args: argparse.Namespace, cls, *, exclude=()) -> list[str]:
+    """The flags of ``cls``'s fields (minus ``exclude``) set to something other than their default."""
+    given = []
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else None
+        if f.name not in exclude and getattr(args, f.name, default) != default:
+            given.append("--" + f.name.replace("_", "-"))
+    return given

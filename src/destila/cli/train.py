@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from destila.cli.fields import add_fields, values_of
+from destila.cli.fields import add_fields, given_flags, values_of
 from destila.data.spec import DataSpec
 
 DESCRIPTION = (
@@ -125,6 +125,10 @@ def run(argv: list[str]) -> int:
             raise ValueError(f"--resume_from_checkpoint {training_args.resume_from_checkpoint} and --resume "
                              f"{resume} disagree; give one of them")
         resume = training_args.resume_from_checkpoint
+    stray = given_flags(args, DataSpec, exclude=("source",)) if args.data is None else []
+    if stray:  # a cache holds its data already: such a flag would be silently ignored
+        raise ValueError(f"{', '.join(stray)}: data options of online training (with --teacher and --data); "
+                         "a cache already holds its data: drop them, or set them when building the cache")
     lora = LoraArguments(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LoraArguments)})
     out = training_args.output_dir
     result = train_student(
