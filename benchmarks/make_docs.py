@@ -363,8 +363,10 @@ def targets_students(records: list[dict], cache_records: list[dict]) -> str:
     return (render_rows(header, rows) + f"\n\n{first['student_layers']}-layer student cut from the teacher, "
             f"{first['steps']} steps of {first['train_batch_size']} × {first['seq_len']} tokens, learning rate "
             f"{first['learning_rate']}, seed 0; {first['heldout_tokens']:,} held-out tokens; {first['cpus']} CPUs, "
-            f"torch {first['torch']}, {first['torch_threads']} threads. Online: the teacher runs on every batch, "
-            "full vocabulary (no cache).\n\n" + command_block("python " + first["command"]))
+            f"torch {first['torch']}, {first['torch_threads']} threads. Every student reads the same "
+            f"{first.get('train_tokens', 0):,} cached tokens in the same order; online, the teacher runs on every batch "
+            "over the full vocabulary (no cache). The runs that made these records:\n\n"
+            + command_block("\n".join(dict.fromkeys("python " + r["command"] for r in latest.values()))))
 
 
 @table("techniques", "techniques/results.jsonl", doc="docs/techniques.md")

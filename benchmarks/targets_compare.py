@@ -28,6 +28,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -115,7 +116,7 @@ def stage_caches(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     reference, ref_seconds = _build(args, *REFERENCE)
-    chosen = {name: CONFIGS[name] for name in args.configs if name != REFERENCE[0]}
+    chosen = {name: CONFIGS[name] for name in args.configs if name in CONFIGS}
     first = [] if math.isnan(ref_seconds) else [REFERENCE]  # a reference built by an earlier run was recorded then
     for name, config in [*first, *chosen.items()]:
         folder, seconds = (reference, ref_seconds) if name == REFERENCE[0] else _build(args, name, config)
@@ -151,14 +152,16 @@ def stage_students(args) -> None:
     from destila.data import load_texts
 
     held_out = load_texts(args.data)[-args.held_out_documents :]  # pydoc is sorted: the last topics, never cached
-    for method in ["online", *args.configs]:
+    for method in dict.fromkeys(["online", *args.configs]):  # online first; `--configs online`: it alone
         run_dir = out / f"run-{method}"
+        shutil.rmtree(run_dir, ignore_errors=True)  # a rerun measures anew (its record replaces the earlier one)
         cache = None if method == "online" else str(out / method)
         trained = run_isolated(f"{train_worker.__module__}:{train_worker.__name__}", {
             "method": "online" if method == "online" else "fused", "student": str(student), "out": str(run_dir),
             "cache": cache, "teacher": teacher, "data": args.data, "seq_len": args.seq_len, "steps": args.steps,
             "batch_size": args.train_batch_size, "learning_rate": args.learning_rate, "seed": 0, "device": "cpu",
             "dtype": "float32", "gradient_checkpointing": False,
+            "max_tokens": args.max_tokens,  # online: the cached sequences, no more (epochs alike)
         }, device="cpu")
         if trained["status"] != "ok":
             raise RuntimeError(f"{method}: training failed ({trained['status']}): {trained.get('error')}")
@@ -173,6 +176,7 @@ def stage_students(args) -> None:
         _emit(out, {
             "stage": "students", "config": method, "student_layers": args.layers, "steps": args.steps,
             "train_batch_size": args.train_batch_size, "seq_len": args.seq_len, "learning_rate": args.learning_rate,
+            "train_tokens": args.max_tokens,
             "step_seconds_median": round(steps[len(steps) // 2], 3), "final_loss": trained["result"]["losses"][-1],
             "heldout_tokens": metrics["tokens"], "heldout_kl_to_teacher": metrics["kl_to_teacher"],
             "heldout_perplexity": metrics["perplexity"], "heldout_top1_agreement": metrics["top1_agreement"],
@@ -199,6 +203,11 @@ def stage_plot(args) -> None:
         elif name in caches:
             ax.plot(caches[name]["bytes_per_token"], kl, "o", label=f"{name} ({kl:.3f})")
     ax.set_xscale("log")
+    from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+
+    ax.xaxis.set_major_locator(FixedLocator([10, 20, 50, 100, 200, 500, 1000, 2000]))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())  # plain numbers on the log axis, no crowded minor labels
     ax.set_xlabel("cache bytes per token (log scale)")
     ax.set_ylabel("student's held-out KL to the teacher (nats/token)")
     first = next(iter(students.values()))
@@ -221,8 +230,9 @@ def main(argv=None) -> None:
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--max-tokens", type=int, default=512 * 24)
     parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=[*CONFIGS, REFERENCE[0]],
-                        help=f"caches to build / train from ({REFERENCE[0]}, always built, only for students)")
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=[*CONFIGS, REFERENCE[0], "online"],
+                        help=f"caches to build / train from ({REFERENCE[0]}, always built, only for students; "
+                             "students: 'online' trains the online student only)")
     parser.add_argument("--layers", type=int, default=6, help="students: layers cut from the teacher")
     parser.add_argument("--steps", type=int, default=12, help="students: optimizer steps")
     parser.add_argument("--train-batch-size", type=int, default=2, help="students: sequences per step")

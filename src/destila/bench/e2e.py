@@ -105,8 +105,13 @@ def cache_worker(teacher: str, data: str, output: str, seq_len: int, max_tokens:
 
 def train_worker(method: str, student: str, out: str, cache: str | None, teacher: str | None, data: str | None,
                  seq_len: int, steps: int, batch_size: int, learning_rate: float, seed: int, device: str,
-                 dtype: str, gradient_checkpointing: bool) -> dict:
-    """Train ``steps`` steps with ``method``; each step's wall time and logged loss."""
+                 dtype: str, gradient_checkpointing: bool, max_tokens: int | None = None) -> dict:
+    """Train ``steps`` steps with ``method``; each step's wall time and logged loss.
+
+    Online, the student reads the first ``max_tokens`` tokens of ``data``
+    (default: ``steps × batch_size × seq_len``, one pass); pass the cache's
+    token count to train on the very sequences an offline student reads.
+    """
     from destila.training.callbacks import read_training_log
     from destila.training import DistillationArguments, train_student
 
@@ -120,7 +125,8 @@ def train_worker(method: str, student: str, out: str, cache: str | None, teacher
     )
     online = method == "online"
     train_student(student, out, args, cache=None if online else cache, teacher=teacher if online else None,
-                  data=data if online else None, seq_len=seq_len, max_tokens=steps * batch_size * seq_len,
+                  data=data if online else None, seq_len=seq_len,
+                  max_tokens=max_tokens or steps * batch_size * seq_len,
                   callbacks=(clock,))
     records = read_training_log(Path(out) / "log.jsonl")
     return {"step_seconds": clock.seconds, "losses": [r["loss"] for r in records],

@@ -123,8 +123,8 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
         report.already_stored = len(done)
         # Tensor-parallel ranks hold one teacher between them: each runs every block.
         blocks = shard_blocks(manifest.sequences, done, spec.shard_size)
-        mine = blocks if spec.tensor_parallel else blocks[group.rank :: group.world]
-        _teacher_pass(model, source, mine, manifest, spec, group, report)
+        my_blocks = blocks if spec.tensor_parallel else blocks[group.rank :: group.world]
+        _teacher_pass(model, source, my_blocks, manifest, spec, group, report)
         distributed.barrier(group)
         if group.world > 1 and group.is_main:
             manifest = recover(output, read_manifest(output))
