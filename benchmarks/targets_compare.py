@@ -189,6 +189,7 @@ def stage_plot(args) -> None:
 
     matplotlib.use("Agg")  # files only: no display on a server
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
     records = [json.loads(line) for line in (Path(args.out) / "results.jsonl").read_text().splitlines() if line]
     caches = {r["config"]: r for r in records if r["stage"] == "caches"}  # a rerun replaces a config's record
@@ -203,8 +204,6 @@ def stage_plot(args) -> None:
         elif name in caches:
             ax.plot(caches[name]["bytes_per_token"], kl, "o", label=f"{name} ({kl:.3f})")
     ax.set_xscale("log")
-    from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
-
     ax.xaxis.set_major_locator(FixedLocator([10, 20, 50, 100, 200, 500, 1000, 2000]))
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_formatter(NullFormatter())  # plain numbers on the log axis, no crowded minor labels
