@@ -48,6 +48,9 @@ def register(subparsers) -> None:
     demo.add_argument("--seeds", type=int, default=defaults.seeds,
                       help="train every student with this many seeds and report the spread (default: 1)")
     demo.add_argument("--teacher", default=defaults.teacher, help="teacher (default: the embedded SmolLM2-135M)")
+    demo.add_argument("--force", action="store_true",
+                      help=f"train even when fewer than {defaults.min_steps} steps per student fit in --minutes "
+                      "(the demo otherwise refuses before training); the report's first line then says so")
     demo.set_defaults(func=run)
 
 
@@ -55,6 +58,6 @@ def run(args) -> int:
     from destila.demo import Demo, DemoSettings
 
     settings = DemoSettings(teacher=args.teacher, minutes=args.minutes, student_layers=parse_layer_list(args.layers),
-                            train_tokens=args.train_tokens, seeds=args.seeds)
+                            train_tokens=args.train_tokens, seeds=args.seeds, force=args.force)
     Demo(args.out, settings).run()
     return 0

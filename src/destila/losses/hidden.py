@@ -12,7 +12,12 @@ projection to the teacher's width ``D`` (the teacher's ``H_t``, or the
 cache's recorded ``D``; no projection when the widths agree) and are compared
 per position:
 
-- ``mse``: ``mean_d (P s − t)²``;
+- ``nmse`` (the recommended choice): ``mean_d (P s − t)² / var_d(t)``, the
+  squared error in units of the teacher's own per-dimension variance over
+  the batch's masked-in positions, so the term is about 1 for a student
+  that knows nothing and is on the KL's scale whatever the model's width or
+  activation size (a raw ``mse`` on SmolLM2's layers is in the thousands);
+- ``mse``: ``mean_d (P s − t)²``, in the model's own units;
 - ``cosine``: ``1 − cos(P s, t)``.
 
 The loss is the mean over masked-in positions and over pairs. The
@@ -33,7 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-HIDDEN_LOSSES = ("mse", "cosine")
+HIDDEN_LOSSES = ("nmse", "mse", "cosine")
+# The teacher variance floor of ``nmse``: a dimension that never moves must not blow the term up.
+NMSE_VARIANCE_FLOOR = 1e-6
 
 
 def parse_layer_map(spec: str, student_layers: int, teacher_layers: int) -> list[tuple[int, int]]:
@@ -62,7 +69,7 @@ def parse_layer_map(spec: str, student_layers: int, teacher_layers: int) -> list
     return pairs
 
 
-def hidden_state_loss(student: torch.Tensor, teacher: torch.Tensor, kind: str = "mse",
+def hidden_state_loss(student: torch.Tensor, teacher: torch.Tensor, kind: str = "nmse",
                       mask: torch.Tensor | None = None) -> torch.Tensor:
     """Mean per-position distance of ``student [..., D]`` to ``teacher [..., D]`` over ``mask [...]`` (bool).
 
@@ -74,7 +81,9 @@ def hidden_state_loss(student: torch.Tensor, teacher: torch.Tensor, kind: str = 
                          f"{tuple(teacher.shape)}")
     dtype = torch.float64 if student.dtype == torch.float64 else torch.float32
     s, t = student.to(dtype), teacher.detach().to(dtype)
-    if kind == "mse":
+    if kind == "nmse":
+        per_position = ((s - t).pow(2) / _teacher_variance(t, mask)).mean(-1)
+    elif kind == "mse":
         per_position = (s - t).pow(2).mean(-1)
     elif kind == "cosine":
         per_position = 1.0 - F.cosine_similarity(s, t, dim=-1, eps=1e-8)
@@ -86,6 +95,20 @@ def hidden_state_loss(student: torch.Tensor, teacher: torch.Tensor, kind: str = 
     return (per_position * mask).sum() / mask.sum().clamp_min(1)
 
 
+def _teacher_variance(teacher: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``[D]``: the variance of each dimension of ``teacher [..., D]`` over the masked-in positions.
+
+    Fewer than two positions have no spread; their mean square stands in (all masked out: ones, which
+    the empty mask then multiplies by zero)."""
+    flat = teacher.reshape(-1, teacher.shape[-1])
+    if mask is not None:
+        flat = flat[mask.reshape(-1).to(torch.bool)]
+    if flat.shape[0] == 0:
+        return torch.ones(teacher.shape[-1], dtype=teacher.dtype, device=teacher.device)
+    spread = flat.var(0, unbiased=False) if flat.shape[0] > 1 else flat.pow(2).mean(0)
+    return spread.clamp_min(NMSE_VARIANCE_FLOOR)
+
+
 class HiddenStateLoss(nn.Module):
     """The learned projections and the loss over a layer map; see the module docstring.
 
@@ -94,7 +117,7 @@ class HiddenStateLoss(nn.Module):
     teacher (in the order of ``pairs``).
     """
 
-    def __init__(self, pairs: Sequence[tuple[int, int]], student_width: int, target_width: int, kind: str = "mse"):
+    def __init__(self, pairs: Sequence[tuple[int, int]], student_width: int, target_width: int, kind: str = "nmse"):
         super().__init__()
         if kind not in HIDDEN_LOSSES:
             raise ValueError(f"hidden_loss: expected one of {', '.join(HIDDEN_LOSSES)}, found {kind!r}")

@@ -29,7 +29,8 @@ class HiddenLossOptions:
     """The hidden-state term added to the distillation loss (off unless ``hidden_loss`` is set)."""
 
     hidden_loss: str | None = field(default=None, metadata={
-        "help": "mse or cosine: add a loss between student and teacher layer outputs (None: off)",
+        "help": "nmse (recommended: scale-free), mse or cosine: add a loss between student and teacher layer "
+                "outputs (None: off)",
         "choices": list(HIDDEN_LOSSES)})
     hidden_weight: float = field(default=1.0, metadata={"help": "weight of the hidden-state loss"})
     layer_map: str = field(default="auto", metadata={
