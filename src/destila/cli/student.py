@@ -21,7 +21,7 @@ def register(subparsers) -> None:
     )
     init.add_argument("teacher", help="teacher: HF folder, hub id, .gguf file, or 'smollm2' (embedded default)")
     init.add_argument("-o", "--out", required=True, help="output folder (must not exist or be empty)")
-    how = init.add_mutually_exclusive_group(required=True)
+    how = init.add_mutually_exclusive_group()
     how.add_argument("--layers", type=_layers,
                      help="a count (N layers chosen by --select) or explicit teacher layers such as 0-7,27-29")
     how.add_argument(
@@ -37,7 +37,15 @@ def register(subparsers) -> None:
     pick.add_argument("--criterion", choices=_CRITERIA,
                       help="importance measure: skip_kl (KL to the teacher with the layer skipped; default) or "
                       "block_influence (1 - cosine between the layer's input and output); both are recorded")
-    text = init.add_argument_group("calibration text (for --select importance|contiguous and the starting perplexity)")
+    width = init.add_argument_group(
+        "width pruning (keeps the channels, neurons and heads that matter on the calibration text)")
+    width.add_argument("--hidden-size", type=int, help="residual stream width of the student")
+    width.add_argument("--intermediate-size", type=int, help="MLP width of the student")
+    width.add_argument("--num-attention-heads", type=int, help="query heads per layer (head_dim stays the teacher's)")
+    width.add_argument("--num-key-value-heads", type=int,
+                       help="key/value heads per layer (default: the teacher's, or as few as the head count allows)")
+    text = init.add_argument_group(
+        "calibration text (for --select importance|contiguous, width pruning and the starting perplexity)")
     source = text.add_mutually_exclusive_group()
     source.add_argument("--cache", metavar="CACHE", help="take the calibration tokens from this cache's input_ids")
     source.add_argument("--data", metavar="DATA",
@@ -75,6 +83,10 @@ def run_init(args) -> int:
         data=args.data,
         text_field=args.text_field,
         calibration_tokens=args.calibration_tokens,
+        hidden_size=args.hidden_size,
+        intermediate_size=args.intermediate_size,
+        num_attention_heads=args.num_attention_heads,
+        num_key_value_heads=args.num_key_value_heads,
         config_overrides=parse_config_overrides(args.config) if args.config else None,
         gguf_file=args.gguf_file,
         seed=args.seed,
@@ -85,9 +97,10 @@ def run_init(args) -> int:
         f"{summary['student_parameters']:,} parameters ({ratio:.0%} of the teacher's "
         f"{summary['teacher_parameters']:,}) -> {summary['out']}"
     )
-    if summary["method"] == "cut":
-        how = summary.get("select", "list")
-        print(f"kept teacher layers: {format_layer_list(summary['kept_layers'])} ({how})")
+    if summary["method"] != "fresh":
+        print(f"kept teacher layers: {format_layer_list(summary['kept_layers'])} ({summary['select']})")
+    if "width" in summary:
+        print("width: " + ", ".join(f"{key} {value}" for key, value in summary["width"].items()))
     if summary["start_perplexity"] is not None:
         print(f"starting perplexity on {summary['perplexity_tokens']:,} held-out calibration tokens: "
               f"{summary['start_perplexity']:.2f} (teacher {summary['teacher_perplexity']:.2f})")

@@ -21,6 +21,7 @@ from destila.student.cut import _supported_prefix, cut_student
 from destila.student.fresh import fresh_student
 from destila.student.importance import CRITERIA, SELECTIONS, contiguous_cut, layer_scores, most_important
 from destila.student.layers import check_layer_indices, evenly_spaced_layers
+from destila.student.width import WIDTH_FIELDS, prune_width, resolve_targets
 
 RECORD = "destila_student.json"
 """The record of how a student folder was made (criterion, scores, kept layers and channels)."""
@@ -107,6 +108,10 @@ def init_student(
     data: str | None = None,
     text_field: str = "text",
     calibration_tokens: int | None = None,
+    hidden_size: int | None = None,
+    intermediate_size: int | None = None,
+    num_attention_heads: int | None = None,
+    num_key_value_heads: int | None = None,
     config_overrides: dict | None = None,
     gguf_file: str | None = None,
     seed: int = 0,
@@ -115,7 +120,10 @@ def init_student(
 
     Give ``layers`` (a count, spread per ``select``: ``"even"``,
     ``"importance"`` or ``"contiguous"``; or a list of teacher layer indices)
-    or ``config_overrides`` (a fresh model). ``layer_indices`` is the same as
+    and/or width targets (``hidden_size``, ``intermediate_size``,
+    ``num_attention_heads``, ``num_key_value_heads``: Minitron-style pruning
+    of the cut, see :mod:`destila.student.width`), or ``config_overrides``
+    (a fresh model). ``layer_indices`` is the same as
     a list in ``layers``. ``criterion`` (``"skip_kl"``, the default, or
     ``"block_influence"``) ranks the layers for ``select="importance"``. Calibration text (``calibration`` token ids
     ``[S, L]``, a ``cache`` folder, or a ``data`` source; about
@@ -129,16 +137,23 @@ def init_student(
     if layers is not None and layer_indices is not None:
         raise ValueError("student init: give either a number of layers or the layer indices, not both")
     layers = layer_indices if layer_indices is not None else layers
-    cut = layers is not None
+    width = {k: v for k, v in zip(WIDTH_FIELDS, (hidden_size, intermediate_size, num_attention_heads,
+                                                  num_key_value_heads)) if v is not None}
+    cut = layers is not None or bool(width)
     if cut == (config_overrides is not None):
-        raise ValueError("student init: give either --layers (cut from the teacher) or --config (fresh model)")
+        raise ValueError("student init: give either --layers and/or width targets (cut and prune the teacher) "
+                         "or --config (a fresh model)")
     if config_overrides is not None and (select is not None or any(
             v is not None for v in (calibration, cache, data))):
         raise ValueError("student init: --select and calibration text apply to a cut (--layers), not to --config")
+    if select is not None and layers is None:
+        raise ValueError(f"--select {select}: chooses which layers --layers N keeps; add --layers")
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / INIT_INCOMPLETE).is_file():
         raise FileExistsError(f"student init: {out} exists and is not empty; choose a new folder")
     model = load_causal_lm(teacher, gguf_file=gguf_file)
+    if width:  # impossible sizes are refused before any measurement
+        resolve_targets(model.config, **width)
     tokenizer = load_tokenizer(teacher, gguf_file=gguf_file)
     if calibration_tokens is not None and cache is None and data is None:
         raise ValueError("--calibration-tokens: applies to calibration text read from --cache or --data; add one")
@@ -147,9 +162,18 @@ def init_student(
     selection, held_out = calibration.split() if calibration is not None else (None, None)
     record: dict = {"teacher": str(teacher)}
     if cut:
+        if width and selection is None:
+            raise ValueError(f"--{next(iter(width)).replace('_', '-')}: width pruning keeps the channels and heads "
+                             "that matter on calibration text; add --cache CACHE or --data DATA (e.g. --data pydoc)")
+        if layers is None:
+            layers = list(range(model.config.num_hidden_layers))
         kept, record["layers"] = choose_layers(model, layers, select, selection, criterion)
         student, kept = cut_student(model, indices=kept)
         summary = {"method": "cut", "kept_layers": kept, "select": record["layers"]["select"]}
+        if width:
+            student, record["width"] = prune_width(student, selection, **width)
+            summary["method"] = "cut+width" if len(kept) < model.config.num_hidden_layers else "width"
+            summary["width"] = {k: record["width"][k] for k in (*WIDTH_FIELDS, "head_dim")}
     else:
         student = fresh_student(model, config_overrides, seed=seed)
         summary = {"method": "fresh", "overrides": config_overrides}
@@ -167,7 +191,7 @@ def init_student(
                        teacher_perplexity=calib.perplexity(model, held_out),
                        perplexity_tokens=int(held_out.scored[:, :-1].sum()),
                        calibration=calibration.source, calibration_tokens=calibration.tokens)
-    record.update({k: v for k, v in summary.items() if k != "out"})
+    record.update({k: v for k, v in summary.items() if k not in ("out", "width")})  # the record keeps the full width entry
     _write_student(student, tokenizer, out, record)
     return summary
 
