@@ -2,28 +2,7 @@
 
 from __future__ import annotations
 
-
-def parse_layer_list(text: str) -> list[int]:
-    """``"0-7,27-29"`` → ``[0, 1, ..., 7, 27, 28, 29]``; ValueError naming the expected form otherwise."""
-    kept = []
-    try:
-        for part in text.split(","):
-            low, dash, high = part.strip().partition("-")
-            kept += list(range(int(low), int(high) + 1)) if dash else [int(low)]
-    except ValueError:
-        raise ValueError(f"--layers: expected teacher layer indices like 0-7,27-29, found {text!r}") from None
-    return kept
-
-
-def format_layer_list(layers: list[int]) -> str:
-    """``[0, 1, ..., 7, 27, 28, 29]`` → ``"0-7,27-29"`` (the inverse of :func:`parse_layer_list`)."""
-    runs: list[list[int]] = []
-    for layer in sorted(layers):
-        if runs and layer == runs[-1][1] + 1:
-            runs[-1][1] = layer
-        else:
-            runs.append([layer, layer])
-    return ",".join(f"{low}-{high}" if high > low else str(low) for low, high in runs)
+from destila.student.layers import format_layer_list, parse_layer_list
 
 
 def register(subparsers) -> None:
