@@ -40,6 +40,8 @@ import shutil
 import time
 from pathlib import Path
 
+from transformers import TrainerCallback
+
 HAND_CUT = [*range(8), 27, 28, 29]
 ROWS = ("ce", "kd", "kd+hidden", "even", "contiguous", "importance", "width")
 STUDENT_OF_ROW = {"ce": "hand", "kd": "hand", "kd+hidden": "hand", "even": "even", "contiguous": "contiguous",
@@ -96,6 +98,17 @@ def students(out: Path) -> None:
     (out / "students.json").write_text(json.dumps(summaries, indent=2, default=str))
 
 
+class SaveAt(TrainerCallback):
+    """Saves a checkpoint at exactly these steps (the budgets), no others."""
+
+    def __init__(self, steps: list[int]):
+        self.steps = set(steps)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step in self.steps:
+            control.should_save = True
+
+
 def run(out: Path, row: str, seed: int, budgets: list[int], learning_rate: float) -> None:
     """Train ``row`` once up to the largest budget, keeping a checkpoint at each; score each on all held-out tokens."""
     from destila.eval.run import evaluate_model
@@ -113,14 +126,16 @@ def run(out: Path, row: str, seed: int, budgets: list[int], learning_rate: float
     load_before = os.getloadavg()[0]
     result = train_from_cache(
         str(student), folder, out / ("cache-hidden" if row == "kd+hidden" else "cache"), max_steps=steps[-1], batch_size=BATCH, learning_rate=learning_rate,
-        seed=seed, warmup_steps=5, weight_decay=0.0, freeze_embeddings=True, save_steps=steps[0],
-        save_total_limit=None, eval_strategy="steps", eval_steps=max(1, steps[0] // 2),
+        seed=seed, warmup_steps=5, weight_decay=0.0, freeze_embeddings=True, callbacks=(SaveAt(steps[:-1]),),
+        save_strategy="no", eval_strategy="steps", eval_steps=max(1, steps[0] // 2),
         per_device_eval_batch_size=4, eval_cache=out / "cache-heldout", eval_sequences=4, **loss)
     seconds = time.monotonic() - start
     for budget, step in zip(budgets, steps):
         checkpoint = folder / f"checkpoint-{step}"
-        model = checkpoint if step != steps[-1] or checkpoint.exists() else Path(result["path"])
+        model = checkpoint if step != steps[-1] else Path(result["path"])
         metrics = evaluate_model(str(model), cache=str(out / "cache-heldout"), max_tokens=8192, new_tokens=1)
+        if model == checkpoint:
+            shutil.rmtree(checkpoint)  # its optimizer state alone is hundreds of MB
         record = {"row": row, "seed": seed, "budget_tokens": budget, "steps": step,
                   **{k: metrics[k] for k in ("perplexity", "accuracy", "top1_agreement", "kl_to_teacher", "tokens",
                                              "parameters")},
