@@ -27,8 +27,8 @@ from destila.cache.format import (
     schema_faults,
     shard_name,
     shard_schema,
-    write_atomic,
 )
+from destila.io import write_atomic
 
 
 def assemble_shard(manifest: Manifest, rows: list[dict]) -> dict[str, torch.Tensor]:

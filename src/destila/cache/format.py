@@ -29,7 +29,7 @@ compact              ``block_offsets [R+1]`` int64, ``blocks [bytes]`` uint8: ro
                      block ``blocks[offsets[r]:offsets[r+1]]`` (:mod:`destila.cache.codec`)
 
 Crash safety rests on three rules: a file is written under a temporary name,
-flushed, fsync'd and renamed (:func:`write_atomic`); the manifest is replaced
+flushed, fsync'd and renamed (:func:`destila.io.write_atomic`); the manifest is replaced
 the same way after every shard; and a shard file that the manifest does not
 name does not exist (the writer deletes such strays before resuming).
 """
@@ -39,9 +39,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from destila.io import write_atomic
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
@@ -49,7 +50,6 @@ TOKENIZER_DIR = "tokenizer"
 SHARD_PREFIX = "shard-"
 SHARD_SUFFIX = ".safetensors"
 PROGRESS_PREFIX = "progress-rank"
-TMP_MARK = ".tmp-"
 LOCK = ".lock"
 
 LOGPROB_DTYPES = ("float16", "bfloat16", "float32")
@@ -303,10 +303,6 @@ def is_shard_file(name: str) -> bool:
     return name.startswith(SHARD_PREFIX) and name.endswith(SHARD_SUFFIX)
 
 
-def is_temporary(name: str) -> bool:
-    return TMP_MARK in name
-
-
 def encode_ranges(indices) -> list[list[int]]:
     """``[i0, i1, …]`` as ``[[start, stop, step], …]`` runs of constant step (greedy).
 
@@ -338,41 +334,3 @@ def sha256_file(path: Path, block: int = 1 << 22) -> str:
         while chunk := handle.read(block):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def fsync_dir(folder: Path) -> None:
-    """Make a rename inside ``folder`` durable (POSIX: the directory entry lives in the folder)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # some platforms cannot open directories; the rename is still atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the new one, never a mix.
-
-    The bytes go to a temporary file in the same folder, are fsync'd, then
-    renamed over ``path``. On failure (full disk, permissions) the temporary
-    file is removed and the old ``path`` is untouched.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-    fsync_dir(path.parent)

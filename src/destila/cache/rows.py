@@ -27,7 +27,7 @@ import torch
 
 from destila.cache.codec import BlockError, decode_sampled_row, decode_topk_row
 from destila.cache.format import Manifest, ShardInfo, schema_faults, shard_schema
-from destila.losses.options import IGNORE_INDEX
+from destila.constants import IGNORE_INDEX
 
 
 class ShardFormatError(ValueError):

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from destila.cache.format import TOKENIZER_DIR, read_manifest
-from destila.losses.options import IGNORE_INDEX
+from destila.constants import IGNORE_INDEX
 
 PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 

@@ -25,12 +25,12 @@ from destila.cache.format import (
     MANIFEST,
     TOKENIZER_DIR,
     is_shard_file,
-    is_temporary,
     read_manifest,
     shard_file_fault,
 )
 from destila.cache.coverage import coverage_faults
 from destila.cache.tokenizer_files import tokenizer_faults
+from destila.io import is_temporary
 
 # |log Σp| a position may show from rounding its K log-probs to the storage
 # dtype: about entropy × 2^-mantissa_bits (entropy ≤ ~10 nats), with margin.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from destila.fs_errors import as_os_error
+from destila.io import as_os_error
 from destila.models import load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
 from destila.targets.spec import check_training_temperature
 from destila.training.arguments import DistillationArguments
