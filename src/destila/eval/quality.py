@@ -7,13 +7,13 @@ import math
 import torch
 
 from destila.losses import IGNORE_INDEX, distill_loss
-from destila.losses.options import DEFAULT_LOSS_CHUNK_ROWS
+from destila.losses.options import DEFAULT_CHUNK_SIZE
 from destila.models import decoder_of, output_head
 from destila.losses.divergences import full_vocab_divergence, get_divergence
 
 
 @torch.no_grad()
-def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_LOSS_CHUNK_ROWS,
+def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_CHUNK_SIZE,
                  divergence: str = "forward_kl") -> dict:
     """Sums over the rows with a label, for ``batches`` of ``input_ids [B, L]`` and ``labels [B, L]``
     (plus the cache's top-K fields when evaluating against a cache).

@@ -5,7 +5,7 @@ the whole vocabulary, and a dense teacher grid rebuilt from the top-K (zero
 outside it), compared token by token. With ``tail="bucket"`` the teacher's
 rest mass is compared with the student's mass on the same tokens as one more
 term. It shares only the divergence's per-bucket terms with
-:mod:`destila.losses.chunk` (:mod:`destila.losses.divergences`), not their
+:mod:`destila.losses.chunk_math` (:mod:`destila.losses.divergences`), not their
 gradient weights: autograd differentiates the terms here, so the two check
 each other. Memory: several ``N × V`` tensors.
 
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from destila.losses.chunk import ChunkSums, total_loss
+from destila.losses.chunk_math import ChunkSums, total_loss
 from destila.losses.divergences import get_divergence
 from destila.losses.inputs import Batch, promoted_dtype
 from destila.losses.options import LossOptions

@@ -17,7 +17,7 @@ from destila.losses.divergences import divergence_help, divergence_names, get_di
 DIVERGENCES = divergence_names()  # the built-in ones; the registry may hold more
 TAILS = ("bucket", "renorm", "none")
 IMPLS = ("fused", "chunked", "dense")
-DEFAULT_LOSS_CHUNK_ROWS = 2048
+DEFAULT_CHUNK_SIZE = 2048
 
 
 def _choice(name: str, value, allowed: tuple[str, ...]) -> None:
@@ -68,7 +68,7 @@ class LossOptions:
         "choices": list(IMPLS),
         "help": "fused: lm_head inside the loss, [chunk, V] memory; chunked: full logits once, loss "
                 "over row chunks; dense: full [N, V] grids through autograd (the reference)."})
-    chunk_size: int = field(default=DEFAULT_LOSS_CHUNK_ROWS, metadata={
+    chunk_size: int = field(default=DEFAULT_CHUNK_SIZE, metadata={
         "help": "Rows per chunk for fused and chunked: the [chunk, V] float32 buffer is their "
                 "largest allocation. Ignored by dense."})
 
@@ -90,5 +90,5 @@ class LossOptions:
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
             raise ValueError(
                 f"chunk_size: expected a positive int (rows per chunk), found {self.chunk_size!r}; "
-                f"{DEFAULT_LOSS_CHUNK_ROWS} (the default) was fastest on a 2-core CPU; smaller saves memory"
+                f"{DEFAULT_CHUNK_SIZE} (the default) was fastest on a 2-core CPU; smaller saves memory"
             )

@@ -120,18 +120,3 @@ def mixture_topk(
             topk_logprobs[start:stop] = values - total[:, None]
             tail_logmass[start:stop] = tail - total
     return topk_ids, topk_logprobs, tail_logmass
-
-
-def mixture_targets(models: Sequence, weights: Sequence[float], input_ids: torch.Tensor, k: int,
-                    temperature: float = 1.0, chunk_size: int = 1024, **forward) -> dict:
-    """The cache fields of the teachers' mixture for ``input_ids [B, T]``: ``topk_ids [B, T, K]``,
-    ``topk_logprobs [B, T, K]`` and ``tail_logmass [B, T]``; each teacher runs its decoder once."""
-    from destila.models import decoder_of, output_head
-
-    batch, length = input_ids.shape
-    with torch.no_grad():
-        hiddens = [decoder_of(m)(input_ids=input_ids, use_cache=False, **forward).last_hidden_state.reshape(batch * length, -1)
-                   for m in models]
-    ids, logprobs, tail = mixture_topk(hiddens, [output_head(m) for m in models], weights, k, temperature, chunk_size)
-    return {"topk_ids": ids.reshape(batch, length, k), "topk_logprobs": logprobs.reshape(batch, length, k),
-            "tail_logmass": tail.reshape(batch, length)}

@@ -28,7 +28,7 @@ from destila.models import check_plain_head
 from destila.targets.online import OnlineTeacher, dense_online_loss
 from destila.training.engines import enable_cpu_fsdp
 from destila.training.head_loss import distill_through_forward
-from destila.training.hidden import HiddenDistillation, hidden_term
+from destila.training.hidden_distillation import HiddenDistillation, hidden_term
 
 _STATS = ("soft", "hard", "rows", "agree")
 
