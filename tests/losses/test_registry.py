@@ -110,3 +110,13 @@ def test_eval_reports_a_registered_divergence_under_its_metric_name(hellinger):
     bucket_q = torch.cat([q.gather(-1, ids), 1 - q.gather(-1, ids).sum(-1, keepdim=True)], -1)
     assert sums["hellinger"] == pytest.approx(float(hellinger_formula(bucket_p, bucket_q).sum(-1)[valid].sum()),
                                               rel=1e-4)
+
+
+def test_the_training_log_names_the_divergence_it_trains_on(hellinger):
+    from destila.training.trainer import DistillationTrainer  # heavy (transformers' Trainer): only here
+
+    sums = torch.tensor([6.0, 2.0, 4.0, 3.0], dtype=torch.float64)  # soft, hard, rows, agree
+    assert DistillationTrainer._metrics(sums)["kl"] == 1.5
+    logged = DistillationTrainer._metrics(sums, "eval_", divergence=hellinger)
+    assert logged == {"eval_hellinger": 1.5, "eval_ce": 0.5, "eval_ppl": pytest.approx(1.6487, rel=1e-4),
+                      "eval_top1_agreement": 0.75}
