@@ -1,8 +1,9 @@
 """Shard bytes do not change when the code is reorganised: golden SHA-256s of tiny caches of every kind.
 
 Each cache of :data:`CASES` is built from a tiny random teacher and its
-shards' SHA-256 compared with ``golden_cache_sha256.json``, recorded from a
-build before the codecs were split into modules. The teacher's float32
+shards' SHA-256, and that of its manifest's content fields, compared with
+``golden_cache_sha256.json``, recorded from a build before the codecs were
+split into modules. The teacher's float32
 logits (and zstd's output) may differ on another CPU or library version; a
 probe of both is recorded beside the hashes, and when it differs the test is
 skipped (the arithmetic changed, not the code under test).
@@ -51,20 +52,27 @@ def probe(teacher: Path) -> str:
     return digest.hexdigest()
 
 
-def shard_hashes(teacher: Path, root: Path) -> dict[str, list[str]]:
-    hashes = {}
+def build_hashes(teacher: Path, root: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Per case: the SHA-256 of each shard, and of the manifest's content fields (paths and versions aside)."""
+    shards, manifests = {}, {}
     for name, options in CASES.items():
         out = root / name
         assert build_cache(str(teacher), "pydoc", out, **SMALL, **options).complete
-        hashes[name] = [hashlib.sha256((out / s.name).read_bytes()).hexdigest() for s in read_manifest(out).shards]
-    return hashes
+        manifest = read_manifest(out)
+        shards[name] = [hashlib.sha256((out / s.name).read_bytes()).hexdigest() for s in manifest.shards]
+        content = {**manifest.content(), "shards": [[s.name, s.rows, s.sequences, s.sha256, s.bytes]
+                                                    for s in manifest.shards]}
+        manifests[name] = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+    return shards, manifests
 
 
 def test_shards_are_byte_identical_to_the_recorded_build(tiny_llama_dir, tmp_path):
     golden = json.loads(GOLDEN.read_text())
     if probe(tiny_llama_dir) != golden["probe"]:
         pytest.skip("this machine's float32 logits or zstd frames differ from the recording machine's")
-    assert shard_hashes(tiny_llama_dir, tmp_path) == golden["shards"]
+    shards, manifests = build_hashes(tiny_llama_dir, tmp_path)
+    assert shards == golden["shards"]
+    assert manifests == golden["manifests"]
 
 
 if __name__ == "__main__":  # regenerate the golden file
@@ -77,6 +85,7 @@ if __name__ == "__main__":  # regenerate the golden file
 
         os.environ["DESTILA_DATA_CACHE"] = str(Path(tmp) / "stores")
         teacher = save_tiny_model(Path(tmp) / "teacher", train_tiny_tokenizer())
-        record = {"probe": probe(teacher), "shards": shard_hashes(teacher, Path(tmp) / "caches")}
+        shards, manifests = build_hashes(teacher, Path(tmp) / "caches")
+        record = {"probe": probe(teacher), "shards": shards, "manifests": manifests}
     GOLDEN.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {GOLDEN}")

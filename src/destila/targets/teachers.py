@@ -29,6 +29,7 @@ from destila.losses.hidden_state_loss import fixed_projection
 from destila.targets.head import teacher_topk
 from destila.targets.layers import capture_layer_outputs, layer_count
 from destila.targets.mixture import mixture_topk
+from destila.targets.spec import DEFAULT_HEAD_CHUNK_ROWS
 
 HIDDEN_DTYPE = torch.float16
 PROJECTIONS = ("orthogonal", "identity")
@@ -81,7 +82,7 @@ class TeacherSet:
     """One teacher (``weights=None``) or several mixed with ``weights``, and an optional hidden-state spec."""
 
     def __init__(self, models: Sequence, weights: Sequence[float] | None, top_k: int, temperature: float = 1.0,
-                 head_chunk_rows: int = 1024, hidden: HiddenSpec | None = None):
+                 head_chunk_rows: int = DEFAULT_HEAD_CHUNK_ROWS, hidden: HiddenSpec | None = None):
         from destila.models import check_plain_head, decoder_of, output_head
 
         self.models = list(models)

@@ -67,7 +67,8 @@ class Compact:
         (``header``: ``{name: (dtype code, shape)}``) break the schema."""
         offsets = handle.get_tensor("block_offsets").numpy() if "block_offsets" in header else None
         blob = header.get("blocks", (None, [None]))[1][0]
-        faults = schema_faults(header, {**row_index_schema(shard.rows), **Compact.schema(manifest, shard.rows, None, blob)})
+        schema = {**row_index_schema(shard.rows), **Compact.schema(manifest, shard.rows, None, blob)}
+        faults = schema_faults(header, schema)
         if not faults and (offsets[0] != 0 or offsets[-1] != blob or np.any(np.diff(offsets) < 0)):
             faults.append(f"block_offsets do not cut the {blob} bytes of blocks into {shard.rows} blocks")
         return offsets, faults

@@ -58,7 +58,8 @@ class Sampled:
         counts = torch.cat([r["counts"] for r in rows]).to(torch.int64)
         # by decreasing count, ties by increasing id (the ids arrive ascending); padding (count 0) last
         order = torch.sort(-counts, dim=1, stable=True).indices
-        return dict(sample_ids=ids.gather(1, order).to(torch.int32), sample_counts=counts.gather(1, order).to(torch.int32))
+        return dict(sample_ids=ids.gather(1, order).to(torch.int32),
+                    sample_counts=counts.gather(1, order).to(torch.int32))
 
     @staticmethod
     def plain_stored(get, a: int, b: int) -> dict:
