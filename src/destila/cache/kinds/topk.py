@@ -102,8 +102,8 @@ class TopK:
             faults.append(f"{int((~torch.isfinite(lp)).sum())} non-finite top-K log-probs")
         elif lp.numel() and lp.max() > _SLACK:
             faults.append(f"top-K log-probs above 0 (max {lp.max().item():.3g})")
-        elif encoding.logprob_order_fault(lp):
-            faults.append(encoding.logprob_order_fault(lp))
+        elif order := encoding.logprob_order_fault(lp):
+            faults.append(order)
         bad_tail = ~torch.isfinite(tail)
         if manifest.top_k == vocab:  # nothing is left out: the tail's log-mass is log 0
             bad_tail &= ~torch.isneginf(tail)
