@@ -19,6 +19,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from destila.io import publish_folder, try_lock
+
 EMBEDDED = "smollm2"
 """The name that stands for the embedded default teacher wherever a model is expected."""
 
@@ -74,10 +76,10 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
         raise
     with lock:
         if ready():
-            if _try_lock(lock, blocking=False):  # nobody converting: leftovers are stale
+            if try_lock(lock, blocking=False):  # nobody converting: leftovers are stale
                 _remove_staging_leftovers(target)
             return target
-        _try_lock(lock, blocking=True)  # a concurrent conversion finishes first
+        try_lock(lock, blocking=True)  # a concurrent conversion finishes first
         _remove_staging_leftovers(target)
         if ready():
             return target
@@ -89,23 +91,11 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
             tokenizer.save_pretrained(staging)
             if target.exists():  # a stale partial folder from an older layout
                 shutil.rmtree(target)
-            os.replace(staging, target)
+            publish_folder(staging, target)
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
     return target
-
-
-def _try_lock(handle, *, blocking: bool) -> bool:
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock, leftovers stay until removed by hand
-        return False
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-    except BlockingIOError:
-        return False
-    return True
 
 
 def _remove_staging_leftovers(target: Path) -> None:

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from destila.losses.hidden import HiddenStateLoss, fixed_projection, hidden_state_loss, parse_layer_map
+from destila.losses.hidden_state_loss import HiddenStateLoss, fixed_projection, hidden_state_loss
+from destila.training.hidden_distillation import parse_layer_map
 
 
 @pytest.mark.parametrize("kind", ["nmse", "mse", "cosine"])

@@ -11,7 +11,7 @@ from destila.training import DistillationArguments
 from destila.training.run import train_student
 from destila.training.trainer import DistillationTrainer
 from destila.data import collate
-from destila.training.hidden import HiddenDistillation, PROJECTION_FILE
+from destila.training.hidden_distillation import HiddenDistillation, PROJECTION_FILE
 from destila.targets.online import OnlineTeacher
 from train_helpers import read_log
 

@@ -29,7 +29,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from destila.losses.options import DEFAULT_LOSS_CHUNK_ROWS
+from destila.losses.options import DEFAULT_CHUNK_SIZE
 from destila.measure import run_isolated
 
 WORKER = "destila.bench.loss:loss_worker"
@@ -52,7 +52,7 @@ class LossBenchConfig:
     impls: tuple[str, ...] = ("fused", "chunked", "dense")
     dtype: str = "float32"
     device: str = "cpu"
-    chunk_size: int = DEFAULT_LOSS_CHUNK_ROWS
+    chunk_size: int = DEFAULT_CHUNK_SIZE
     repeats: int = 3
     max_seconds: float = 30.0
     timeout: float = 1800.0

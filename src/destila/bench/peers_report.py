@@ -43,17 +43,6 @@ def print_peer_table(rows: list[dict]) -> None:
         console.print(line)
 
 
-def markdown(header: list[str] | tuple[str, ...], body: list[list[str]]) -> str:
-    """A GitHub Markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in body]
-    return "\n".join(lines)
-
-
-def loss_markdown(rows: list[dict]) -> str:
-    return markdown(LOSS_COLUMNS, loss_table_rows(rows))
-
-
 def plot_peers(rows: list[dict], path) -> None:
     """PNG: per N, peak memory and time over the in-process floor of destila's rows and each peer's, as bars.
 
@@ -102,9 +91,3 @@ def plot_peers(rows: list[dict], path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def e2e_markdown(rows: list[dict]) -> str:
-    from destila.bench.peers_e2e import E2E_COLUMNS, e2e_table_rows
-
-    return markdown(E2E_COLUMNS, e2e_table_rows(rows))

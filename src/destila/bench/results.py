@@ -55,10 +55,6 @@ def write_jsonl(rows: list[dict], path: str | os.PathLike) -> None:
             f.write(json.dumps(row) + "\n")
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
 
 def write_csv(rows: list[dict], path: str | os.PathLike) -> None:
     """The same rows as CSV; columns in first-seen order, lists joined with ``;``."""

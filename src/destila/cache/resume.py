@@ -33,13 +33,11 @@ from destila.cache.format import (
     ShardInfo,
     Manifest,
     is_shard_file,
-    is_temporary,
     read_manifest,
     shard_file_fault,
-    write_atomic,
     write_manifest,
 )
-from destila.locks import exclusive_lock
+from destila.io import exclusive_lock, is_temporary, write_atomic
 
 log = logging.getLogger("destila.cache")
 

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Sequence
 
 from destila.cache.extras import TeacherExtras
-from destila.cache.format import ENCODINGS, LOGPROB_DTYPES
+from destila.cache.encodings import ENCODINGS, encoding_of
+from destila.cache.format import LOGPROB_DTYPES
+from destila.cache.kinds import kind_of
 from destila.placement import DEVICE_MAPS
 from destila.targets.spec import TargetSpec
 
@@ -49,7 +51,7 @@ class BuildSpec:
     encoding: str = field(default="plain", metadata={
         "help": "shard encoding: 'plain' (safetensors tensors any reader can load) or 'compact' (ids delta-coded, "
                 "log-probs quantised, zstd: a third of the bytes at K = 100; see docs/cache.md)",
-        "choices": ENCODINGS})
+        "choices": tuple(ENCODINGS)})
     logprob_dtype: str = field(default="float16", metadata={
         "help": "storage dtype of the top-K log-probs in the plain encoding", "choices": LOGPROB_DTYPES})
     batch_size: int = field(default=8, metadata={"help": "sequences per teacher forward"})
@@ -91,7 +93,7 @@ class BuildSpec:
         self.output = Path(self.output).expanduser()
         if not isinstance(self.extras, TeacherExtras):
             raise ValueError(f"extras: expected a TeacherExtras, found {type(self.extras).__name__}")
-        if self.extras.mixture and self.targets.kind != "topk":
+        if self.extras.mixture and not kind_of(self.targets.kind).supports_mixture:
             raise ValueError("teacher_weights: a mixture of teachers is stored as top-K targets; drop --kind sampled")
         if self.tensor_parallel and (self.device_map or self.max_memory or self.offload_folder):
             raise ValueError("tensor_parallel: shards the teacher across torchrun's processes, --device-map spreads "
@@ -99,7 +101,7 @@ class BuildSpec:
         if self.tensor_parallel and self.extras.active:
             raise ValueError("tensor_parallel: runs one teacher without stored hidden states; drop --tensor-parallel "
                              "or the further teachers and --hidden-layers")
-        if self.extras.hidden_layers is not None and self.encoding != "plain":
+        if self.extras.hidden_layers is not None and not encoding_of(self.encoding).stores_hidden:
             raise ValueError("hidden_layers: teacher hidden states are stored in the plain encoding only; "
                              "drop --encoding compact")
 

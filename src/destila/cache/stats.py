@@ -17,8 +17,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import torch
+from safetensors import safe_open
+
+from destila.cache.encodings import encoding_of
 from destila.cache.format import TOKENIZER_DIR, read_manifest
-from destila.losses.options import IGNORE_INDEX
+from destila.cache.kinds import kind_of
+from destila.cache.rows import ShardRows, dense_item
+from destila.cache.shard_check import open_checked_shard
+from destila.constants import IGNORE_INDEX
 
 PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 
@@ -33,12 +41,6 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
     against the manifest (size, SHA-256, tensor shapes): a damaged one raises
     ``ValueError`` naming it.
     """
-    import numpy as np
-    import torch
-
-    from destila.cache.rows import dense_item
-    from destila.cache.shard_check import open_checked_shard
-
     path = Path(path).expanduser()
     m = read_manifest(path)
     shard_bytes = sum(s.bytes for s in m.shards)
@@ -82,10 +84,8 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
     hidden = (m.extras or {}).get("hidden")
     if m.extras:
         summary["extras"] = m.extras
-    if hidden and stored_tokens and m.target_kind == "topk":
-        # teacher_hidden is float16 [P, n, D]; P = the trained positions = stored entries / K.
-        positions = entries / m.top_k
-        summary["hidden_bytes_per_token"] = positions * len(hidden["layers"]) * hidden["dim"] * 2 / stored_tokens
+    if hidden and stored_tokens:  # teacher_hidden is float16 [P, n, D], P = the trained positions
+        summary["hidden_bytes_per_token"] = trained_count * len(hidden["layers"]) * hidden["dim"] * 2 / stored_tokens
     tails, masses, entropy_topk, entropy_bucket, taken = [], [], [], [], 0
     for shard in m.shards:
         if max_sequences is not None and taken >= max_sequences:
@@ -127,10 +127,6 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
 
 def _trained_positions(path: Path, m) -> int:
     """Positions with a target (the loss mask's count) over all stored shards."""
-    from safetensors import safe_open
-
-    from destila.cache.rows import ShardRows
-
     total = 0
     for shard in m.shards:
         with safe_open(str(path / shard.name), framework="pt") as handle:
@@ -144,22 +140,9 @@ def _trained_positions(path: Path, m) -> int:
 
 def _stored_entries(path: Path, m) -> int:
     """Target entries stored in all shards: trained positions × K, or the distinct ids of sampled targets."""
-    from destila.cache.shard_check import open_checked_shard
-
-    total = 0
-    for shard in m.shards:
-        reader = open_checked_shard(path, m, shard, checksum=False)  # size and schema; refuses a damaged shard
-        handle = reader.handle
-        if m.target_kind == "topk" and m.encoding == "plain":
-            total += handle.get_slice("topk_ids").get_shape()[0] * m.top_k
-            continue
-        if m.target_kind == "sampled" and m.encoding == "plain":
-            total += int((handle.get_tensor("sample_counts") > 0).sum())
-            continue
-        for r in range(shard.rows):
-            stored = reader.stored(r)
-            total += int((stored["counts"] > 0).sum()) if "counts" in stored else stored["ids"].size
-    return total
+    encoding = encoding_of(m.encoding)
+    # size and schema of each shard; refuses a damaged one
+    return sum(encoding.stored_entries(open_checked_shard(path, m, shard, checksum=False), m) for shard in m.shards)
 
 
 def _tokenizer_class(folder: Path) -> str | None:
@@ -171,10 +154,8 @@ def _tokenizer_class(folder: Path) -> str | None:
 
 def _targets_line(summary: dict) -> str:
     targets = summary["targets"]
-    if targets["kind"] == "sampled":
-        return f"S={targets['samples']} draws of V={summary['vocab_size']:,} (seed {targets['seed']})"
-    dtype = f", log-probs {summary['logprob_dtype']}" if summary["encoding"] == "plain" else ""
-    return f"top-K K={targets['top_k']} of V={summary['vocab_size']:,}{dtype}"
+    dtype = summary["logprob_dtype"] if encoding_of(summary["encoding"]).keeps_logprob_dtype else None
+    return kind_of(targets["kind"]).describe(targets, summary["vocab_size"], dtype)
 
 
 def _data_line(data: dict) -> str:

@@ -62,7 +62,7 @@ def _build(args) -> int:
     try:
         report = build_cache(spec)
     except Exception as err:  # a full disk reported by a Rust writer names no file: name the cache folder
-        from destila.fs_errors import as_os_error
+        from destila.io import as_os_error
 
         disguised = as_os_error(err, args.output)
         if disguised is None or disguised is err:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from destila.losses.options import IGNORE_INDEX
+from destila.constants import IGNORE_INDEX
 
 # Fields that are per-position and padded on the right; everything else is stacked as is.
 _PAD_VALUES = {"input_ids": None, "attention_mask": 0, "labels": IGNORE_INDEX, "loss_mask": False, "position_ids": 0}

@@ -33,18 +33,23 @@ def encoder(spec, tokenizer) -> Callable[[dict], dict]:
         raise ValueError(
             f"tokenizer: {type(tokenizer).__name__} has no EOS token to end documents; set tokenizer.eos_token"
         )
-    if spec.kind == "messages":
-        if not getattr(tokenizer, "chat_template", None):
-            raise ValueError(
-                "tokenizer: has no chat template, so conversations cannot be rendered; use a teacher whose "
-                "tokenizer has one (an instruct model), or give plain text with --text-field"
-            )
-        if spec.loss_on == "assistant" and not getattr(tokenizer, "is_fast", False):
-            raise ValueError("tokenizer: assistant masks need a fast tokenizer (character offsets); pass --loss-on all")
-        return lambda batch: _encode_messages(batch[spec.messages_field], tokenizer, spec)
-    if spec.kind == "prompt_completion":
-        return lambda batch: _encode_pairs(batch[spec.prompt_field], batch[spec.completion_field], tokenizer, spec)
-    return lambda batch: _encode_text(batch[spec.text_field], tokenizer, spec)
+    check, encode = _KINDS[spec.kind]
+    check(tokenizer, spec)
+    return lambda batch: encode(*(batch[column] for column in spec.columns), tokenizer, spec)
+
+
+def _check_chat_tokenizer(tokenizer, spec) -> None:
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "tokenizer: has no chat template, so conversations cannot be rendered; use a teacher whose "
+            "tokenizer has one (an instruct model), or give plain text with --text-field"
+        )
+    if spec.loss_on == "assistant" and not getattr(tokenizer, "is_fast", False):
+        raise ValueError("tokenizer: assistant masks need a fast tokenizer (character offsets); pass --loss-on all")
+
+
+def _any_tokenizer(tokenizer, spec) -> None:
+    """Plain text and prompt/completion pairs need nothing beyond an EOS token."""
 
 
 def _tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
@@ -144,3 +149,11 @@ def _encode_messages(values, tokenizer, spec) -> dict:
             continue
         targets.append([any(start <= first < end for start, end in spans) for first, _ in encoded["offset_mapping"]])
     return {"input_ids": ids, "targets": targets}
+
+
+# Each kind of input (DataSpec.kind): the check of the tokenizer, then the batched encoder of its columns.
+_KINDS = {
+    "text": (_any_tokenizer, _encode_text),
+    "prompt_completion": (_any_tokenizer, _encode_pairs),
+    "messages": (_check_chat_tokenizer, _encode_messages),
+}

@@ -19,6 +19,11 @@ PACKING = ("documents", "none")
 DEFAULT_LOSS_ON = {"text": "all", "messages": "assistant", "prompt_completion": "completion"}
 
 
+# Each kind of input and the spec fields naming the source columns it reads.
+_KIND_FIELDS = {"text": ("text_field",), "messages": ("messages_field",),
+                "prompt_completion": ("prompt_field", "completion_field")}
+
+
 @dataclass(frozen=True)
 class DataSpec:
     """Where the documents come from, which fields hold them, what is trained, and how rows are cut."""
@@ -113,11 +118,7 @@ class DataSpec:
     @property
     def columns(self) -> tuple[str, ...]:
         """The source fields this spec reads."""
-        if self.kind == "messages":
-            return (self.messages_field,)
-        if self.kind == "prompt_completion":
-            return (self.prompt_field, self.completion_field)
-        return (self.text_field,)
+        return tuple(getattr(self, name) for name in _KIND_FIELDS[self.kind])
 
     @property
     def max_sequences(self) -> int | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from destila.data import DataSpec, collate
 from destila.eval.quality import metrics_from_sums, quality_sums
 from destila.eval.speed import forward_tokens_per_second, generate, size_on_disk
-from destila.losses.options import DEFAULT_LOSS_CHUNK_ROWS
+from destila.losses.options import DEFAULT_CHUNK_SIZE
 from destila.models import load_causal_lm, load_tokenizer
 
 DEFAULT_PROMPT = "The `with` statement in Python"
@@ -23,7 +23,7 @@ def evaluate_model(
     model: str, *, cache: str | None = None, indices: list[int] | None = None,
     data: str | list[str] | dict | DataSpec | None = None,
     teacher: str | None = None, seq_len: int = 512, max_tokens: int | None = 16384, text_field: str = "text",
-    batch_size: int = 4, chunk_size: int = DEFAULT_LOSS_CHUNK_ROWS, prompt: str = DEFAULT_PROMPT, new_tokens: int = 32,
+    batch_size: int = 4, chunk_size: int = DEFAULT_CHUNK_SIZE, prompt: str = DEFAULT_PROMPT, new_tokens: int = 32,
     device: str = "cpu",
 ) -> dict:
     """Every metric of one model (see the module docstring); a JSON-able dict.

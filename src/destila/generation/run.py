@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from destila.generation.prompts import Prompt, load_prompts
+from destila.io import write_atomic
 
 
 @dataclass(frozen=True)
@@ -114,9 +115,7 @@ def _agree_with_sidecar(out: Path, record: dict) -> None:
             )
         return
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = side.with_name(side.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    os.replace(tmp, side)
+    write_atomic(side, json.dumps(record, indent=2))
 
 
 def finished_prompts(out: Path, per_prompt: int) -> set[int]:

@@ -25,7 +25,7 @@ from transformers import TrainingArguments
 
 from destila.losses.options import LossOptions
 from destila.targets.spec import TargetSpec
-from destila.training.hidden import HiddenLossOptions
+from destila.training.hidden_distillation import HiddenLossOptions
 from destila.training.engines import check_engine, choose_device
 
 ONLINE_LOSSES = ("dense", "topk")
@@ -160,7 +160,7 @@ DistillationArguments = dataclasses.make_dataclass(
                    ":class:`destila.losses.LossOptions` (except ``ignore_index``), ``top_k`` and "
                    "``head_chunk_rows`` of :class:`destila.targets.TargetSpec` for an online teacher, "
                    "``eval_fraction``, ``online_loss``, ``allow_tokenizer_mismatch`` and the hidden-state "
-                   "options of :class:`destila.training.hidden.HiddenLossOptions`.",
+                   "options of :class:`destila.training.hidden_distillation.HiddenLossOptions`.",
     },
 )
 DistillationArguments.__module__ = __name__

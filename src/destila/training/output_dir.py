@@ -38,8 +38,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from destila.cache.format import write_atomic
-from destila.locks import exclusive_lock
+from destila.io import exclusive_lock, write_atomic
 
 RUN_FILE = "destila_run.json"
 LOCK_FILE = ".lock"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from destila.fs_errors import as_os_error
+from destila.io import as_os_error
 from destila.models import load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
 from destila.targets.spec import check_training_temperature
 from destila.training.arguments import DistillationArguments
-from destila.training.hidden import hidden_term
+from destila.training.hidden_distillation import hidden_term
 from destila.training.callbacks import EngineReport, JsonlLogCallback
 from destila.data import DataSpec, collate, packed_source, texts_source
 from destila.training.datasets import Subset, split_indices

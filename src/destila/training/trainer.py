@@ -22,12 +22,13 @@ from pathlib import Path
 import torch
 from transformers import Trainer
 
-from destila.losses.options import IGNORE_INDEX
+from destila.constants import IGNORE_INDEX
+from destila.losses.divergences import get_divergence
 from destila.models import check_plain_head
 from destila.targets.online import OnlineTeacher, dense_online_loss
 from destila.training.engines import enable_cpu_fsdp
 from destila.training.head_loss import distill_through_forward
-from destila.training.hidden import HiddenDistillation, hidden_term
+from destila.training.hidden_distillation import HiddenDistillation, hidden_term
 
 _STATS = ("soft", "hard", "rows", "agree")
 
@@ -201,21 +202,21 @@ class DistillationTrainer(Trainer):
         return sums
 
     @staticmethod
-    def _metrics(sums: torch.Tensor, prefix: str = "") -> dict:
+    def _metrics(sums: torch.Tensor, prefix: str = "", divergence: str = "forward_kl") -> dict:
         soft, hard, rows, agree = sums.tolist()
         rows = max(rows, 1.0)
         ce = hard / rows
         return {
-            f"{prefix}kl": soft / rows,
+            f"{prefix}{get_divergence(divergence).metric}": soft / rows,  # "kl" for forward KL, "jsd" for JSD
             f"{prefix}ce": ce,
             f"{prefix}ppl": math.exp(min(ce, 50.0)),
             f"{prefix}top1_agreement": agree / rows,
         }
 
     def log(self, logs: dict, *args, **kwargs) -> None:
-        """Add the training window's KL, CE, perplexity and top-1 agreement to each training log."""
+        """Add the training window's divergence, CE, perplexity and top-1 agreement to each training log."""
         if "loss" in logs and self._window[2] > 0:
-            logs = {**logs, **self._metrics(self._reduce(self._window))}
+            logs = {**logs, **self._metrics(self._reduce(self._window), divergence=self.args.divergence)}
             self._window.zero_()
         if "loss" in logs and self._hidden_window[1] > 0:
             # Each micro-batch's term is its share of its step's (÷ the whole accumulated batch's positions).
