@@ -78,7 +78,7 @@ def students(out: Path) -> None:
     from destila.student import init_student
 
     teacher = str(embedded_teacher_dir())
-    calibration = dict(cache=str(out / "cache"), calibration_tokens=4096)
+    calibration = dict(cache=str(out / "cache"), calibration_tokens=1024)
     kinds = {
         "hand": dict(layers=HAND_CUT, **calibration),
         "even": dict(layers=len(HAND_CUT), select="even", **calibration),
@@ -130,9 +130,9 @@ def run(out: Path, row: str, seed: int, budgets: list[int], learning_rate: float
         save_strategy="no", eval_strategy="steps", eval_steps=max(1, steps[0] // 2),
         per_device_eval_batch_size=4, eval_cache=out / "cache-heldout", eval_sequences=4, **loss)
     seconds = time.monotonic() - start
-    for budget, step in zip(budgets, steps):
+    for budget, step in zip([0, *budgets], [0, *steps]):  # 0: the student as cut, before any step
         checkpoint = folder / f"checkpoint-{step}"
-        model = checkpoint if step != steps[-1] else Path(result["path"])
+        model = student if step == 0 else checkpoint if step != steps[-1] else Path(result["path"])
         metrics = evaluate_model(str(model), cache=str(out / "cache-heldout"), max_tokens=8192, new_tokens=1)
         if model == checkpoint:
             shutil.rmtree(checkpoint)  # its optimizer state alone is hundreds of MB
@@ -162,7 +162,7 @@ def data_efficiency(records: list[dict]) -> dict | None:
     def mean_ppl(row):
         by_budget = {}
         for r in records:
-            if r["row"] == row:
+            if r["row"] == row and r["budget_tokens"]:
                 by_budget.setdefault(r["budget_tokens"], []).append(r["perplexity"])
         return sorted((b, statistics.mean(v)) for b, v in by_budget.items())
 
@@ -190,7 +190,7 @@ def table(records: list[dict]) -> str:
     import statistics
 
     rows = []
-    keys = sorted({(r["row"], r["budget_tokens"]) for r in records}, key=lambda k: (ROWS.index(k[0]), k[1]))
+    keys = sorted({(r["row"], r["budget_tokens"]) for r in records if r["budget_tokens"] or r["row"] not in ("ce", "kd+hidden")}, key=lambda k: (ROWS.index(k[0]), k[1]))
     for row, budget in keys:
         group = [r for r in records if r["row"] == row and r["budget_tokens"] == budget]
 
