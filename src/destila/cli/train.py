@@ -35,9 +35,8 @@ def build_parser():
 
     from destila.placement import DEVICE_MAPS
     from destila.training import DistillationArguments
-    from destila.training.peft_student import LoraArguments
 
-    parser = HfArgumentParser([DistillationArguments, LoraArguments], prog="destila train", description=DESCRIPTION,
+    parser = HfArgumentParser([DistillationArguments], prog="destila train", description=DESCRIPTION,
                               usage="destila train STUDENT (--cache CACHE | --teacher TEACHER --data DATA) "
                                     "-o OUT [--config FILE] [options]")
     parser.add_argument("student", help="student folder (e.g. from `destila student init`)")
@@ -113,10 +112,7 @@ def parse(argv: list[str]):
 
 
 def run(argv: list[str]) -> int:
-    import dataclasses
-
     from destila.training import train_student
-    from destila.training.peft_student import LoraArguments
 
     args, training_args = parse(argv)
     resume = args.resume
@@ -129,7 +125,7 @@ def run(argv: list[str]) -> int:
     if stray:  # a cache holds its data already: such a flag would be silently ignored
         raise ValueError(f"{', '.join(stray)}: data options of online training (with --teacher and --data); "
                          "a cache already holds its data: drop them, or set them when building the cache")
-    lora = LoraArguments(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LoraArguments)})
+    lora = training_args.lora_arguments()
     out = training_args.output_dir
     result = train_student(
         args.student, out, training_args,

@@ -12,7 +12,8 @@ from destila.training.arguments import DistillationArguments
 from destila.training.hidden import hidden_term
 from destila.training.callbacks import EngineReport, JsonlLogCallback
 from destila.data import DataSpec, collate, packed_source, texts_source
-from destila.training.datasets import Subset, split_indices
+from destila.training.datasets import Subset
+from destila.targets.truncate import check_top_k
 from destila.training.peft_student import MERGED_DIR, LoraArguments, merge_adapter, with_adapters
 from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir, write_failure
 
@@ -104,6 +105,10 @@ def train_student(
         raise ValueError(f"train: args.output_dir is {args.output_dir} but out is {out}; they must agree")
     if eval_cache is not None and (args.eval_fraction > 0 or cache is None):
         raise ValueError("train: an eval cache goes with offline training (a cache) and eval_fraction 0")
+    if lora is None:
+        lora = args.lora_arguments()
+    elif args.lora_r and lora != args.lora_arguments():
+        raise ValueError("train: lora and the LoRA fields of args (lora_r, ...) disagree; give them in one place")
     model = load_causal_lm(student)
     if args.freeze_embeddings:
         model.get_input_embeddings().requires_grad_(False)
@@ -115,6 +120,7 @@ def train_student(
         source = TopKCache(cache)
         tokenizer = AutoTokenizer.from_pretrained(source.tokenizer_path)
         check_training_temperature(args.temperature, source.manifest.temperature, f"the cache {cache}")
+        check_top_k(args.top_k, source)
         check_student(
             model, student, vocab_size=source.vocab_size, fingerprint=source.manifest.tokenizer_fingerprint,
             seq_len=source.seq_len, allow_tokenizer_mismatch=args.allow_tokenizer_mismatch,
@@ -141,8 +147,7 @@ def train_student(
         model = with_adapters(model, lora)
     hidden = hidden_term(args.hidden_options(), model, teacher_model=online.model if online else None,
                          source=source)
-    train_ids, eval_ids = split_indices(len(source), args.eval_fraction)
-    eval_dataset = Subset(source, eval_ids) if eval_ids else None
+    eval_dataset = None  # with args.eval_fraction, the trainer holds out its split of the source
     if eval_cache is not None:
         from destila.cache import TopKCache
 
@@ -159,7 +164,7 @@ def train_student(
         trainer = DistillationTrainer(
             model=model,
             args=args,
-            train_dataset=Subset(source, train_ids),
+            train_dataset=source,
             eval_dataset=eval_dataset,
             data_collator=collate,
             processing_class=tokenizer,
@@ -177,7 +182,7 @@ def train_student(
         engine = EngineReport(trainer, out / LOG_FILE)
         trainer.add_callback(engine)
         result = trainer.train(resume_from_checkpoint=claim.checkpoint)
-        metrics = trainer.evaluate() if eval_dataset is not None else {}
+        metrics = trainer.evaluate() if trainer.eval_dataset is not None else {}
         trainer.save_model(str(out))  # weights (or the adapter), config and (processing_class) tokenizer
         merged = None
         if lora is not None and lora.merge:
