@@ -40,6 +40,8 @@ def register(subparsers) -> None:
     inspect.add_argument("cache", metavar="CACHE")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
     inspect.add_argument("--max-sequences", type=int, help="compute the statistics on the first N sequences only")
+    inspect.add_argument("--coverage", type=float, default=0.95,
+                         help="suggest the smallest K′ whose mean covered teacher mass reaches this (default: 0.95)")
     inspect.set_defaults(func=_inspect)
 
     verify = verbs.add_parser("verify", help="check every shard's checksum, shapes and values; exit 1 if any fault")
@@ -91,7 +93,9 @@ def _inspect(args) -> int:
 
     from destila.cache.stats import format_summary, inspect_cache
 
-    summary = inspect_cache(args.cache, max_sequences=args.max_sequences)
+    if not 0.0 < args.coverage <= 1.0:
+        raise ValueError(f"--coverage: expected a fraction in (0, 1], found {args.coverage}")
+    summary = inspect_cache(args.cache, max_sequences=args.max_sequences, coverage=args.coverage)
     print(json.dumps(summary, indent=1) if args.json else format_summary(summary))
     return 0
 
