@@ -96,11 +96,20 @@ def parse(argv: list[str]):
     import dataclasses
 
     from destila.training import DistillationArguments
+    from destila.training.objective import recorded_defaults
+    from destila.training.output_dir import read_run_record
 
     parser = build_parser()
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
+    pre.add_argument("--resume", nargs="?", const=True, default=None)
+    pre.add_argument("-o", "--out", "--output_dir", "--output-dir", dest="output_dir")
     known, _ = pre.parse_known_args(argv)
+    if known.resume and known.output_dir:
+        # The run's recorded objective is the default; a flag given that differs is refused by train_student.
+        dests = {action.dest for action in parser._actions}
+        recorded = recorded_defaults(read_run_record(Path(known.output_dir)))
+        parser.set_defaults(**{k: v for k, v in recorded.items() if k in dests})
     if known.config:
         apply_config(parser, read_config(known.config), known.config)
     namespace = parser.parse_args(argv)

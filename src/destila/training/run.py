@@ -14,6 +14,7 @@ from destila.training.callbacks import EngineReport, JsonlLogCallback
 from destila.data import DataSpec, collate, packed_source, texts_source
 from destila.training.datasets import Subset
 from destila.targets.truncate import check_top_k
+from destila.training.objective import check_resumed, objective_of
 from destila.training.peft_student import MERGED_DIR, LoraArguments, merge_adapter, with_adapters
 from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir, write_failure
 
@@ -113,7 +114,7 @@ def train_student(
     if args.freeze_embeddings:
         model.get_input_embeddings().requires_grad_(False)
         output_head(model)[0].requires_grad_(False)
-    online = None
+    online, spec = None, None
     if cache is not None:
         from destila.cache import TopKCache
 
@@ -156,9 +157,13 @@ def train_student(
             raise ValueError(f"train: the eval cache {eval_cache} was built with another tokenizer than the "
                              "training cache; build both with the same teacher")
         eval_dataset = Subset(held_out, range(min(len(held_out), eval_sequences or len(held_out))))
+    objective = objective_of(args, cache=cache, teacher=teacher, data=spec)
     with args.main_process_first(desc="claiming the output folder"):
-        claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0)
+        claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0,
+                                 objective=objective)
     try:
+        if claim.objective is not None:  # resuming a run that recorded its objective
+            check_resumed(claim.objective, objective, out)
         for note in claim.notes:
             print(note)
         trainer = DistillationTrainer(
