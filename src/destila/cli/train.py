@@ -74,15 +74,19 @@ def read_config(path: str) -> dict:
 
 
 def apply_config(parser: argparse.ArgumentParser, values: dict, path: str) -> None:
-    """Make the file's values the parser's defaults, so flags given on the command line override them."""
+    """Make the file's values the parser's defaults, so flags given on the command line override them.
+
+    TRL's keys (``model_name_or_path``, ``max_length``, GKD's ``beta``, ...) are mapped onto destila's
+    options by :func:`destila.training.trl_keys.map_trl_keys`; every key refused or unknown is named in one line.
+    """
+    from destila.training.trl_keys import map_trl_keys
+
     dests = {action.dest: action for action in parser._actions}
-    normalised = {}
-    for key, value in values.items():
-        name = str(key).lstrip("-").replace("-", "_")
-        if name not in dests or name in ("help", "config"):
-            raise ValueError(f"--config {path}: unknown option {key!r}; expected names of `destila train --help` "
-                             f"options, e.g. learning_rate")
-        normalised[name] = value
+    known = {name for name in dests if name not in ("help", "config")}
+    normalised, problems = map_trl_keys(values, known)
+    if problems:
+        raise ValueError(f"--config {path}: {'; '.join(problems)}. Expected names of `destila train --help` "
+                         "options (e.g. learning_rate) or TRL config keys such as max_length")
     parser.set_defaults(**normalised)
     for action in parser._actions:
         if action.dest in normalised and action.required:
@@ -113,11 +117,31 @@ def parse(argv: list[str]):
     if known.config:
         apply_config(parser, read_config(known.config), known.config)
     namespace = parser.parse_args(argv)
+    _beta_selects_divergence(namespace, argv)
     if namespace.output_dir is None:
         parser.error("the following arguments are required: -o/--out (or --output_dir)")
     values = {f.name: getattr(namespace, f.name) for f in dataclasses.fields(DistillationArguments)
               if f.init and hasattr(namespace, f.name)}
     return namespace, DistillationArguments(**values)
+
+
+def _given(argv: list[str], flag: str) -> bool:
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+
+
+def _beta_selects_divergence(namespace, argv: list[str]) -> None:
+    """``--beta`` alone selects the divergence as GKD's β does; beside a divergence other than jsd it is refused."""
+    from destila.training.trl_keys import gkd_divergence
+
+    if not _given(argv, "--beta"):
+        return
+    if not _given(argv, "--divergence"):
+        namespace.__dict__.update(gkd_divergence(namespace.beta))
+        if namespace.divergence != "jsd":
+            namespace.beta = 0.5  # β at 0 or 1 is the divergence itself, not a JSD weight
+    elif namespace.divergence != "jsd":
+        raise ValueError(f"--beta {namespace.beta}: only --divergence jsd has a β, and --divergence "
+                         f"{namespace.divergence} is given; drop one of them")
 
 
 def run(argv: list[str]) -> int:
