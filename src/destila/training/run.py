@@ -73,7 +73,9 @@ def train_student(
 ) -> dict:
     """Train ``student`` from ``cache`` (offline) or from ``teacher`` on ``data`` (online).
 
-    Writes checkpoints and ``log.jsonl`` into ``out`` and, at the end, the
+    Writes checkpoints and ``log.jsonl`` into ``out`` and, at the end,
+    ``trainer_state.json``, ``train_results.json``, ``all_results.json``
+    (and ``eval_results.json``) as ``Trainer.save_state``/``save_metrics`` do, and the
     student (safetensors, config, tokenizer) loadable with
     ``AutoModelForCausalLM.from_pretrained(out)``; with ``lora`` adapters
     enabled, the adapter instead (``PeftModel.from_pretrained``), and with
@@ -189,6 +191,11 @@ def train_student(
         result = trainer.train(resume_from_checkpoint=claim.checkpoint)
         metrics = trainer.evaluate() if trainer.eval_dataset is not None else {}
         trainer.save_model(str(out))  # weights (or the adapter), config and (processing_class) tokenizer
+        # The files a Trainer script leaves: trainer_state.json, train_results.json, eval_results.json, all_results.json.
+        trainer.save_state()
+        trainer.save_metrics("train", result.metrics)
+        if metrics:
+            trainer.save_metrics("eval", metrics)
         merged = None
         if lora is not None and lora.merge:
             merged = out / MERGED_DIR
