@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from transformers import Trainer
 
+from destila.data.collate import aligned_labels
 from destila.losses.options import IGNORE_INDEX
 from destila.models import check_plain_head
 from destila.targets.online import OnlineTeacher, dense_online_loss
@@ -155,9 +156,9 @@ class DistillationTrainer(Trainer):
         self.hidden = hidden.to(self.args.device) if hidden is not None else None
         self._hidden_window = torch.zeros(2, dtype=torch.float64)
         # Count valid labels for num_items_in_batch (the Trainer only does so
-        # for models that "accept loss kwargs"); our labels are already shifted.
+        # for models that "accept loss kwargs"); the labels are unshifted, as a causal LM's.
         self.model_accepts_loss_kwargs = True
-        self._loss_shifts_labels = False
+        self._loss_shifts_labels = True
         self._window = torch.zeros(len(_STATS), dtype=torch.float64)
 
     def create_accelerator_and_postprocess(self):
@@ -176,7 +177,8 @@ class DistillationTrainer(Trainer):
 
     def _distill(self, model, inputs: dict, num_items=None, **overrides):
         """``(loss, stats)`` for one batch, plus the hidden-state term when training with one."""
-        inputs = self._targets(inputs)
+        # Batches carry Hugging Face-convention labels; the targets at t are for token t+1.
+        inputs = {**self._targets(inputs), "labels": aligned_labels(inputs["labels"])}
         if self.hidden is None or overrides:  # evaluation measures the KL alone
             return self._kd(model, inputs, num_items, **overrides)
         with self.hidden.capture(model) as captured:
