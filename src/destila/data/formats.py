@@ -1,0 +1,38 @@
+"""The data format read from the source's fields, as TRL's trainers detect it.
+
+A spec that names no field (the default ``text_field="text"``) over a source
+without a ``text`` field is read by what it holds instead: ``messages``
+(conversations, loss on assistant turns) or ``prompt`` + ``completion``
+(loss on completions). A source with a ``text`` field, or a spec naming its
+fields, is read as given. Naive equivalent::
+
+    columns = first_row.keys()
+    if "text" not in columns and "messages" in columns: spec.messages_field = "messages"
+    elif "text" not in columns and {"prompt", "completion"} <= columns: spec.prompt_field, ... = ...
+"""
+
+from __future__ import annotations
+
+from destila.data.spec import DEFAULT_LOSS_ON, DataSpec
+
+DEFAULT_TEXT_FIELD = "text"
+
+
+def detect_format(spec: DataSpec) -> DataSpec:
+    """``spec`` with the fields of its source's format when it names none; else ``spec`` unchanged."""
+    from destila.data.sources import PYDOC, _load, column_names, quiet_datasets
+
+    if spec.kind != "text" or spec.text_field != DEFAULT_TEXT_FIELD or spec.source == PYDOC:
+        return spec
+    with quiet_datasets():
+        names = set(column_names(_load(spec)) or [])
+    if DEFAULT_TEXT_FIELD in names:
+        return spec
+    # Destila's default loss positions for the detected kind (a spec's "all" is the default of plain text).
+    if "messages" in names:
+        loss_on = DEFAULT_LOSS_ON["messages"] if spec.loss_on == DEFAULT_LOSS_ON["text"] else spec.loss_on
+        return spec.replace(messages_field="messages", loss_on=loss_on)
+    if {"prompt", "completion"} <= names:
+        loss_on = DEFAULT_LOSS_ON["prompt_completion"] if spec.loss_on == DEFAULT_LOSS_ON["text"] else spec.loss_on
+        return spec.replace(prompt_field="prompt", completion_field="completion", loss_on=loss_on)
+    return spec  # the missing "text" field is reported with the fields found
