@@ -81,11 +81,29 @@ def _build(args) -> int:
         ranks = f" with the teacher split over {report.world_size} processes"
     print(
         f"{report.path}: wrote {report.written_sequences:,} sequences ({report.written_tokens:,} tokens){ranks} "
-        f"in {report.pass_seconds:.1f} s, {report.tokens_per_second:,.0f} tokens/s{resumed}; "
+        f"in {report.pass_seconds:.1f} s, {report.tokens_per_second:,.0f} tokens/s (every token the teacher read, "
+        f"trained or not){resumed}; "
         + ("cache complete" if report.complete else "cache INCOMPLETE: run the same command again")
         + f" ({report.sequences:,} sequences)"
     )
+    print(dropped_line(report.dropped))
     return 0 if report.complete else 1
+
+
+_DROP_REASONS = {
+    "row_seams": "at row seams (a document continuing in the next row has nothing before its first token there; "
+                 "--packing bfd never splits one)",
+    "after_the_last_row": "after the last row (the incomplete last row, or data past --max-tokens)",
+    "truncated": "beyond --seq-len in documents longer than a row",
+}
+
+
+def dropped_line(dropped: dict) -> str:
+    """One line naming the trained positions of the data the sequences leave out, and why."""
+    if not dropped:
+        return "dropped: no trained position of the data is left out"
+    parts = [f"{count:,} {_DROP_REASONS.get(reason, reason)}" for reason, count in dropped.items()]
+    return f"dropped {sum(dropped.values()):,} trained positions: " + "; ".join(parts)
 
 
 def _inspect(args) -> int:

@@ -13,7 +13,7 @@ fields, is read as given. Naive equivalent::
 
 from __future__ import annotations
 
-from destila.data.spec import DEFAULT_LOSS_ON, DataSpec
+from destila.data.spec import DEFAULT_LOSS_ON, DEFAULT_PACKING, DataSpec
 
 DEFAULT_TEXT_FIELD = "text"
 
@@ -28,11 +28,15 @@ def detect_format(spec: DataSpec) -> DataSpec:
         names = set(column_names(_load(spec)) or [])
     if DEFAULT_TEXT_FIELD in names:
         return spec
-    # Destila's default loss positions for the detected kind (a spec's "all" is the default of plain text).
     if "messages" in names:
-        loss_on = DEFAULT_LOSS_ON["messages"] if spec.loss_on == DEFAULT_LOSS_ON["text"] else spec.loss_on
-        return spec.replace(messages_field="messages", loss_on=loss_on)
+        return _as_kind(spec, "messages", messages_field="messages")
     if {"prompt", "completion"} <= names:
-        loss_on = DEFAULT_LOSS_ON["prompt_completion"] if spec.loss_on == DEFAULT_LOSS_ON["text"] else spec.loss_on
-        return spec.replace(prompt_field="prompt", completion_field="completion", loss_on=loss_on)
+        return _as_kind(spec, "prompt_completion", prompt_field="prompt", completion_field="completion")
     return spec  # the missing "text" field is reported with the fields found
+
+
+def _as_kind(spec: DataSpec, kind: str, **fields) -> DataSpec:
+    """``spec`` read as ``kind``: the kind's default loss positions and packing where the spec has plain text's."""
+    keep = {name: getattr(spec, name) for name, defaults in (("loss_on", DEFAULT_LOSS_ON), ("packing", DEFAULT_PACKING))
+            if getattr(spec, name) != defaults["text"]}
+    return spec.replace(**fields, loss_on=keep.get("loss_on"), packing=keep.get("packing"))
