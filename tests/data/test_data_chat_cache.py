@@ -70,7 +70,7 @@ def build_chat_cache(teacher, tmp_path, capsys, extra=()):
     data = write_chat(tmp_path / "chat.jsonl")
     with pytest.raises(SystemExit) as done:
         main(["cache", "build", str(teacher), str(data), "--messages-field", "messages", "-o", str(tmp_path / "c"),
-              "--seq-len", str(SEQ_LEN), "--quiet", *extra])
+              "--seq-len", str(SEQ_LEN), "--packing", "documents", "--quiet", *extra])
     assert done.value.code == 0, capsys.readouterr().err
     return TopKCache(tmp_path / "c")
 

@@ -24,8 +24,11 @@ def detect_format(spec: DataSpec) -> DataSpec:
 
     if spec.kind != "text" or spec.text_field != DEFAULT_TEXT_FIELD or spec.source == PYDOC:
         return spec
-    with quiet_datasets():
-        names = set(column_names(_load(spec)) or [])
+    try:
+        with quiet_datasets():
+            names = set(column_names(_load(spec)) or [])
+    except (OSError, ValueError):
+        return spec  # the source cannot be read now: reading it for the store reports why, or a built store is reused
     if DEFAULT_TEXT_FIELD in names:
         return spec
     if "messages" in names:
