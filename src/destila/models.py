@@ -222,7 +222,9 @@ def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cp
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from destila.placement import check_tensor_plan, load_options, resolve_device
+    from destila.quiet import apply_quiet_bars
 
+    apply_quiet_bars()
     placement = load_options(device_map, max_memory, offload_folder, tensor_parallel)
     source, gguf = resolve_source(spec, gguf_file)
     try:
