@@ -123,3 +123,22 @@ def test_the_docs_python_example_runs(tiny_cache, fresh_student, tmp_path, monke
     exec(compile(code, "docs/training.md", "exec"), scope)
     assert scope["trainer"].state.global_step == 2
     assert any("eval_kl" in record for record in scope["trainer"].state.log_history)
+
+
+# TRL's example CLI config (examples/cli_configs/example_config.yaml), as `trl sft --config` takes it.
+TRL_EXAMPLE = """\
+model_name_or_path: {student}
+dataset_name: stanfordnlp/imdb
+report_to: none
+learning_rate: 0.0001
+lr_scheduler_type: cosine
+"""
+
+
+def test_trls_example_sft_config_beside_a_cache_is_refused_naming_its_data_keys(tmp_path, capsys):
+    config = write(tmp_path, TRL_EXAMPLE + "max_length: 64\npacking: true\n", student="s")
+    with pytest.raises(SystemExit) as exit_:
+        cli(["train", "--cache", "c", "-o", str(tmp_path / "o"), "--config", config])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("destila train: error: --data, --packing, --seq-len:")

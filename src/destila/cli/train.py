@@ -154,7 +154,9 @@ def run(argv: list[str]) -> int:
             raise ValueError(f"--resume_from_checkpoint {training_args.resume_from_checkpoint} and --resume "
                              f"{resume} disagree; give one of them")
         resume = training_args.resume_from_checkpoint
-    stray = given_flags(args, DataSpec, exclude=("source",)) if args.data is None else []
+    stray = given_flags(args, DataSpec, exclude=("source",)) if args.data is None or args.cache else []
+    if args.cache and args.data is not None:
+        stray.insert(0, "--data")  # e.g. a TRL config's dataset_name beside --cache
     if stray:  # a cache holds its data already: such a flag would be silently ignored
         raise ValueError(f"{', '.join(stray)}: data options of online training (with --teacher and --data); "
                          "a cache already holds its data: drop them, or set them when building the cache")
