@@ -129,10 +129,10 @@ class DistillationTrainer(Trainer):
                  data_spec=None, hidden: HiddenDistillation | None = None, **kwargs):
         if sum(x is not None for x in (teacher, teacher_model, cache)) > 1:
             raise ValueError("DistillationTrainer: give one source of targets: teacher_model, teacher or cache")
-        model, arguments = (list(args) + [None, None])[:2] if args else (None, None)
-        model, arguments = kwargs.pop("model", model), kwargs.pop("args", arguments)
         if len(args) > 2:
             raise TypeError("DistillationTrainer: pass model and args positionally, everything else by name")
+        model, arguments = (list(args) + [None, None])[:2]
+        model, arguments = kwargs.pop("model", model), kwargs.pop("args", arguments)
         if arguments is None:
             raise ValueError("DistillationTrainer: args= is required (a DistillationArguments)")
         model, kwargs = _student(model, arguments, kwargs)
