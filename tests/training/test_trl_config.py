@@ -81,13 +81,15 @@ def test_gkd_yaml_trains_offline_from_a_cache(tiny_cache, fresh_student, tmp_pat
 
 
 def test_unsupported_keys_are_listed_in_one_line(tmp_path, capsys):
-    config = write(tmp_path, "lmbda: 0.5\nseq_kd: true\nmax_new_tokens: 128\nlearning_rat: 1\nbeta: 0.5\n")
+    config = write(tmp_path, "lmbda: 0.5\nseq_kd: true\nmax_new_tokens: 128\nlearning_rat: 1\nbeta: 0.5\n"
+                             "max_length: 64\n")
     with pytest.raises(SystemExit) as exit_:
         cli(["train", "s", "--cache", "c", "-o", str(tmp_path / "o"), "--config", config])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
-    for key in ("lmbda (on-policy", "seq_kd (sequence-level", "max_new_tokens (", "unknown option 'learning_rat'"):
+    for key in ("lmbda (on-policy", "seq_kd (sequence-level", "max_new_tokens (", "unknown option 'learning_rat'",
+                "max_length (a data option; the cache already holds its data)"):
         assert key in err
 
 
@@ -141,4 +143,6 @@ def test_trls_example_sft_config_beside_a_cache_is_refused_naming_its_data_keys(
         cli(["train", "--cache", "c", "-o", str(tmp_path / "o"), "--config", config])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and err.startswith("destila train: error: --data, --packing, --seq-len:")
+    assert err.count("\n") == 0
+    for key in ("dataset_name (a data option", "max_length (a data option", "packing (a data option"):
+        assert key in err

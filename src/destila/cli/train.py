@@ -10,6 +10,7 @@ works too) and every loss option of :class:`destila.losses.LossOptions`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def read_config(path: str) -> dict:
     return values
 
 
-def apply_config(parser: argparse.ArgumentParser, values: dict, path: str) -> None:
+def apply_config(parser: argparse.ArgumentParser, values: dict, path: str, *, with_cache: bool = False) -> None:
     """Make the file's values the parser's defaults, so flags given on the command line override them.
 
     TRL's keys (``model_name_or_path``, ``max_length``, GKD's ``beta``, ...) are mapped onto destila's
@@ -83,7 +84,10 @@ def apply_config(parser: argparse.ArgumentParser, values: dict, path: str) -> No
 
     dests = {action.dest: action for action in parser._actions}
     known = {name for name in dests if name not in ("help", "config")}
-    normalised, problems = map_trl_keys(values, known)
+    # Beside a cache, data options would be ignored (the cache holds its data): refused with the rest.
+    data_options = {"data", *(f.name for f in dataclasses.fields(DataSpec) if f.name != "source")}
+    unwanted = dict.fromkeys(data_options, "a data option; the cache already holds its data") if with_cache else {}
+    normalised, problems = map_trl_keys(values, known, unwanted)
     if problems:
         raise ValueError(f"--config {path}: {'; '.join(problems)}. Expected names of `destila train --help` "
                          "options (e.g. learning_rate) or TRL config keys such as max_length")
@@ -97,7 +101,6 @@ def apply_config(parser: argparse.ArgumentParser, values: dict, path: str) -> No
 
 def parse(argv: list[str]):
     """``(namespace, DistillationArguments)`` from the command line (and ``--config``)."""
-    import dataclasses
 
     from destila.training import DistillationArguments
     from destila.training.objective import recorded_defaults
@@ -106,6 +109,7 @@ def parse(argv: list[str]):
     parser = build_parser()
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
+    pre.add_argument("--cache")
     pre.add_argument("--resume", nargs="?", const=True, default=None)
     pre.add_argument("-o", "--out", "--output_dir", "--output-dir", dest="output_dir")
     known, _ = pre.parse_known_args(argv)
@@ -115,7 +119,7 @@ def parse(argv: list[str]):
         recorded = recorded_defaults(read_run_record(Path(known.output_dir)))
         parser.set_defaults(**{k: v for k, v in recorded.items() if k in dests})
     if known.config:
-        apply_config(parser, read_config(known.config), known.config)
+        apply_config(parser, read_config(known.config), known.config, with_cache=known.cache is not None)
     namespace = parser.parse_args(argv)
     _beta_selects_divergence(namespace, argv)
     if namespace.output_dir is None:

@@ -79,14 +79,20 @@ def gkd_divergence(beta: float) -> dict:
     return {"divergence": "jsd", "beta": beta}
 
 
-def map_trl_keys(values: dict, known) -> tuple[dict, list[str]]:
+def map_trl_keys(values: dict, known, unwanted: dict | None = None) -> tuple[dict, list[str]]:
     """``(options, problems)``: ``values`` with TRL keys mapped; one problem line per key refused or unknown.
 
-    ``known`` holds destila's option names (they pass through unchanged).
+    ``known`` holds destila's option names (they pass through unchanged);
+    ``unwanted`` maps option names to the reason they are refused here (e.g.
+    data options beside a cache), whether given by their name or a TRL key's.
     """
-    options, problems = {}, []
+    options, problems, unwanted = {}, [], unwanted or {}
     for key, value in values.items():
         name = str(key).lstrip("-").replace("-", "_")
+        target = MAPPED[name][0] if name in MAPPED else name
+        if target in unwanted:
+            problems.append(f"{name} ({unwanted[target]})")
+            continue
         if name == "use_peft":
             if value:
                 options.setdefault("lora_r", values.get("lora_r", 16))  # TRL's ModelConfig default rank
