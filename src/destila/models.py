@@ -11,6 +11,8 @@ its logits would be distilled against the wrong distribution.
 
 from __future__ import annotations
 
+import functools
+
 import hashlib
 import importlib.util
 import json
@@ -148,13 +150,35 @@ def resolve_source(spec: str, gguf_file: str | None = None) -> tuple[str, str | 
         return str(path), None
     if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
         raise FileNotFoundError(f"model: no such file or folder: {spec}")
+    hub_unreachable()
     return spec, gguf_file
 
 
+@functools.lru_cache(maxsize=1)
+def hub_unreachable() -> str | None:
+    """Why the Hub cannot be reached (None when it can), probed once per process (≤ 3 s).
+
+    Unreachable: huggingface_hub is switched to offline mode, so a hub id is
+    looked up in the local cache at once instead of through a minute of
+    retries, and a model not in the cache fails in seconds.
+    """
+    import huggingface_hub.constants
+
+    from destila.data.sources import hub_offline_reason
+
+    reason = hub_offline_reason()
+    if reason is not None:
+        huggingface_hub.constants.HF_HUB_OFFLINE = True
+    return reason
+
+
 def _hub_error(spec: str, err: Exception) -> FileNotFoundError:
+    offline = hub_unreachable()
+    why = f"offline: {offline}; it is not in the local cache" if offline else (
+        f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
     return FileNotFoundError(
         f"could not load model {spec!r}: it is not a local folder or file, and the Hugging Face Hub "
-        f"could not provide it ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). "
+        f"could not provide it ({why}). "
         f"Without network access pass a folder saved with save_pretrained, a .gguf file, "
         f"or {EMBEDDED!r} for the embedded default teacher."
     )
@@ -188,7 +212,9 @@ def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cp
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from destila.placement import check_tensor_plan, load_options, resolve_device
+    from destila.quiet import apply_quiet_bars
 
+    apply_quiet_bars()
     placement = load_options(device_map, max_memory, offload_folder, tensor_parallel)
     source, gguf = resolve_source(spec, gguf_file)
     try:

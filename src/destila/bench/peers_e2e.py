@@ -85,14 +85,11 @@ def trl_gkd_worker(student: str, out: str, teacher: str, data: str, seq_len: int
     dataset.set_format("torch")
 
     def gkd_collate(items: list[dict]) -> dict:
-        batch = collate(items)  # destila's: position-aligned labels from the loss mask
-        # GKD scores logits[:, :-1] against labels[:, 1:] (Hugging Face's token-aligned convention): the
-        # same targets, one column later. Its forward takes no position_ids: within a packed row its
-        # models attend across document boundaries, where destila restarts positions per document.
-        labels = torch.full_like(batch["input_ids"], -100)
-        labels[:, 1:] = batch["labels"][:, :-1]
+        batch = collate(items)  # Hugging Face's token-aligned labels, as GKD scores them
+        # GKD's forward takes no position_ids: within a packed row its models attend across document
+        # boundaries, where destila restarts positions per document.
         return {"input_ids": batch["input_ids"], "attention_mask": torch.ones_like(batch["input_ids"]),
-                "labels": labels}
+                "labels": batch["labels"]}
 
     args = GKDConfig(
         output_dir=out, max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,

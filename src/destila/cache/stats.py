@@ -23,6 +23,7 @@ from safetensors import safe_open
 
 from destila.cache.encodings import encoding_of
 from destila.cache.format import TOKENIZER_DIR, read_manifest
+from destila.cache.k_coverage import DEFAULT_COVERAGE, KCoverage, format_table, suggest_k
 from destila.cache.kinds import kind_of
 from destila.cache.rows import ShardRows, dense_item
 from destila.cache.shard_check import open_checked_shard
@@ -31,7 +32,7 @@ from destila.constants import IGNORE_INDEX
 PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 
 
-def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
+def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: float = DEFAULT_COVERAGE) -> dict:
     """A JSON-ready summary of the cache at ``path`` (works on an incomplete cache too).
 
     ``bytes_per_token`` is shard bytes over stored tokens; ``bytes_per_entry``
@@ -39,7 +40,9 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
     top-K, or the distinct ids actually stored for sampled targets), counted
     over every shard. Every shard read for the statistics is first checked
     against the manifest (size, SHA-256, tensor shapes): a damaged one raises
-    ``ValueError`` naming it.
+    ``ValueError`` naming it. Top-K caches also get ``stats.k_coverage`` (per
+    K′ ≤ K, see :mod:`destila.cache.k_coverage`) and ``stats.k_suggestion``,
+    the smallest K′ whose mean covered mass reaches ``coverage``.
     """
     path = Path(path).expanduser()
     m = read_manifest(path)
@@ -87,6 +90,7 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
     if hidden and stored_tokens:  # teacher_hidden is float16 [P, n, D], P = the trained positions
         summary["hidden_bytes_per_token"] = trained_count * len(hidden["layers"]) * hidden["dim"] * 2 / stored_tokens
     tails, masses, entropy_topk, entropy_bucket, taken = [], [], [], [], 0
+    k_table = KCoverage(m.top_k, m.vocab_size) if m.target_kind == "topk" else None
     for shard in m.shards:
         if max_sequences is not None and taken >= max_sequences:
             break
@@ -104,6 +108,8 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
         h_tail = torch.where(p_tail > 0, -p_tail * tail, torch.zeros_like(tail))
         masses.append(p.sum(-1).double().numpy())
         tails.append(tail.numpy())
+        if k_table is not None:
+            k_table.add(lp, tail)
         entropy_topk.append(h_topk.double().numpy())
         entropy_bucket.append((h_topk + h_tail).double().numpy())
         taken += rows
@@ -122,6 +128,9 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
             "entropy_topk_mean": float(np.concatenate(entropy_topk).mean()),
             "entropy_bucket_mean": float(np.concatenate(entropy_bucket).mean()),
         }
+        if k_table is not None:
+            summary["stats"]["k_coverage"] = k_table.rows()
+            summary["stats"]["k_suggestion"] = suggest_k(k_table.rows(), coverage)
     return summary
 
 
@@ -168,6 +177,14 @@ def _data_line(data: dict) -> str:
     return f"{', '.join(named)}, loss on {spec.get('loss_on')}, packing {spec.get('packing')}"
 
 
+def _size(count: int) -> str:
+    """``count`` bytes in the largest unit that keeps it ≥ 1 ("812 B", "3.4 KiB", "1.2 GiB")."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:,.1f} {unit}"
+    return f"{count} B"
+
+
 def format_summary(summary: dict) -> str:
     """The human-readable form printed by ``destila cache inspect``."""
     lines = [
@@ -176,7 +193,7 @@ def format_summary(summary: dict) -> str:
         f"= {summary['tokens']:,} tokens in {summary['shards']} shards",
         f"targets        {_targets_line(summary)}, {summary['encoding']} encoding, "
         f"temperature {summary['temperature']}",
-        f"disk           {summary['shard_bytes'] / 2**20:,.1f} MiB in shards"
+        f"disk           {_size(summary['shard_bytes'])} in shards"
         + (f", {summary['bytes_per_token']:.1f} bytes/token" if summary["bytes_per_token"] else "")
         + (f", {summary['bytes_per_entry']:.2f} bytes/entry" if summary["bytes_per_entry"] else ""),
         *([f"hidden states  layers {summary['extras']['hidden']['layers']} at D = "
@@ -204,4 +221,7 @@ def format_summary(summary: dict) -> str:
             f"entropy        top-K {stats['entropy_topk_mean']:.3f} nats, with tail bucket "
             f"{stats['entropy_bucket_mean']:.3f} nats (mean per position)"
         )
+        lines += format_table(stats.get("k_coverage") or [])
+        if stats.get("k_suggestion"):
+            lines.append(stats["k_suggestion"])
     return "\n".join(lines)

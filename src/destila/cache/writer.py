@@ -79,6 +79,8 @@ class BuildReport:
     rank: int = 0
     world_size: int = 1
     notes: list[str] = field(default_factory=list)
+    # Trained positions of the data no sequence trains, by reason (destila.data.PackedSource.dropped_positions).
+    dropped: dict = field(default_factory=dict)
 
     @property
     def pass_seconds(self) -> float:
@@ -116,7 +118,7 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
         lock, manifest, source, model = _prepare(group, spec, device)
         report = BuildReport(
             output, manifest.sequences, manifest.tokens, manifest.complete,
-            rank=group.rank, world_size=group.world,
+            rank=group.rank, world_size=group.world, dropped=source.dropped_positions(),
         )
         if manifest.complete:
             report.nothing_to_do = True

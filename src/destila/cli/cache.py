@@ -40,6 +40,8 @@ def register(subparsers) -> None:
     inspect.add_argument("cache", metavar="CACHE")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
     inspect.add_argument("--max-sequences", type=int, help="compute the statistics on the first N sequences only")
+    inspect.add_argument("--coverage", type=float, default=0.95,
+                         help="suggest the smallest K′ whose mean covered teacher mass reaches this (default: 0.95)")
     inspect.set_defaults(func=_inspect)
 
     verify = verbs.add_parser("verify", help="check every shard's checksum, shapes and values; exit 1 if any fault")
@@ -79,11 +81,29 @@ def _build(args) -> int:
         ranks = f" with the teacher split over {report.world_size} processes"
     print(
         f"{report.path}: wrote {report.written_sequences:,} sequences ({report.written_tokens:,} tokens){ranks} "
-        f"in {report.pass_seconds:.1f} s, {report.tokens_per_second:,.0f} tokens/s{resumed}; "
+        f"in {report.pass_seconds:.1f} s, {report.tokens_per_second:,.0f} tokens/s (every token the teacher read, "
+        f"trained or not){resumed}; "
         + ("cache complete" if report.complete else "cache INCOMPLETE: run the same command again")
         + f" ({report.sequences:,} sequences)"
     )
+    print(dropped_line(report.dropped))
     return 0 if report.complete else 1
+
+
+_DROP_REASONS = {
+    "row_seams": "at row seams (a document continuing in the next row has nothing before its first token there; "
+                 "--packing bfd never splits one)",
+    "after_the_last_row": "after the last row (the incomplete last row, or data past --max-tokens)",
+    "truncated": "beyond --seq-len in documents longer than a row",
+}
+
+
+def dropped_line(dropped: dict) -> str:
+    """One line naming the trained positions of the data the sequences leave out, and why."""
+    if not dropped:
+        return "dropped: no trained position of the data is left out"
+    parts = [f"{count:,} {_DROP_REASONS.get(reason, reason)}" for reason, count in dropped.items()]
+    return f"dropped {sum(dropped.values()):,} trained positions: " + "; ".join(parts)
 
 
 def _inspect(args) -> int:
@@ -91,7 +111,9 @@ def _inspect(args) -> int:
 
     from destila.cache.stats import format_summary, inspect_cache
 
-    summary = inspect_cache(args.cache, max_sequences=args.max_sequences)
+    if not 0.0 < args.coverage <= 1.0:
+        raise ValueError(f"--coverage: expected a fraction in (0, 1], found {args.coverage}")
+    summary = inspect_cache(args.cache, max_sequences=args.max_sequences, coverage=args.coverage)
     print(json.dumps(summary, indent=1) if args.json else format_summary(summary))
     return 0
 

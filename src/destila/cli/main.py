@@ -43,14 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _quiet_optional_engines() -> None:
-    """Drop DeepSpeed's import-time warning that a CPU machine has no GPU: users did not ask for it.
+    """Library noise off (see :mod:`destila.quiet`), and transformers' loading/writing bars off on the command line."""
+    from destila.quiet import quiet_library_noise, request_quiet_bars
 
-    DeepSpeed (an optional engine) is imported by accelerate whenever it is
-    installed; a logger filter survives DeepSpeed configuring its logger later.
-    """
-    import logging
-
-    logging.getLogger("DeepSpeed").addFilter(lambda record: "unable to detect it" not in record.getMessage())
+    quiet_library_noise()
+    request_quiet_bars()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,6 +10,7 @@ works too) and every loss option of :class:`destila.losses.LossOptions`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -35,9 +36,8 @@ def build_parser():
 
     from destila.placement import DEVICE_MAPS
     from destila.training import DistillationArguments
-    from destila.training.peft_student import LoraArguments
 
-    parser = HfArgumentParser([DistillationArguments, LoraArguments], prog="destila train", description=DESCRIPTION,
+    parser = HfArgumentParser([DistillationArguments], prog="destila train", description=DESCRIPTION,
                               usage="destila train STUDENT (--cache CACHE | --teacher TEACHER --data DATA) "
                                     "-o OUT [--config FILE] [options]")
     parser.add_argument("student", help="student folder (e.g. from `destila student init`)")
@@ -74,16 +74,23 @@ def read_config(path: str) -> dict:
     return values
 
 
-def apply_config(parser: argparse.ArgumentParser, values: dict, path: str) -> None:
-    """Make the file's values the parser's defaults, so flags given on the command line override them."""
+def apply_config(parser: argparse.ArgumentParser, values: dict, path: str, *, with_cache: bool = False) -> None:
+    """Make the file's values the parser's defaults, so flags given on the command line override them.
+
+    TRL's keys (``model_name_or_path``, ``max_length``, GKD's ``beta``, ...) are mapped onto destila's
+    options by :func:`destila.training.trl_keys.map_trl_keys`; every key refused or unknown is named in one line.
+    """
+    from destila.training.trl_keys import map_trl_keys
+
     dests = {action.dest: action for action in parser._actions}
-    normalised = {}
-    for key, value in values.items():
-        name = str(key).lstrip("-").replace("-", "_")
-        if name not in dests or name in ("help", "config"):
-            raise ValueError(f"--config {path}: unknown option {key!r}; expected names of `destila train --help` "
-                             f"options, e.g. learning_rate")
-        normalised[name] = value
+    known = {name for name in dests if name not in ("help", "config")}
+    # Beside a cache, data options would be ignored (the cache holds its data): refused with the rest.
+    data_options = {"data", *(f.name for f in dataclasses.fields(DataSpec) if f.name != "source")}
+    unwanted = dict.fromkeys(data_options, "a data option; the cache already holds its data") if with_cache else {}
+    normalised, problems = map_trl_keys(values, known, unwanted)
+    if problems:
+        raise ValueError(f"--config {path}: {'; '.join(problems)}. Expected names of `destila train --help` "
+                         "options (e.g. learning_rate) or TRL config keys such as max_length")
     parser.set_defaults(**normalised)
     for action in parser._actions:
         if action.dest in normalised and action.required:
@@ -94,17 +101,27 @@ def apply_config(parser: argparse.ArgumentParser, values: dict, path: str) -> No
 
 def parse(argv: list[str]):
     """``(namespace, DistillationArguments)`` from the command line (and ``--config``)."""
-    import dataclasses
 
     from destila.training import DistillationArguments
+    from destila.training.objective import recorded_defaults
+    from destila.training.output_dir import read_run_record
 
     parser = build_parser()
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
+    pre.add_argument("--cache")
+    pre.add_argument("--resume", nargs="?", const=True, default=None)
+    pre.add_argument("-o", "--out", "--output_dir", "--output-dir", dest="output_dir")
     known, _ = pre.parse_known_args(argv)
+    if known.resume and known.output_dir:
+        # The run's recorded objective is the default; a flag given that differs is refused by train_student.
+        dests = {action.dest for action in parser._actions}
+        recorded = recorded_defaults(read_run_record(Path(known.output_dir)))
+        parser.set_defaults(**{k: v for k, v in recorded.items() if k in dests})
     if known.config:
-        apply_config(parser, read_config(known.config), known.config)
+        apply_config(parser, read_config(known.config), known.config, with_cache=known.cache is not None)
     namespace = parser.parse_args(argv)
+    _beta_selects_divergence(namespace, argv)
     if namespace.output_dir is None:
         parser.error("the following arguments are required: -o/--out (or --output_dir)")
     values = {f.name: getattr(namespace, f.name) for f in dataclasses.fields(DistillationArguments)
@@ -112,11 +129,27 @@ def parse(argv: list[str]):
     return namespace, DistillationArguments(**values)
 
 
-def run(argv: list[str]) -> int:
-    import dataclasses
+def _given(argv: list[str], flag: str) -> bool:
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
 
+
+def _beta_selects_divergence(namespace, argv: list[str]) -> None:
+    """``--beta`` alone selects the divergence as GKD's β does; beside a divergence other than jsd it is refused."""
+    from destila.training.trl_keys import gkd_divergence
+
+    if not _given(argv, "--beta"):
+        return
+    if not _given(argv, "--divergence"):
+        namespace.__dict__.update(gkd_divergence(namespace.beta))
+        if namespace.divergence != "jsd":
+            namespace.beta = 0.5  # β at 0 or 1 is the divergence itself, not a JSD weight
+    elif namespace.divergence != "jsd":
+        raise ValueError(f"--beta {namespace.beta}: only --divergence jsd has a β, and --divergence "
+                         f"{namespace.divergence} is given; drop one of them")
+
+
+def run(argv: list[str]) -> int:
     from destila.training import train_student
-    from destila.training.peft_student import LoraArguments
 
     args, training_args = parse(argv)
     resume = args.resume
@@ -125,11 +158,13 @@ def run(argv: list[str]) -> int:
             raise ValueError(f"--resume_from_checkpoint {training_args.resume_from_checkpoint} and --resume "
                              f"{resume} disagree; give one of them")
         resume = training_args.resume_from_checkpoint
-    stray = given_flags(args, DataSpec, exclude=("source",)) if args.data is None else []
+    stray = given_flags(args, DataSpec, exclude=("source",)) if args.data is None or args.cache else []
+    if args.cache and args.data is not None:
+        stray.insert(0, "--data")  # e.g. a TRL config's dataset_name beside --cache
     if stray:  # a cache holds its data already: such a flag would be silently ignored
         raise ValueError(f"{', '.join(stray)}: data options of online training (with --teacher and --data); "
                          "a cache already holds its data: drop them, or set them when building the cache")
-    lora = LoraArguments(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LoraArguments)})
+    lora = training_args.lora_arguments()
     out = training_args.output_dir
     result = train_student(
         args.student, out, training_args,

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from destila.data.collate import aligned_labels
 from destila.losses import IGNORE_INDEX, distill_loss
 from destila.losses.options import DEFAULT_CHUNK_SIZE
 from destila.models import decoder_of, output_head
@@ -33,7 +34,7 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_CHUNK_S
         sums.update({metric: 0.0, "agree": 0.0})
     for batch in batches:
         input_ids = batch["input_ids"]
-        labels = batch["labels"].flatten()  # next tokens; IGNORE_INDEX where nothing is scored
+        labels = aligned_labels(batch["labels"]).flatten()  # next tokens; IGNORE_INDEX where nothing is scored
         # Position ids restart per packed document; an attention mask marks padding.
         layout = {k: batch[k] for k in ("position_ids", "attention_mask") if k in batch}
         hidden = decoder_of(model)(input_ids=input_ids, use_cache=False, **layout).last_hidden_state.flatten(0, 1)

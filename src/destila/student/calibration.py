@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from destila.losses.options import IGNORE_INDEX
+from destila.constants import IGNORE_INDEX
 
 DEFAULT_CALIBRATION_TOKENS = 4096
 DEFAULT_CALIBRATION_SEQ_LEN = 256

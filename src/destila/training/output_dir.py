@@ -59,6 +59,7 @@ class OutputClaim:
     resumed_steps: int = 0
     notes: list[str] = field(default_factory=list)
     lock: object = None
+    objective: dict | None = None  # what the resumed run recorded (see destila.training.objective)
 
     def release(self) -> None:
         if self.lock is not None:
@@ -67,11 +68,12 @@ class OutputClaim:
 
 
 def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, overwrite: bool = False,
-                     is_main: bool = True) -> OutputClaim:
+                     is_main: bool = True, objective: dict | None = None) -> OutputClaim:
     """Make ``out`` ready for a run: lock it, refuse another run's folder, pick the checkpoint to resume.
 
     ``resume``: True (the newest checkpoint of this folder's run) or a
-    checkpoint path. Raises ``ValueError``/``FileExistsError`` with the fix
+    checkpoint path. ``objective`` is recorded with a new run; a resumed one
+    returns the objective it recorded in ``claim.objective``. Raises ``ValueError``/``FileExistsError`` with the fix
     when ``out`` cannot be used as asked.
     """
     out = Path(out)
@@ -89,7 +91,7 @@ def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, over
     out.mkdir(parents=True, exist_ok=True)
     lock = _lock(out)
     try:
-        claim = _decide(out, resume, overwrite)
+        claim = _decide(out, resume, overwrite, objective)
     except BaseException:
         lock.close()
         raise
@@ -97,15 +99,16 @@ def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, over
     return claim
 
 
-def _decide(out: Path, resume, overwrite: bool) -> OutputClaim:
+def _decide(out: Path, resume, overwrite: bool, objective: dict | None) -> OutputClaim:
     record = read_run_record(out)
     if overwrite:
         for item in out.iterdir():
             if item.name != LOCK_FILE:
                 shutil.rmtree(item) if item.is_dir() else item.unlink()
-        return _new_run(out, notes=[f"train: deleted the previous run in {out} (--overwrite)"])
+        return _new_run(out, [f"train: deleted the previous run in {out} (--overwrite)"], objective)
     if not _holds_run(out):
-        return _new_run(out, notes=[f"train: no run to resume in {out}; starting from the beginning"] if resume else [])
+        return _new_run(out, [f"train: no run to resume in {out}; starting from the beginning"] if resume else [],
+                        objective)
     if not resume:
         raise FileExistsError(
             f"train: the output folder already holds a training run at {out} ({_describe_run(out)}); "
@@ -126,7 +129,7 @@ def _decide(out: Path, resume, overwrite: bool) -> OutputClaim:
     steps = _step_of(Path(checkpoint)) if checkpoint else 0
     cut_log(out / LOG_FILE, steps)
     notes = [] if checkpoint else [f"train: no complete checkpoint in {out}; starting from the beginning"]
-    return OutputClaim(out, run_id, checkpoint, steps, notes)
+    return OutputClaim(out, run_id, checkpoint, steps, notes, objective=record.get("objective"))
 
 
 def _follow(out: Path, resume) -> OutputClaim:
@@ -149,9 +152,9 @@ def _lock(out: Path):
     )
 
 
-def _new_run(out: Path, notes: list[str]) -> OutputClaim:
+def _new_run(out: Path, notes: list[str], objective: dict | None = None) -> OutputClaim:
     run_id = uuid.uuid4().hex
-    write_run_record(out, run_id)
+    write_run_record(out, run_id, **({"objective": objective} if objective is not None else {}))
     return OutputClaim(out, run_id, None, 0, notes)
 
 

@@ -12,7 +12,9 @@ from destila.training.arguments import DistillationArguments
 from destila.training.hidden_distillation import hidden_term
 from destila.training.callbacks import EngineReport, JsonlLogCallback
 from destila.data import DataSpec, collate, packed_source, texts_source
-from destila.training.datasets import Subset, split_indices
+from destila.training.datasets import Subset
+from destila.targets.truncate import check_top_k
+from destila.training.objective import check_resumed, objective_of
 from destila.training.peft_student import MERGED_DIR, LoraArguments, merge_adapter, with_adapters
 from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir, write_failure
 
@@ -71,7 +73,9 @@ def train_student(
 ) -> dict:
     """Train ``student`` from ``cache`` (offline) or from ``teacher`` on ``data`` (online).
 
-    Writes checkpoints and ``log.jsonl`` into ``out`` and, at the end, the
+    Writes checkpoints and ``log.jsonl`` into ``out`` and, at the end,
+    ``trainer_state.json``, ``train_results.json``, ``all_results.json``
+    (and ``eval_results.json``) as ``Trainer.save_state``/``save_metrics`` do, and the
     student (safetensors, config, tokenizer) loadable with
     ``AutoModelForCausalLM.from_pretrained(out)``; with ``lora`` adapters
     enabled, the adapter instead (``PeftModel.from_pretrained``), and with
@@ -104,17 +108,22 @@ def train_student(
         raise ValueError(f"train: args.output_dir is {args.output_dir} but out is {out}; they must agree")
     if eval_cache is not None and (args.eval_fraction > 0 or cache is None):
         raise ValueError("train: an eval cache goes with offline training (a cache) and eval_fraction 0")
+    if lora is None:
+        lora = args.lora_arguments()
+    elif args.lora_r and lora != args.lora_arguments():
+        raise ValueError("train: lora and the LoRA fields of args (lora_r, ...) disagree; give them in one place")
     model = load_causal_lm(student)
     if args.freeze_embeddings:
         model.get_input_embeddings().requires_grad_(False)
         output_head(model)[0].requires_grad_(False)
-    online = None
+    online, spec = None, None
     if cache is not None:
         from destila.cache import TopKCache
 
         source = TopKCache(cache)
         tokenizer = AutoTokenizer.from_pretrained(source.tokenizer_path)
         check_training_temperature(args.temperature, source.manifest.temperature, f"the cache {cache}")
+        check_top_k(args.top_k, source)
         check_student(
             model, student, vocab_size=source.vocab_size, fingerprint=source.manifest.tokenizer_fingerprint,
             seq_len=source.seq_len, allow_tokenizer_mismatch=args.allow_tokenizer_mismatch,
@@ -141,8 +150,7 @@ def train_student(
         model = with_adapters(model, lora)
     hidden = hidden_term(args.hidden_options(), model, teacher_model=online.model if online else None,
                          source=source)
-    train_ids, eval_ids = split_indices(len(source), args.eval_fraction)
-    eval_dataset = Subset(source, eval_ids) if eval_ids else None
+    eval_dataset = None  # with args.eval_fraction, the trainer holds out its split of the source
     if eval_cache is not None:
         from destila.cache import TopKCache
 
@@ -151,15 +159,19 @@ def train_student(
             raise ValueError(f"train: the eval cache {eval_cache} was built with another tokenizer than the "
                              "training cache; build both with the same teacher")
         eval_dataset = Subset(held_out, range(min(len(held_out), eval_sequences or len(held_out))))
+    objective = objective_of(args, cache=cache, teacher=teacher, data=spec)
     with args.main_process_first(desc="claiming the output folder"):
-        claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0)
+        claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0,
+                                 objective=objective)
     try:
+        if claim.objective is not None:  # resuming a run that recorded its objective
+            check_resumed(claim.objective, objective, out)
         for note in claim.notes:
             print(note)
         trainer = DistillationTrainer(
             model=model,
             args=args,
-            train_dataset=Subset(source, train_ids),
+            train_dataset=source,
             eval_dataset=eval_dataset,
             data_collator=collate,
             processing_class=tokenizer,
@@ -177,8 +189,13 @@ def train_student(
         engine = EngineReport(trainer, out / LOG_FILE)
         trainer.add_callback(engine)
         result = trainer.train(resume_from_checkpoint=claim.checkpoint)
-        metrics = trainer.evaluate() if eval_dataset is not None else {}
+        metrics = trainer.evaluate() if trainer.eval_dataset is not None else {}
         trainer.save_model(str(out))  # weights (or the adapter), config and (processing_class) tokenizer
+        # The files a Trainer script leaves: trainer_state.json, train_results.json, eval_results.json, all_results.json.
+        trainer.save_state()
+        trainer.save_metrics("train", result.metrics)
+        if metrics:
+            trainer.save_metrics("eval", metrics)
         merged = None
         if lora is not None and lora.merge:
             merged = out / MERGED_DIR
