@@ -32,8 +32,6 @@ def register(subparsers) -> None:
     add_fields(build.add_argument_group("targets (what the teacher provides per position)"), TargetSpec)
     add_fields(build.add_argument_group("several teachers, teacher hidden states"), TeacherExtras,
                exclude=("mixture_teachers",))
-    # TEACHER may be repeated (TEACHER1 TEACHER2 … DATA): the mixture of those teachers is cached.
-    next(a for a in build._actions if a.dest == "teacher").nargs = "+"
     build.set_defaults(func=_build)
 
     inspect = verbs.add_parser("inspect", help="counts, sizes and teacher-distribution statistics of a cache")

@@ -14,7 +14,14 @@ import json
 from pathlib import Path
 
 from destila.cli.fields import add_fields, given_flags, values_of
+from destila.cli.parser import Parser
 from destila.data.spec import DataSpec
+from destila.placement import PlacementSpec
+
+# The online teacher's placement: PlacementSpec's fields as --teacher-device-map and so on. It runs on the
+# training device unless a device map spreads it.
+TEACHER = "teacher_"
+_TEACHER_PLACEMENT = dict(prefix=TEACHER, exclude=("device",))
 
 DESCRIPTION = (
     "Offline: destila train STUDENT --cache CACHE -o OUT. "
@@ -33,14 +40,17 @@ def register(subparsers) -> None:
 def build_parser():
     from transformers import HfArgumentParser
 
-    from destila.placement import DEVICE_MAPS
     from destila.training import DistillationArguments
     from destila.training.peft_student import LoraArguments
 
-    parser = HfArgumentParser([DistillationArguments, LoraArguments], prog="destila train", description=DESCRIPTION,
-                              usage="destila train STUDENT (--cache CACHE | --teacher TEACHER --data DATA) "
-                                    "-o OUT [--config FILE] [options]")
-    parser.add_argument("student", help="student folder (e.g. from `destila student init`)")
+    class TrainParser(Parser, HfArgumentParser):
+        """transformers' flags for the dataclasses, with destila's two spellings and "did you mean"."""
+
+    parser = TrainParser([DistillationArguments, LoraArguments], prog="destila train", description=DESCRIPTION,
+                         usage="destila train STUDENT (--cache CACHE | --teacher TEACHER --data DATA) "
+                               "-o OUT [--config FILE] [options]")
+    # Optional here so that --config may name it; required once the file is read (see parse).
+    parser.add_argument("student", nargs="?", help="student folder (e.g. from `destila student init`)")
     parser.add_argument("--config", metavar="FILE",
                         help="YAML or JSON file of options (any flag's name without dashes); flags override it")
     source = parser.add_argument_group("targets")
@@ -49,10 +59,8 @@ def build_parser():
     source.add_argument("--teacher-gguf-file", help="online: GGUF file name inside the teacher folder")
     source.add_argument("--data", help="online: 'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets hub name")
     add_fields(parser.add_argument_group("online data (with --data)"), DataSpec, exclude=("source",))
-    source.add_argument("--teacher-device-map", choices=list(DEVICE_MAPS),
-                        help="online: spread a teacher too large for one device (accelerate big-model inference)")
-    source.add_argument("--teacher-max-memory", help="online, with --teacher-device-map: e.g. 0=20GiB,cpu=64GiB")
-    source.add_argument("--teacher-offload-folder", help="online, with --teacher-device-map: folder for layers on disk")
+    add_fields(parser.add_argument_group("online teacher placement (with --teacher)"), PlacementSpec,
+               **_TEACHER_PLACEMENT)
     parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
                         help="continue the run in the output folder from its newest complete checkpoint, "
                              "or from CHECKPOINT")
@@ -76,20 +84,15 @@ def read_config(path: str) -> dict:
 
 def apply_config(parser: argparse.ArgumentParser, values: dict, path: str) -> None:
     """Make the file's values the parser's defaults, so flags given on the command line override them."""
-    dests = {action.dest: action for action in parser._actions}
+    known = set(vars(parser.parse_args([])))  # every option's destination, at its default
     normalised = {}
     for key, value in values.items():
         name = str(key).lstrip("-").replace("-", "_")
-        if name not in dests or name in ("help", "config"):
+        if name not in known or name == "config":
             raise ValueError(f"--config {path}: unknown option {key!r}; expected names of `destila train --help` "
                              f"options, e.g. learning_rate")
         normalised[name] = value
     parser.set_defaults(**normalised)
-    for action in parser._actions:
-        if action.dest in normalised and action.required:
-            action.required = False  # given by the file
-        if action.dest in normalised and not action.option_strings:
-            action.nargs = "?"  # a positional given by the file may be left out
 
 
 def parse(argv: list[str]):
@@ -105,6 +108,8 @@ def parse(argv: list[str]):
     if known.config:
         apply_config(parser, read_config(known.config), known.config)
     namespace = parser.parse_args(argv)
+    if namespace.student is None:
+        parser.error("the following arguments are required: student")
     if namespace.output_dir is None:
         parser.error("the following arguments are required: -o/--out (or --output_dir)")
     values = {f.name: getattr(namespace, f.name) for f in dataclasses.fields(DistillationArguments)
@@ -129,14 +134,17 @@ def run(argv: list[str]) -> int:
     if stray:  # a cache holds its data already: such a flag would be silently ignored
         raise ValueError(f"{', '.join(stray)}: data options of online training (with --teacher and --data); "
                          "a cache already holds its data: drop them, or set them when building the cache")
+    stray = given_flags(args, PlacementSpec, **_TEACHER_PLACEMENT) if args.teacher is None else []
+    if stray:  # offline there is no teacher to place: such a flag would be silently ignored
+        raise ValueError(f"{', '.join(stray)}: where the online teacher goes (with --teacher); training from a "
+                         "cache loads no teacher: drop them")
     lora = LoraArguments(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LoraArguments)})
     out = training_args.output_dir
     result = train_student(
         args.student, out, training_args,
         cache=args.cache, teacher=args.teacher, teacher_gguf_file=args.teacher_gguf_file, resume=resume,
         data=DataSpec(args.data, **values_of(args, DataSpec, exclude=("source",))) if args.data is not None else None,
-        lora=lora, teacher_placement=dict(device_map=args.teacher_device_map, max_memory=args.teacher_max_memory,
-                                          offload_folder=args.teacher_offload_folder),
+        lora=lora, teacher_placement=values_of(args, PlacementSpec, **_TEACHER_PLACEMENT),
     )
     if training_args.process_index == 0:
         if result["eval"]:

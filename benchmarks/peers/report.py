@@ -1,4 +1,4 @@
-"""Tables of destila beside its peers: one for the terminal (rich), one in Markdown for the docs."""
+"""destila beside its peers in the terminal: the loss table (rich) with a verdict per N, and the bar plot."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ def _num(value, fmt: str) -> str:
 
 
 def loss_table_rows(rows: list[dict]) -> list[list[str]]:
-    """The loss sweep's rows beside destila fused, as strings (see :func:`~destila.bench.peers_loss.peer_comparison`)."""
-    from destila.bench.peers_loss import peer_comparison
+    """The loss sweep's rows beside destila fused, as strings (see :func:`~benchmarks.peers.loss.peer_comparison`)."""
+    from benchmarks.peers.loss import peer_comparison
 
     out = []
     for e in peer_comparison(rows):
@@ -29,7 +29,7 @@ def print_peer_table(rows: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from destila.bench.peers_loss import peer_comparison, peer_verdicts
+    from benchmarks.peers.loss import peer_comparison, peer_verdicts
 
     table = Table(title="destila beside its peers (ratios to destila fused, same sweep)")
     for column in LOSS_COLUMNS:
@@ -41,17 +41,6 @@ def print_peer_table(rows: list[dict]) -> None:
     console.print(table)
     for line in peer_verdicts(peer_comparison(rows)):
         console.print(line)
-
-
-def markdown(header: list[str] | tuple[str, ...], body: list[list[str]]) -> str:
-    """A GitHub Markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in body]
-    return "\n".join(lines)
-
-
-def loss_markdown(rows: list[dict]) -> str:
-    return markdown(LOSS_COLUMNS, loss_table_rows(rows))
 
 
 def plot_peers(rows: list[dict], path) -> None:
@@ -104,7 +93,17 @@ def plot_peers(rows: list[dict], path) -> None:
     plt.close(fig)
 
 
-def e2e_markdown(rows: list[dict]) -> str:
-    from destila.bench.peers_e2e import E2E_COLUMNS, e2e_table_rows
+def print_e2e_table(result: dict, cfg, heldout_tokens: int) -> None:
+    """destila's methods and the peer trainers of ``result`` (:func:`~benchmarks.peers.e2e.run_e2e_with_peers`)."""
+    from rich.console import Console
+    from rich.table import Table
 
-    return markdown(E2E_COLUMNS, e2e_table_rows(rows))
+    from benchmarks.peers.e2e import E2E_COLUMNS, e2e_table_rows
+
+    table = Table(title=f"destila beside TRL: seq-len {cfg.seq_len} × batch {cfg.batch_size}, {cfg.steps} steps, "
+                        f"{cfg.device} {cfg.dtype}; held-out KL on {heldout_tokens} tokens")
+    for column in E2E_COLUMNS:
+        table.add_column(column, justify="left" if column in ("trainer", "status") else "right")
+    for cells in e2e_table_rows(result["rows"]):
+        table.add_row(*cells)
+    Console(width=200).print(table)

@@ -1,6 +1,6 @@
 """End-to-end against TRL: the same student, data, sequence length, steps and seed, trained by TRL's trainer.
 
-``destila bench e2e --peers`` runs :func:`destila.bench.e2e.run_e2e` for
+``python -m benchmarks.peers e2e`` runs :func:`destila.bench.e2e.run_e2e` for
 destila's methods (online, offline fused by default), then each peer trainer
 below in its own process (:func:`~destila.measure.run_isolated`),
 then measures every trained student's **full-vocabulary forward KL to the
@@ -32,7 +32,10 @@ from __future__ import annotations
 
 import importlib.util
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from destila.bench.parsing import name_list
 
 PEER_TRAINERS = {
     "trl-gkd": "trl: GKDTrainer(lmbda=0, beta=0), teacher online, full logits",
@@ -43,6 +46,22 @@ UNAVAILABLE = {
     "trl-distill": "on-policy only in trl 1.16: it trains on completions it generates, not on the given text",
     "trl-gkd-liger": "trl 1.16's distillation trainers have no Liger loss path (use_liger_kernel covers SFT only)",
 }
+
+
+@dataclass
+class PeerTrainers:
+    """Which peer trainers run beside destila's methods, and the held-out text they are scored on (flags)."""
+
+    peers: tuple[str, ...] = field(default=tuple(PEER_TRAINERS), metadata={
+        "help": f"comma-separated peer trainers: {', '.join(PEER_TRAINERS)}", "type": name_list,
+        "default_text": "all"})
+    heldout_tokens: int = field(default=4096, metadata={
+        "help": "held-out tokens on which every trained student's full KL to the teacher is measured"})
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.peers if p not in PEER_TRAINERS]
+        if unknown or not self.peers:
+            raise ValueError(f"peers: expected some of {', '.join(PEER_TRAINERS)}, found {unknown or 'none'}")
 
 
 def peer_trainer_unavailable(name: str) -> str | None:
@@ -148,7 +167,7 @@ def run_peer_trainers(cfg, teacher: str, student: str, peers: tuple[str, ...], o
         else:
             out = Path(cfg.workdir) / f"run-{name}"
             shutil.rmtree(out, ignore_errors=True)
-            run = run_isolated("destila.bench.peers_e2e:trl_gkd_worker", dict(
+            run = run_isolated("benchmarks.peers.e2e:trl_gkd_worker", dict(
                 student=student, out=str(out), teacher=teacher, data=cfg.data, seq_len=cfg.seq_len,
                 steps=cfg.steps, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate, seed=cfg.seed,
                 device=cfg.device, dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
@@ -171,7 +190,7 @@ def add_heldout_kl(rows: list[dict], cfg, teacher: str, eval_tokens: int) -> Non
         if row["status"] != "ok":
             continue
         started = time.perf_counter()
-        run = run_isolated("destila.bench.peers_e2e:heldout_kl_worker", dict(
+        run = run_isolated("benchmarks.peers.e2e:heldout_kl_worker", dict(
             model=str(Path(cfg.workdir) / f"run-{row['method']}"), teacher=teacher, data=cfg.data,
             seq_len=cfg.seq_len, skip_tokens=cfg.tokens, eval_tokens=eval_tokens, device=cfg.device,
         ), device=cfg.device, timeout=cfg.timeout, threads=cfg.threads)
