@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from destila.cli.fields import add_fields, values_of
+from destila.demo import DemoSettings  # light: no torch at import
+
 
 def parse_layer_list(text: str) -> list[int]:
     """``"0-7,27-29"`` → ``[0, 1, ..., 7, 27, 28, 29]``; ValueError naming the expected form otherwise."""
@@ -26,35 +31,41 @@ def format_layer_list(layers: list[int]) -> str:
     return ",".join(f"{low}-{high}" if high > low else str(low) for low, high in runs)
 
 
-def register(subparsers) -> None:
-    from destila.demo import DemoSettings  # light: no torch at import
+@dataclass
+class DemoRun:
+    """The demo's flags: its output folder, and the settings a user may change (the rest are measured choices)."""
 
-    defaults = DemoSettings()
-    layers = format_layer_list(defaults.student_layers)
+    out: str = field(default="demo-out", metadata={"help": "output folder"})
+    minutes: float = field(default=DemoSettings.minutes, metadata={
+        "help": "wall-clock budget of the whole run; the cache size and the training steps are sized from "
+                "measured speed to fit it"})
+    layers: str = field(default=format_layer_list(DemoSettings().student_layers), metadata={
+        "help": "teacher layers the student keeps, e.g. 0-5,29"})
+    train_tokens: int = field(default=DemoSettings.train_tokens, metadata={
+        "help": "at most this many cached training tokens"})
+    seeds: int = field(default=DemoSettings.seeds, metadata={
+        "help": "train every student with this many seeds and report the spread"})
+    teacher: str = field(default=DemoSettings.teacher, metadata={"help": "teacher (the embedded SmolLM2-135M)"})
+
+    def settings(self) -> DemoSettings:
+        return DemoSettings(teacher=self.teacher, minutes=self.minutes, student_layers=parse_layer_list(self.layers),
+                            train_tokens=self.train_tokens, seeds=self.seeds)
+
+
+def register(subparsers) -> None:
     demo = subparsers.add_parser(
         "demo",
         help="distil the embedded SmolLM2-135M on Python's docs, end to end, and write a report",
         description="cache build → student init → offline fused distillation → cross-entropy-only baseline "
         "→ evaluation → report, all inside --minutes. Rerun to resume; finished stages are skipped.",
     )
-    demo.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
-    demo.add_argument("--minutes", type=float, default=defaults.minutes,
-                      help="wall-clock budget of the whole run; the cache size and the training steps are sized "
-                      f"from measured speed to fit it (default: {defaults.minutes:g})")
-    demo.add_argument("--layers", default=layers,
-                      help=f"teacher layers the student keeps, e.g. 0-5,29 (default: {layers})")
-    demo.add_argument("--train-tokens", type=int, default=defaults.train_tokens,
-                      help=f"at most this many cached training tokens (default: {defaults.train_tokens})")
-    demo.add_argument("--seeds", type=int, default=defaults.seeds,
-                      help="train every student with this many seeds and report the spread (default: 1)")
-    demo.add_argument("--teacher", default=defaults.teacher, help="teacher (default: the embedded SmolLM2-135M)")
+    add_fields(demo, DemoRun)
     demo.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from destila.demo import Demo, DemoSettings
+    from destila.demo import Demo
 
-    settings = DemoSettings(teacher=args.teacher, minutes=args.minutes, student_layers=parse_layer_list(args.layers),
-                            train_tokens=args.train_tokens, seeds=args.seeds)
-    Demo(args.out, settings).run()
+    run = DemoRun(**values_of(args, DemoRun))
+    Demo(run.out, run.settings()).run()
     return 0

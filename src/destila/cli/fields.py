@@ -40,9 +40,10 @@ def add_fields(parser, cls, *, positional=(), exclude=(), only=None, prefix: str
 
     ``prefix``: flags and destinations named ``prefix + field`` (``prefix="teacher_"``: field
     ``device_map`` is ``--teacher-device-map``, read back by ``values_of(..., prefix="teacher_")``).
-    Metadata read besides ``help``: ``choices``, ``metavar``, ``aliases``, ``nargs`` (a positional
-    taking several values), ``type`` (a function reading the flag's text, for a field that is not a
-    plain bool/int/float/str) and ``default_text`` (the default as the help shows it).
+    Metadata read besides ``help``: ``choices``, ``metavar``, ``aliases``, ``nargs`` and ``const``
+    (argparse's: several values, or a value that may be left out), ``type`` (a function reading the
+    flag's text, for a field that is not a plain bool/int/float/str) and ``default_text`` (the
+    default as the help shows it).
     """
     for f in _selected(cls, exclude, only):
         meta, kind = dict(f.metadata), f.metadata.get("type") or _scalar_type(cls, f.name)
@@ -71,6 +72,7 @@ def add_fields(parser, cls, *, positional=(), exclude=(), only=None, prefix: str
         parser.add_argument(
             *names, *long_aliases, dest=dest, type=kind, default=default, required=not has_default,
             choices=meta.get("choices"), metavar=meta.get("metavar"), help=help_text + shown,
+            **{k: meta[k] for k in ("nargs", "const") if k in meta},
         )
 
 

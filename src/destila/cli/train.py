@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from destila.cli.fields import add_fields, given_flags, values_of
@@ -22,6 +23,35 @@ from destila.placement import PlacementSpec
 # training device unless a device map spreads it.
 TEACHER = "teacher_"
 _TEACHER_PLACEMENT = dict(prefix=TEACHER, exclude=("device",))
+
+
+
+@dataclass
+class TrainInputs:
+    """The command's own flags, beside the training arguments: the student, the targets' source, a config file."""
+
+    # Optional here so that --config may name it; required once the file is read (see parse).
+    student: str | None = field(default=None, metadata={
+        "help": "student folder (e.g. from `destila student init`)", "nargs": "?"})
+    config: str | None = field(default=None, metadata={
+        "help": "YAML or JSON file of options (any flag's name without dashes); flags override it", "metavar": "FILE"})
+    resume: str | None = field(default=None, metadata={
+        "help": "continue the run in the output folder from its newest complete checkpoint, or from CHECKPOINT",
+        "nargs": "?", "const": True, "type": str, "metavar": "CHECKPOINT"})
+
+
+@dataclass
+class TrainTargets:
+    """Where the targets come from: a cache (offline), or a teacher and data (online)."""
+
+    cache: str | None = field(default=None, metadata={"help": "top-K cache from `destila cache build` (offline)"})
+    teacher: str | None = field(default=None, metadata={
+        "help": "online: teacher folder, hub id, .gguf file or 'smollm2'"})
+    teacher_gguf_file: str | None = field(default=None, metadata={
+        "help": "online: GGUF file name inside the teacher folder"})
+    data: str | None = field(default=None, metadata={
+        "help": "online: 'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets hub name"})
+
 
 DESCRIPTION = (
     "Offline: destila train STUDENT --cache CACHE -o OUT. "
@@ -49,21 +79,11 @@ def build_parser():
     parser = TrainParser([DistillationArguments, LoraArguments], prog="destila train", description=DESCRIPTION,
                          usage="destila train STUDENT (--cache CACHE | --teacher TEACHER --data DATA) "
                                "-o OUT [--config FILE] [options]")
-    # Optional here so that --config may name it; required once the file is read (see parse).
-    parser.add_argument("student", nargs="?", help="student folder (e.g. from `destila student init`)")
-    parser.add_argument("--config", metavar="FILE",
-                        help="YAML or JSON file of options (any flag's name without dashes); flags override it")
-    source = parser.add_argument_group("targets")
-    source.add_argument("--cache", help="top-K cache from `destila cache build` (offline)")
-    source.add_argument("--teacher", help="online: teacher folder, hub id, .gguf file or 'smollm2'")
-    source.add_argument("--teacher-gguf-file", help="online: GGUF file name inside the teacher folder")
-    source.add_argument("--data", help="online: 'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets hub name")
+    add_fields(parser, TrainInputs, positional=("student",))
+    add_fields(parser.add_argument_group("targets"), TrainTargets)
     add_fields(parser.add_argument_group("online data (with --data)"), DataSpec, exclude=("source",))
     add_fields(parser.add_argument_group("online teacher placement (with --teacher)"), PlacementSpec,
                **_TEACHER_PLACEMENT)
-    parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
-                        help="continue the run in the output folder from its newest complete checkpoint, "
-                             "or from CHECKPOINT")
     return parser
 
 
