@@ -35,8 +35,7 @@ def build_parser() -> Parser:
     e2e = verbs.add_parser("e2e", help="TRL's GKD trainer beside destila online and offline fused",
                            description="destila bench e2e, then each peer trainer, then every trained student's "
                                        "full-vocabulary KL to the teacher on held-out sequences.")
-    add_fields(e2e, E2EConfig)
-    e2e.set_defaults(methods=("online", "fused"))
+    add_fields(e2e, E2EConfig, defaults={"methods": ("online", "fused")})
     add_fields(e2e.add_argument_group("peers"), PeerTrainers)
     add_fields(e2e.add_argument_group("files"), OutputFiles, exclude=("plot",))  # the table carries it
     return parser

@@ -51,7 +51,7 @@ class E2EConfig:
     steps: int = field(default=6, metadata={"help": "training steps per method"})
     warmup_steps: int = field(default=1, metadata={"help": "first steps left out of the median step time"})
     methods: tuple[str, ...] = field(default=METHODS, metadata={
-        "help": "comma-separated methods", "type": name_list, "default_text": ",".join(METHODS)})
+        "help": "comma-separated methods", "type": name_list})
     top_k: int = field(default=100, metadata={"help": "teacher entries cached per position"})
     learning_rate: float = field(default=1e-4, metadata={"help": "learning rate", "aliases": ["--lr"]})
     seed: int = field(default=0, metadata={"help": "training seed (hence the data order)"})
@@ -88,7 +88,7 @@ class LongContextConfig:
 
     student: str
     seq_lens: tuple[int, ...] = field(default=(2048, 4096, 8192, 16384, 32768), metadata={
-        "help": "--long-context lengths", "type": int_list, "default_text": "2048,4096,8192,16384,32768"})
+        "help": "--long-context lengths", "type": int_list})
     impls: tuple[str, ...] = OFFLINE
     top_k: int = 100
     memory_budget: int = field(default=8 << 30, metadata={

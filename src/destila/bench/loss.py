@@ -55,9 +55,9 @@ class LossBenchConfig:
     vocab: int = field(default=32768, metadata={"help": "vocabulary size V"})
     top_k: int = field(default=100, metadata={"help": "teacher entries per row K"})
     seq_lens: tuple[int, ...] = field(default=(2048, 4096, 8192, 16384, 32768, 65536), metadata={
-        "help": "comma-separated N", "type": int_list, "default_text": "2K,4K,8K,16K,32K,64K"})
+        "help": "comma-separated N", "type": int_list})
     impls: tuple[str, ...] = field(default=IMPLS, metadata={
-        "help": "comma-separated impls (the floor always runs)", "type": name_list, "default_text": ",".join(IMPLS)})
+        "help": "comma-separated impls (the floor always runs)", "type": name_list})
     dtype: str = field(default="float32", metadata={"help": "inputs' dtype", "choices": list(DTYPE_BYTES)})
     device: str = field(default="cpu", metadata={"help": "cpu or cuda[:i]"})
     chunk_size: int = field(default=DEFAULT_LOSS_CHUNK_ROWS, metadata={"help": "rows per chunk (fused, chunked, floor)"})

@@ -66,6 +66,6 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from destila.demo import Demo
 
-    run = DemoRun(**values_of(args, DemoRun))
-    Demo(run.out, run.settings()).run()
+    request = DemoRun(**values_of(args, DemoRun))
+    Demo(request.out, request.settings()).run()
     return 0

@@ -35,7 +35,7 @@ def _scalar_type(cls, name: str):
     return str
 
 
-def add_fields(parser, cls, *, positional=(), exclude=(), only=None, prefix: str = "") -> None:
+def add_fields(parser, cls, *, positional=(), exclude=(), only=None, prefix: str = "", defaults=None) -> None:
     """Add one argument per field of dataclass ``cls`` (minus ``exclude``; only ``only`` if given) to ``parser``.
 
     ``prefix``: flags and destinations named ``prefix + field`` (``prefix="teacher_"``: field
@@ -43,12 +43,16 @@ def add_fields(parser, cls, *, positional=(), exclude=(), only=None, prefix: str
     Metadata read besides ``help``: ``choices``, ``metavar``, ``aliases``, ``nargs`` and ``const``
     (argparse's: several values, or a value that may be left out), ``type`` (a function reading the
     flag's text, for a field that is not a plain bool/int/float/str) and ``default_text`` (the
-    default as the help shows it).
+    default as the help shows it, when the value itself would not say it: bytes shown in GiB).
+    ``defaults``: ``{field: value}`` this command uses instead of the field's default.
     """
     for f in _selected(cls, exclude, only):
         meta, kind = dict(f.metadata), f.metadata.get("type") or _scalar_type(cls, f.name)
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         default = f.default if f.default is not dataclasses.MISSING else None
+        if defaults and f.name in defaults:
+            default, has_default = defaults[f.name], True
+            meta.pop("default_text", None)
         help_text = meta.get("help", "")
         dest = prefix + f.name
         if f.name in positional:
@@ -67,7 +71,7 @@ def add_fields(parser, cls, *, positional=(), exclude=(), only=None, prefix: str
             else:
                 parser.add_argument(*names, *long_aliases, dest=dest, action="store_true", help=help_text)
             continue
-        shown = meta.get("default_text", default)
+        shown = meta.get("default_text", ",".join(map(str, default)) if isinstance(default, tuple) else default)
         shown = f" (default: {shown})" if shown is not None else ""
         parser.add_argument(
             *names, *long_aliases, dest=dest, type=kind, default=default, required=not has_default,
