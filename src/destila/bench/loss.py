@@ -28,7 +28,6 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-
 from typing import Protocol
 
 from destila.bench.parsing import gib, int_list, name_list
