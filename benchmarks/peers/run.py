@@ -12,11 +12,15 @@ import os
 import sys
 from pathlib import Path
 
-from benchmarks.peers.e2e import PeerTrainers
+from rich.console import Console
+
+from benchmarks.peers.e2e import PeerTrainers, run_e2e_with_peers
 from benchmarks.peers.loss import PeerRows
-from destila.bench.e2e import E2EConfig
-from destila.bench.loss import LossBenchConfig
-from destila.bench.results import OutputFiles
+from benchmarks.peers.report import plot_peers, print_e2e_table, print_peer_table
+from destila.bench.e2e import E2EConfig, save_json
+from destila.bench.loss import LossBenchConfig, default_memory_budget, run_loss_sweep, summarise
+from destila.bench.results import OutputFiles, machine_info, write_csv, write_jsonl
+from destila.bench.tables import LOSS_HEADER, e2e_row_line, loss_row_line
 from destila.cli.fields import add_fields, values_of
 from destila.cli.parser import Parser
 
@@ -55,11 +59,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run_loss(args) -> int:
-    from benchmarks.peers.report import plot_peers, print_peer_table
-    from destila.bench.loss import default_memory_budget, run_loss_sweep, summarise
-    from destila.bench.results import machine_info, write_csv, write_jsonl
-    from destila.bench.tables import LOSS_HEADER, loss_row_line
-
     values = values_of(args, LossBenchConfig, exclude=("extra",))
     if values["memory_budget"] is None:
         values["memory_budget"] = default_memory_budget(values["device"])
@@ -81,14 +80,6 @@ def run_loss(args) -> int:
 
 
 def run_e2e(args) -> int:
-    from rich.console import Console
-
-    from benchmarks.peers.e2e import run_e2e_with_peers
-    from benchmarks.peers.report import print_e2e_table
-    from destila.bench.e2e import save_json
-    from destila.bench.results import machine_info, write_csv
-    from destila.bench.tables import e2e_row_line
-
     cfg = E2EConfig(**values_of(args, E2EConfig))
     peers = PeerTrainers(**values_of(args, PeerTrainers))
     files = OutputFiles(**values_of(args, OutputFiles, exclude=("plot",)))

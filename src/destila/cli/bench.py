@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from destila.bench.e2e import E2EConfig, LongContextConfig  # light: no torch at import
-from destila.bench.loss import LossBenchConfig
-from destila.bench.results import OutputFiles
+from rich.console import Console
+
+from destila.bench.e2e import E2EConfig, LongContextConfig, longest_fitting, run_e2e, run_long_context, save_json
+from destila.bench.e2e_plot import plot_e2e, plot_long_context
+from destila.bench.loss import LossBenchConfig, default_memory_budget, run_loss_sweep, summarise
+from destila.bench.plot import plot_loss_sweep
+from destila.bench.results import OutputFiles, machine_info, write_csv, write_jsonl
+from destila.bench.tables import (LOSS_HEADER, e2e_row_line, e2e_summary_lines, e2e_table, long_context_row_line,
+                                  long_context_summary_lines, loss_row_line)
 from destila.cli.fields import add_fields, values_of
 
 LONG_CONTEXT_FLAGS = ("seq_lens", "memory_budget")
@@ -48,11 +54,6 @@ def register(subparsers) -> None:
 
 
 def _run_loss(args) -> int:
-    from destila.bench.loss import default_memory_budget, run_loss_sweep, summarise
-    from destila.bench.plot import plot_loss_sweep
-    from destila.bench.results import machine_info, write_csv, write_jsonl
-    from destila.bench.tables import LOSS_HEADER, loss_row_line
-
     values = values_of(args, LossBenchConfig, exclude=("extra",))
     if values["memory_budget"] is None:
         values["memory_budget"] = default_memory_budget(values["device"])
@@ -72,14 +73,6 @@ def _run_loss(args) -> int:
 
 
 def _run_e2e(args) -> int:
-    from rich.console import Console
-
-    from destila.bench.e2e import longest_fitting, run_e2e, run_long_context, save_json
-    from destila.bench.e2e_plot import plot_e2e, plot_long_context
-    from destila.bench.results import machine_info, write_csv
-    from destila.bench.tables import (e2e_row_line, e2e_summary_lines, e2e_table, long_context_row_line,
-                                      long_context_summary_lines)
-
     console, machine = Console(), machine_info()
     cfg = E2EConfig(**values_of(args, E2EConfig))
     files = OutputFiles(**values_of(args, OutputFiles))
