@@ -31,11 +31,16 @@ after the warm-up steps, the loss at every step.
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from destila.bench.e2e import _row, prepare_student, run_e2e, step_clock
 from destila.bench.parsing import name_list
+from destila.measure import run_isolated
+from destila.models import EMBEDDED, embedded_teacher_dir
 
 PEER_TRAINERS = {
     "trl-gkd": "trl: GKDTrainer(lmbda=0, beta=0), teacher online, full logits",
@@ -75,7 +80,7 @@ def peer_trainer_unavailable(name: str) -> str | None:
 
 def packed_rows(teacher: str, data: str, seq_len: int, tokens: int):
     """The packed source destila's online training reads for these arguments, and its tokenizer."""
-    from destila.data import DataSpec, packed_source
+    from destila.data import DataSpec, packed_source  # in the measured process: see trl_gkd_worker
     from destila.models import load_tokenizer
 
     tokenizer = load_tokenizer(teacher)
@@ -85,14 +90,12 @@ def packed_rows(teacher: str, data: str, seq_len: int, tokens: int):
 def trl_gkd_worker(student: str, out: str, teacher: str, data: str, seq_len: int, steps: int, batch_size: int,
                    learning_rate: float, seed: int, device: str, dtype: str, gradient_checkpointing: bool) -> dict:
     """Train ``steps`` steps with TRL's GKDTrainer (off-policy, online teacher); step times and losses."""
-    import os
-
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    # Imported inside the measured call, as destila's own train_worker imports its trainer: both rows pay alike.
     import torch
     from datasets import Dataset
     from trl.experimental.gkd import GKDConfig, GKDTrainer
 
-    from destila.bench.e2e import step_clock
     from destila.data import collate
     from destila.models import load_causal_lm
     from destila.training.datasets import split_indices
@@ -153,11 +156,6 @@ def heldout_kl_worker(model: str, teacher: str, data: str, seq_len: int, skip_to
 
 def run_peer_trainers(cfg, teacher: str, student: str, peers: tuple[str, ...], on_row=None) -> list[dict]:
     """Each peer trainer of ``peers`` on ``cfg`` (an E2EConfig), in its own process; rows like destila's."""
-    import shutil
-
-    from destila.bench.e2e import _row
-    from destila.measure import run_isolated
-
     rows = []
     for name in peers:
         reason = peer_trainer_unavailable(name)
@@ -184,8 +182,6 @@ def run_peer_trainers(cfg, teacher: str, student: str, peers: tuple[str, ...], o
 
 def add_heldout_kl(rows: list[dict], cfg, teacher: str, eval_tokens: int) -> None:
     """Each trained model's held-out full KL (its own process), and the ratios to TRL's GKD row."""
-    from destila.measure import run_isolated
-
     for row in rows:
         if row["status"] != "ok":
             continue
@@ -238,9 +234,6 @@ E2E_COLUMNS = ("trainer", "status", "peak GiB", "step s (median)", "last train l
 def run_e2e_with_peers(cfg, peers: tuple[str, ...], heldout_tokens: int, on_row=None) -> dict:
     """destila's methods of ``cfg`` (:func:`~destila.bench.e2e.run_e2e`), then the peer trainers, then the
     held-out KL of every trained student; the payload of ``run_e2e`` with the peer rows appended."""
-    from destila.bench.e2e import prepare_student, run_e2e
-    from destila.models import EMBEDDED, embedded_teacher_dir
-
     result = run_e2e(cfg, on_row=on_row)
     teacher = str(embedded_teacher_dir()) if cfg.teacher == EMBEDDED else cfg.teacher
     result["rows"] += run_peer_trainers(cfg, teacher, prepare_student(cfg, teacher), peers, on_row=on_row)

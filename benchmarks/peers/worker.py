@@ -30,6 +30,7 @@ def peer_worker(peer: str, seq_len: int, hidden: int, vocab: int, dtype: str, de
     """
     import torch
 
+    # Imported inside the measured call, as destila's own loss_worker imports the loss: both rows pay alike.
     from destila.bench.loss import _make_inputs, time_against_floor
 
     torch_dtype = getattr(torch, dtype)
