@@ -18,20 +18,24 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import sys
 
 
 class Parser(argparse.ArgumentParser):
-    def parse_known_args(self, args=None, namespace=None):
-        import sys
+    """``argparse.ArgumentParser`` with both spellings of every long flag and "did you mean" (see above)."""
 
+    def parse_known_args(self, args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)
         namespace, extras = super().parse_known_args(self._respelled(args), namespace)
+        # A command without sub-commands is the last to see its arguments: what it does not know is a
+        # mistake, reported here with this command's usage rather than passed up to the top-level parser.
         if extras and not self._has_subcommands():
             self.error(unrecognized(extras, self._long_flags()))
         return namespace, extras
 
     def _long_flags(self) -> set[str]:
-        return {name for name in self._option_string_actions if name.startswith("--")}  # read only
+        # Read only: argparse keeps its option table in this attribute and offers no public view of it.
+        return {name for name in self._option_string_actions if name.startswith("--")}
 
     def _has_subcommands(self) -> bool:
         return self._subparsers is not None
