@@ -12,6 +12,7 @@ import os
 import platform
 import shlex
 import sys
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -68,3 +69,12 @@ def write_csv(rows: list[dict], path: str | os.PathLike) -> None:
         for row in rows:
             writer.writerow({k: ";".join(f"{x:.6g}" for x in v) if isinstance(v, list) else v
                              for k, v in row.items()})
+
+
+@dataclass
+class OutputFiles:
+    """Where a benchmark writes its rows: JSON, CSV and a PNG plot (each optional)."""
+
+    json: str | None = field(default=None, metadata={"help": "write the rows as JSON", "metavar": "PATH"})
+    csv: str | None = field(default=None, metadata={"help": "write the same rows as CSV", "metavar": "PATH"})
+    plot: str | None = field(default=None, metadata={"help": "write a PNG plot", "metavar": "PATH"})

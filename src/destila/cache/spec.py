@@ -18,15 +18,18 @@ from destila.cache.extras import TeacherExtras
 from destila.cache.encodings import ENCODINGS, encoding_of
 from destila.cache.format import LOGPROB_DTYPES
 from destila.cache.kinds import kind_of
-from destila.placement import DEVICE_MAPS
+from destila.placement import PlacementSpec
 from destila.targets.spec import TargetSpec
 
 TEACHER_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass
-class BuildSpec:
+class BuildSpec(PlacementSpec):
     """One teacher pass over ``data``, stored in the cache folder ``output``.
+
+    The teacher's placement (``device``, ``device_map``, ``max_memory``,
+    ``offload_folder``) is :class:`~destila.placement.PlacementSpec`'s, keyword-only.
 
     Only :data:`~destila.cache.format.CONTENT_FIELDS`-relevant fields
     (teacher, data, sequence length, targets, encoding, dtypes) change what
@@ -35,7 +38,8 @@ class BuildSpec:
     """
 
     teacher: str = field(metadata={
-        "help": "HF model folder, hub id, .gguf file, or 'smollm2'", "metavar": "TEACHER"})
+        "help": "HF model folder, hub id, .gguf file, or 'smollm2' (on the command line TEACHER may be repeated: "
+                "TEACHER1 TEACHER2 … DATA caches the mixture of those teachers)", "metavar": "TEACHER", "nargs": "+"})
     data: str | Path | Sequence[str] = field(metadata={
         "help": "'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder of them, or a folder datasets can load "
                 "(from Python also a list of documents)", "metavar": "DATA"})
@@ -55,14 +59,6 @@ class BuildSpec:
     logprob_dtype: str = field(default="float16", metadata={
         "help": "storage dtype of the top-K log-probs in the plain encoding", "choices": LOGPROB_DTYPES})
     batch_size: int = field(default=8, metadata={"help": "sequences per teacher forward"})
-    device: str = field(default="auto", metadata={"help": "auto (CUDA when present, else CPU), cpu, cuda, cuda:1, …"})
-    device_map: str | None = field(default=None, metadata={
-        "help": "spread a teacher too large for one device: auto (GPUs in order, then CPU memory, then disk; "
-                "accelerate big-model inference); --device is then ignored", "choices": list(DEVICE_MAPS)})
-    max_memory: str | None = field(default=None, metadata={
-        "help": "with --device-map: memory per device, e.g. 0=20GiB,1=20GiB,cpu=64GiB; the rest goes to disk"})
-    offload_folder: str | None = field(default=None, metadata={
-        "help": "with --device-map: folder for the layers offloaded to disk"})
     tensor_parallel: bool = field(default=False, metadata={
         "help": "under torchrun: shard the teacher across all the processes with transformers' tensor-parallel "
                 "plan (tp_plan=\"auto\"), for a teacher larger than one GPU; every process runs every sequence "

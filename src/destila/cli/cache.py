@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 
 from destila.cache.extras import TeacherExtras
 from destila.cache.spec import BuildSpec
@@ -12,6 +13,21 @@ from destila.targets.spec import TargetSpec
 
 # DataSpec fields that BuildSpec already declares (and the positional DATA).
 _BUILD_DATA_FIELDS = ("source", "text_field", "seq_len", "max_tokens")
+
+
+@dataclass
+class InspectRequest:
+    cache: str = field(metadata={"help": "the cache folder", "metavar": "CACHE"})
+    json: bool = field(default=False, metadata={"help": "print JSON instead of text"})
+    max_sequences: int | None = field(default=None, metadata={
+        "help": "compute the statistics on the first N sequences only"})
+    coverage: float = field(default=0.95, metadata={
+        "help": "suggest the smallest K′ whose mean covered teacher mass reaches this"})
+
+
+@dataclass
+class VerifyRequest:
+    cache: str = field(metadata={"help": "the cache folder", "metavar": "CACHE"})
 
 
 def register(subparsers) -> None:
@@ -32,20 +48,14 @@ def register(subparsers) -> None:
     add_fields(build.add_argument_group("targets (what the teacher provides per position)"), TargetSpec)
     add_fields(build.add_argument_group("several teachers, teacher hidden states"), TeacherExtras,
                exclude=("mixture_teachers",))
-    # TEACHER may be repeated (TEACHER1 TEACHER2 … DATA): the mixture of those teachers is cached.
-    next(a for a in build._actions if a.dest == "teacher").nargs = "+"
     build.set_defaults(func=_build)
 
     inspect = verbs.add_parser("inspect", help="counts, sizes and teacher-distribution statistics of a cache")
-    inspect.add_argument("cache", metavar="CACHE")
-    inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
-    inspect.add_argument("--max-sequences", type=int, help="compute the statistics on the first N sequences only")
-    inspect.add_argument("--coverage", type=float, default=0.95,
-                         help="suggest the smallest K′ whose mean covered teacher mass reaches this (default: 0.95)")
+    add_fields(inspect, InspectRequest, positional=("cache",))
     inspect.set_defaults(func=_inspect)
 
     verify = verbs.add_parser("verify", help="check every shard's checksum, shapes and values; exit 1 if any fault")
-    verify.add_argument("cache", metavar="CACHE")
+    add_fields(verify, VerifyRequest, positional=("cache",))
     verify.set_defaults(func=_verify)
 
 

@@ -2,41 +2,51 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from destila.cli.fields import add_fields, values_of
+from destila.demo import DemoSettings  # light: no torch at import
 from destila.student.layers import format_layer_list, parse_layer_list
 
 
-def register(subparsers) -> None:
-    from destila.demo import DemoSettings  # light: no torch at import
+@dataclass
+class DemoRun:
+    """The demo's flags: its output folder, and the settings a user may change (the rest are measured choices)."""
 
-    defaults = DemoSettings()
-    layers = format_layer_list(defaults.student_layers)
+    out: str = field(default="demo-out", metadata={"help": "output folder"})
+    minutes: float = field(default=DemoSettings.minutes, metadata={
+        "help": "wall-clock budget of the whole run; the cache size and the training steps are sized from "
+                "measured speed to fit it"})
+    layers: str = field(default=format_layer_list(DemoSettings().student_layers), metadata={
+        "help": "teacher layers the student keeps, e.g. 0-5,29"})
+    train_tokens: int = field(default=DemoSettings.train_tokens, metadata={
+        "help": "at most this many cached training tokens"})
+    seeds: int = field(default=DemoSettings.seeds, metadata={
+        "help": "train every student with this many seeds and report the spread"})
+    teacher: str = field(default=DemoSettings.teacher, metadata={"help": "teacher (the embedded SmolLM2-135M)"})
+    force: bool = field(default=False, metadata={
+        "help": f"train even when fewer than {DemoSettings.min_steps} steps per student fit in --minutes (the demo "
+                "otherwise refuses before training); the report's first line then says so"})
+
+    def settings(self) -> DemoSettings:
+        return DemoSettings(teacher=self.teacher, minutes=self.minutes, student_layers=parse_layer_list(self.layers),
+                            train_tokens=self.train_tokens, seeds=self.seeds, force=self.force)
+
+
+def register(subparsers) -> None:
     demo = subparsers.add_parser(
         "demo",
         help="distil the embedded SmolLM2-135M on Python's docs, end to end, and write a report",
         description="cache build → student init → offline fused distillation → cross-entropy-only baseline "
         "→ evaluation → report, all inside --minutes. Rerun to resume; finished stages are skipped.",
     )
-    demo.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
-    demo.add_argument("--minutes", type=float, default=defaults.minutes,
-                      help="wall-clock budget of the whole run; the cache size and the training steps are sized "
-                      f"from measured speed to fit it (default: {defaults.minutes:g})")
-    demo.add_argument("--layers", default=layers,
-                      help=f"teacher layers the student keeps, e.g. 0-5,29 (default: {layers})")
-    demo.add_argument("--train-tokens", type=int, default=defaults.train_tokens,
-                      help=f"at most this many cached training tokens (default: {defaults.train_tokens})")
-    demo.add_argument("--seeds", type=int, default=defaults.seeds,
-                      help="train every student with this many seeds and report the spread (default: 1)")
-    demo.add_argument("--teacher", default=defaults.teacher, help="teacher (default: the embedded SmolLM2-135M)")
-    demo.add_argument("--force", action="store_true",
-                      help=f"train even when fewer than {defaults.min_steps} steps per student fit in --minutes "
-                      "(the demo otherwise refuses before training); the report's first line then says so")
+    add_fields(demo, DemoRun)
     demo.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from destila.demo import Demo, DemoSettings
+    from destila.demo import Demo
 
-    settings = DemoSettings(teacher=args.teacher, minutes=args.minutes, student_layers=parse_layer_list(args.layers),
-                            train_tokens=args.train_tokens, seeds=args.seeds, force=args.force)
-    Demo(args.out, settings).run()
+    request = DemoRun(**values_of(args, DemoRun))
+    Demo(request.out, request.settings()).run()
     return 0

@@ -16,6 +16,7 @@ from importlib import import_module
 
 from destila.cli.errors import EXIT_ENVIRONMENT, EXIT_USER, USER_ERRORS, debug_requested, describe_os_error
 from destila.cli.errors import os_error_number
+from destila.cli.parser import Parser
 
 COMMANDS = ["cache", "student", "train", "eval", "bench", "demo", "generate", "recipe"]
 # Commands whose module parses the rest of the command line itself: ``run(argv)``.
@@ -29,7 +30,7 @@ class UserError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     from destila import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="destila",
         description="Knowledge distillation from a cached top-K teacher pass.",
     )
