@@ -3,7 +3,7 @@
 The data stage is what `destila cache build` does before the teacher runs:
 load the source (datasets converts a jsonl to memory-mapped Arrow), tokenise
 into the token store until the budget is met, and open the packed source.
-Each size runs in a fresh process (destila.measure.run_isolated) with fresh
+Each size runs in a fresh process (destila.eval.measure.run_isolated) with fresh
 datasets and token-store caches; the peak is that process's RSS peak minus
 its baseline after imports.
 
@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "destila-data-rss"))
     args = parser.parse_args()
 
-    from destila.measure import run_isolated
+    from destila.eval.measure import run_isolated
 
     folder = Path(args.folder)
     folder.mkdir(parents=True, exist_ok=True)

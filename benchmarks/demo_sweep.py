@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from destila.demo import DEMO_PROMPTS, DemoSettings, split_documents
-from destila.samples import distinct_words
+from destila.demo.samples import distinct_words
 
 
 def parse_layers(text: str) -> list[int]:
@@ -97,7 +97,7 @@ def score(model_path: Path, cache: Path) -> dict:
     from destila.cache import TopKCache
     from destila.eval.quality import metrics_from_sums, quality_sums
     from destila.models import load_causal_lm
-    from destila.samples import continuations
+    from destila.demo.samples import continuations
     from destila.training.datasets import collate
 
     source = TopKCache(cache)

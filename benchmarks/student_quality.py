@@ -112,7 +112,7 @@ class SaveAt(TrainerCallback):
 def run(out: Path, row: str, seed: int, budgets: list[int], learning_rate: float) -> None:
     """Train ``row`` once up to the largest budget, keeping a checkpoint at each; score each on all held-out tokens."""
     from destila.eval.run import evaluate_model
-    from destila.stages import train_from_cache
+    from destila.demo.stages import train_from_cache
 
     step_tokens = BATCH * SEQ_LEN
     steps = [b // step_tokens for b in budgets]

@@ -27,7 +27,7 @@ def sleep(seconds: float) -> dict:
 
 def two_phases(charged_mib: int, free_mib: int) -> dict:
     """A reference phase that must not count, then the phase the worker reports."""
-    from destila.measure import active_meter
+    from destila.eval.measure import active_meter
 
     allocate(free_mib)
     meter = active_meter()

@@ -15,7 +15,7 @@ from destila.bench.loss import LossBenchConfig
 from destila.cache.spec import BuildSpec
 from destila.cli import train as train_cli
 from destila.cli.main import OWN_PARSERS, build_parser, main
-from destila.placement import PlacementSpec
+from destila.models.placement import PlacementSpec
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "destila"
 

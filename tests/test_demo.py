@@ -7,10 +7,10 @@ from rich.console import Console
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from conftest import pydoc_texts
-from destila.budget import StepBudget, plan_training, split_seconds, steps_that_fit
+from destila.demo.budget import StepBudget, plan_training, split_seconds, steps_that_fit
 from destila.demo import Demo, DemoSettings, split_documents, training_runs
-from destila.report import curves_figure, metrics_figure, verdict
-from destila.samples import degenerate, distinct_words
+from destila.demo.report import curves_figure, metrics_figure, verdict
+from destila.demo.samples import degenerate, distinct_words
 
 
 def test_split_holds_out_every_fifth_document():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from destila.measure import run_isolated
+from destila.eval.measure import run_isolated
 
 HERE = Path(__file__).parent
 

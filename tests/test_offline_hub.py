@@ -13,7 +13,7 @@ def test_hub_teacher_without_network_fails_within_5_seconds(tmp_path, endpoint):
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env.update(HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf"), OMP_NUM_THREADS="1")
     # Time the loading alone: the interpreter and torch take their own seconds on a busy machine.
-    code = ("import time, sys\nfrom destila import models, placement\n"
+    code = ("import time, sys\nfrom destila import models\nfrom destila.models import placement\n"
             "from transformers import AutoConfig, AutoModelForCausalLM\nstart = time.monotonic()\n"
             "try:\n    models.load_causal_lm('nobody/no-such-model')\nexcept FileNotFoundError as err:\n"
             "    print(round(time.monotonic() - start, 2)); print(err); sys.exit(0)\nsys.exit(1)\n")

@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.peers e2e`` runs :func:`destila.bench.e2e.run_e2e` for
 destila's methods (online, offline fused by default), then each peer trainer
-below in its own process (:func:`~destila.measure.run_isolated`),
+below in its own process (:func:`~destila.eval.measure.run_isolated`),
 then measures every trained student's **full-vocabulary forward KL to the
 teacher on held-out sequences** (the sequences right after the trained ones),
 each in its own process.
@@ -39,7 +39,7 @@ from pathlib import Path
 
 from destila.bench.e2e import _row, prepare_student, run_e2e, step_clock
 from destila.bench.parsing import name_list
-from destila.measure import run_isolated
+from destila.eval.measure import run_isolated
 from destila.models import EMBEDDED, embedded_teacher_dir
 
 PEER_TRAINERS = {

@@ -1,4 +1,4 @@
-"""The process that measures one peer loss configuration (target of :func:`~destila.measure.run_isolated`).
+"""The process that measures one peer loss configuration (target of :func:`~destila.eval.measure.run_isolated`).
 
 Importing this module imports every installed peer, so that their imports
 (hundreds of MB for trl and torchtune) sit in the process baseline, as
@@ -22,7 +22,7 @@ for _spec in PEERS.values():
 
 def peer_worker(peer: str, seq_len: int, hidden: int, vocab: int, dtype: str, device: str, chunk_size: int,
                 repeats: int, max_seconds: float, beta: float, seed: int = 0) -> dict:
-    """One peer configuration, run inside :func:`~destila.measure.run_isolated`.
+    """One peer configuration, run inside :func:`~destila.eval.measure.run_isolated`.
 
     The student's hidden states and head are drawn as destila's rows draw
     theirs (same shapes, same distribution); the teacher input is the

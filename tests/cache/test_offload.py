@@ -11,7 +11,7 @@ from conftest import pydoc_texts
 from destila.cache import build_cache
 from destila.cache.spec import BuildSpec
 from destila.models import load_causal_lm
-from destila.placement import parse_max_memory
+from destila.models.placement import parse_max_memory
 
 
 def parameter_bytes(folder) -> int:

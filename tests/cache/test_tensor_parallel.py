@@ -10,7 +10,7 @@ from transformers import GPT2Config, LlamaConfig
 
 from destila.cache.spec import BuildSpec
 from destila.cli.main import main
-from destila.placement import check_tensor_parallel, check_tensor_plan, resolve_device
+from destila.models.placement import check_tensor_parallel, check_tensor_plan, resolve_device
 
 
 def refusal(argv, capsys) -> str:

@@ -230,7 +230,7 @@ def prepare_student(cfg: E2EConfig, teacher: str) -> str:
 
 def run_e2e(cfg: E2EConfig, on_row=None) -> dict:
     """Every method of ``cfg`` in its own process; ``{"cache": ..., "rows": [...], "break_even_runs": ...}``."""
-    from destila.measure import run_isolated
+    from destila.eval.measure import run_isolated
 
     workdir = Path(cfg.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -302,7 +302,7 @@ def break_even_runs(cache_seconds: float, rows: list[dict], steps: int) -> float
 
 def run_long_context(cfg: LongContextConfig, on_row=None) -> list[dict]:
     """One training step per (impl, length) in its own process; an impl stops at its first failure."""
-    from destila.measure import run_isolated
+    from destila.eval.measure import run_isolated
 
     rows, stopped = [], set()
     for seq_len in cfg.seq_lens:

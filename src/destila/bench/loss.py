@@ -32,7 +32,7 @@ from typing import Protocol
 
 from destila.bench.parsing import gib, int_list, name_list
 from destila.losses.options import DEFAULT_CHUNK_SIZE
-from destila.measure import run_isolated
+from destila.eval.measure import run_isolated
 
 WORKER = "destila.bench.loss:loss_worker"
 IMPLS = ("fused", "chunked", "dense")
@@ -200,7 +200,7 @@ def time_against_floor(run, h, w, *, seq_len: int, chunk_size: int, repeats: int
     """
     import torch
 
-    from destila.measure import PeakMeter, active_meter
+    from destila.eval.measure import PeakMeter, active_meter
 
     meter = active_meter() or PeakMeter(device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)

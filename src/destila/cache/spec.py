@@ -18,7 +18,7 @@ from destila.cache.extras import TeacherExtras
 from destila.cache.encodings import ENCODINGS, encoding_of
 from destila.cache.format import LOGPROB_DTYPES
 from destila.cache.kinds import kind_of
-from destila.placement import PlacementSpec
+from destila.models.placement import PlacementSpec
 from destila.targets.spec import TargetSpec
 
 TEACHER_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -29,7 +29,7 @@ class BuildSpec(PlacementSpec):
     """One teacher pass over ``data``, stored in the cache folder ``output``.
 
     The teacher's placement (``device``, ``device_map``, ``max_memory``,
-    ``offload_folder``) is :class:`~destila.placement.PlacementSpec`'s, keyword-only.
+    ``offload_folder``) is :class:`~destila.models.placement.PlacementSpec`'s, keyword-only.
 
     Only :data:`~destila.cache.format.CONTENT_FIELDS`-relevant fields
     (teacher, data, sequence length, targets, encoding, dtypes) change what

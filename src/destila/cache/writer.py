@@ -54,7 +54,7 @@ from destila.cache.resume import (
 from destila.cache.kinds import kind_of
 from destila.cache.spec import BuildSpec
 from destila.cache.tokenizer_files import copy_tokenizer
-from destila.placement import check_tensor_parallel, resolve_device
+from destila.models.placement import check_tensor_parallel, resolve_device
 
 log = logging.getLogger("destila.cache")
 
@@ -292,7 +292,7 @@ def _teacher_pass(model, source, groups: list[list[int]], manifest, spec: BuildS
     from tqdm.auto import tqdm
 
     from destila.models import decoder_of
-    from destila.placement import head_weights, input_device
+    from destila.models.placement import head_weights, input_device
 
     teachers = model if hasattr(model, "positions") else None  # a TeacherSet (destila.cache.extras)
     model = teachers.models[0] if teachers is not None else model

@@ -21,7 +21,7 @@ from pathlib import Path
 from destila.cli.fields import add_fields, given_flags, values_of
 from destila.cli.parser import Parser
 from destila.data.spec import DataSpec
-from destila.placement import PlacementSpec
+from destila.models.placement import PlacementSpec
 
 # The online teacher's placement: PlacementSpec's fields as --teacher-device-map and so on. It runs on the
 # training device unless a device map spreads it.

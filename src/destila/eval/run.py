@@ -4,7 +4,7 @@ For every model: perplexity and next-token accuracy on the data; KL to the
 teacher and top-1 agreement with it (the top-K bucket KL from a cache, or the
 full-vocabulary KL when the teacher itself is given); parameters, size on
 disk, forward and generation throughput, and peak memory. Each model is
-evaluated in its own process (:func:`destila.measure.run_isolated`),
+evaluated in its own process (:func:`destila.eval.measure.run_isolated`),
 so its peak memory is its own.
 """
 
@@ -37,7 +37,7 @@ def evaluate_model(
     agreement. ``peak_bytes`` is the model's own peak (weights, forward,
     generation), taken before any teacher is loaded.
     """
-    from destila.measure import PeakMeter
+    from destila.eval.measure import PeakMeter
     from destila.models import resolve_source
 
     if (cache is None) == (data is None):
@@ -101,7 +101,7 @@ _USER_ERRORS = ("ValueError: ", "FileNotFoundError: ", "destila.cache.reader.Cor
 
 def evaluate_models(models: list[str], *, isolated: bool = True, timeout: float | None = None, **options) -> list[dict]:
     """:func:`evaluate_model` for each model, each in a fresh process when ``isolated`` (for its peak memory)."""
-    from destila.measure import run_isolated
+    from destila.eval.measure import run_isolated
 
     results = []
     for model in models:

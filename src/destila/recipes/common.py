@@ -1,6 +1,6 @@
 """What every recipe shares: its settings, the data split, caches, training, evaluation and the report.
 
-A recipe is a list of stages (see :mod:`destila.stages`): each model of the
+A recipe is a list of stages (see :mod:`destila.demo.stages`): each model of the
 chain is distilled from a cache of the model before it, and at the end every
 model is evaluated on held-out documents against the first model's cache.
 """
@@ -12,7 +12,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from destila.stages import StageLog, train_from_cache
+from destila.demo.stages import StageLog, train_from_cache
 
 
 @dataclass
@@ -114,7 +114,7 @@ class Recipe:
         return {"results": results, "names": names}
 
     def report(self, evaluation: dict, cache: dict, trained: dict[str, str]) -> None:
-        from destila.report import write_report
+        from destila.demo.report import write_report
         from destila.training.callbacks import read_training_log
 
         state = self.log.state()

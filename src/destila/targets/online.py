@@ -16,7 +16,7 @@ from destila.targets.head import teacher_topk
 from destila.constants import IGNORE_INDEX
 from destila.losses.divergences import full_vocab_divergence
 from destila.models import check_plain_head, decoder_of
-from destila.placement import head_weights, input_device
+from destila.models.placement import head_weights, input_device
 from destila.targets.spec import TargetSpec
 
 

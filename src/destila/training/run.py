@@ -180,7 +180,7 @@ def train_student(
             callbacks=[JsonlLogCallback(out / LOG_FILE), RunRecordCallback(claim.run_id), *callbacks],
         )
         if any(getattr(callback, "shows_progress", False) for callback in callbacks):
-            # A callback draws its own bar (e.g. destila.budget.StepBudget, whose total is the real
+            # A callback draws its own bar (e.g. destila.demo.budget.StepBudget, whose total is the real
             # step target); the Trainer's would count toward max_steps, or print every log line.
             from transformers.trainer_callback import PrinterCallback, ProgressCallback
 

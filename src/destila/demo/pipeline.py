@@ -11,7 +11,7 @@ Budget (``--minutes M``, the whole run): evaluation and the report get a
 reserve (``eval_reserve_seconds``, scaled up when the teacher's measured
 speed shows a slower machine); the teacher pass gets the share of the rest that lets each
 student see its cache about ``epochs`` times; the trainings share what is
-left, each stopped by :class:`destila.budget.StepBudget` at the last step
+left, each stopped by :class:`destila.demo.budget.StepBudget` at the last step
 that fits (measured seconds per step, re-sized every step).
 
 Every stage records itself in ``OUT/stages.json`` when it finishes; running
@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from destila.models import EMBEDDED
-from destila.stages import StageLog, train_from_cache
+from destila.demo.stages import StageLog, train_from_cache
 
 DEMO_PROMPTS = (
     "To open a file for reading in Python,",
@@ -191,7 +191,7 @@ class Demo:
         """
         import torch
 
-        from destila.budget import measure_step_seconds, plan_training
+        from destila.demo.budget import measure_step_seconds, plan_training
         from destila.cache import TopKCache
 
         s = self.settings
@@ -251,7 +251,7 @@ class Demo:
     def train(self, student: str, kind: str, seed: int, cap: int, trainings_left: int, guess: int | None,
               reserve: float) -> dict:
         """One training, stopped by a :class:`StepBudget` at its share of the time left."""
-        from destila.budget import StepBudget, split_seconds
+        from destila.demo.budget import StepBudget, split_seconds
 
         s = self.settings
         name = run_name(kind, seed)
@@ -271,7 +271,7 @@ class Demo:
 
     def evaluate(self, models: list[str], names: list[str]) -> dict:
         from destila.eval import evaluate_models, render_table
-        from destila.samples import continuations
+        from destila.demo.samples import continuations
 
         s = self.settings
         results = evaluate_models(models, cache=str(self.out / "cache-heldout"), max_tokens=s.eval_tokens,
@@ -285,7 +285,7 @@ class Demo:
     # -- the whole run ------------------------------------------------------------------
 
     def run(self) -> dict:
-        from destila.report import write_demo_report
+        from destila.demo.report import write_demo_report
 
         s = self.settings
         self.out.mkdir(parents=True, exist_ok=True)

@@ -53,7 +53,7 @@ def train_from_cache(student: str, out: str | Path, cache: str | Path, *, max_st
                      eval_cache: str | Path | None = None, eval_sequences: int | None = None, **options) -> dict:
     """Offline distillation of ``student`` from ``cache`` into ``out``, resuming from its last complete
     checkpoint; stops after ``budget`` seconds when given (or as ``callbacks`` decide, e.g. a
-    :class:`destila.budget.StepBudget`). ``eval_cache``: held-out sequences scored every
+    :class:`destila.demo.budget.StepBudget`). ``eval_cache``: held-out sequences scored every
     ``eval_steps`` (pass ``eval_strategy="steps"``). ``options``: any other
     :class:`DistillationArguments` field (loss weights, ``warmup_steps``, ``freeze_embeddings``, …).
     Returns ``{"path", "steps", "train_seconds"}``."""

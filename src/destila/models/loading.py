@@ -205,13 +205,13 @@ def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cp
 
     ``device_map="auto"`` (with ``max_memory`` such as ``"0=20GiB,cpu=64GiB"``
     and ``offload_folder``) spreads a model too large for one device over
-    GPUs, CPU memory and disk (:mod:`destila.placement`); ``tensor_parallel``
+    GPUs, CPU memory and disk (:mod:`destila.models.placement`); ``tensor_parallel``
     (under ``torchrun``) shards it across all the processes with transformers'
     ``tp_plan="auto"``. ``device`` is then ignored. ``device="auto"`` means CUDA when present.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from destila.placement import check_tensor_plan, load_options, resolve_device
+    from destila.models.placement import check_tensor_plan, load_options, resolve_device
     from destila.quiet import apply_quiet_bars
 
     apply_quiet_bars()
@@ -338,7 +338,7 @@ def weight_fingerprint(model, sample: int = 4096) -> str:
     """
     import torch
 
-    from destila.placement import offloaded_state
+    from destila.models.placement import offloaded_state
 
     pieces = {}
     with torch.no_grad():

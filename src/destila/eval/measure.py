@@ -61,7 +61,7 @@ def run_isolated(target: str, kwargs: dict | None = None, *, device: str = "cpu"
         out = Path(tmp) / "result.json"
         spec["output"] = str(out)
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "destila.measure"], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", "destila.eval.measure"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             _, stderr = proc.communicate(json.dumps(spec), timeout=timeout)
@@ -192,7 +192,7 @@ def main() -> None:
     spec = json.loads(sys.stdin.read())
     # Run as __main__, this file is a second copy of the module: use the
     # importable one, whose active_meter() the worker will see.
-    from destila import measure
+    from destila.eval import measure
 
     report = measure._child(spec)
     Path(spec["output"]).write_text(json.dumps(report))

@@ -210,7 +210,7 @@ def _text_block(text: str) -> list[str]:
 
 def continuation_lines(results: list[dict], names: list[str]) -> list[str]:
     """Markdown: per prompt, each model's greedy and sampled continuation."""
-    from destila.samples import degenerate, distinct_words
+    from destila.demo.samples import degenerate, distinct_words
 
     lines = []
     prompts = [row["prompt"] for row in results[0].get("continuations", [])]
@@ -268,8 +268,8 @@ def write_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, 
 
 
 def degenerate_lines(results: list[dict], names: list[str]) -> list[str]:
-    """One sentence per model whose greedy continuations are degenerate (:func:`destila.samples.degenerate`)."""
-    from destila.samples import degenerate
+    """One sentence per model whose greedy continuations are degenerate (:func:`destila.demo.samples.degenerate`)."""
+    from destila.demo.samples import degenerate
 
     lines = []
     for name, result in zip(names, results):
