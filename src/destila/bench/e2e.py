@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from destila.bench.parsing import gib, int_list, name_list
-from destila.models import EMBEDDED, embedded_teacher_dir
+from destila.models import EMBEDDED, embedded_teacher_dir, final_hidden_states, load_causal_lm, output_head
+from destila.student import init_student
 
 METHODS = ("online", "dense", "chunked", "fused")
 OFFLINE = ("dense", "chunked", "fused")
@@ -116,6 +117,7 @@ class LongContextConfig:
 def cache_worker(teacher: str, data: str, output: str, seq_len: int, max_tokens: int, top_k: int,
                  device: str) -> dict:
     """Build the cache; the teacher pass's wall time and throughput."""
+    # heavy: torch; this module's configs are read by `destila --help`
     from destila.cache import BuildSpec, build_cache
     from destila.targets.spec import TargetSpec
 
@@ -135,8 +137,9 @@ def train_worker(method: str, student: str, out: str, cache: str | None, teacher
     (default: ``steps × batch_size × seq_len``, one pass); pass the cache's
     token count to train on the very sequences an offline student reads.
     """
-    from destila.training.callbacks import read_training_log
+    # heavy: transformers' Trainer
     from destila.training import DistillationArguments, train_student
+    from destila.training.callbacks import read_training_log
 
     clock = step_clock(device)
     args = DistillationArguments(
@@ -180,8 +183,7 @@ def long_context_worker(impl: str, student: str, seq_len: int, top_k: int, devic
     """One forward+backward of the student on one sequence of ``seq_len`` tokens with random top-K targets."""
     import torch
 
-    from destila.losses import distill_loss
-    from destila.models import final_hidden_states, load_causal_lm, output_head
+    from destila.losses import distill_loss  # heavy: torch
 
     model = load_causal_lm(student, device=device)
     model.train()
@@ -220,7 +222,6 @@ def prepare_student(cfg: E2EConfig, teacher: str) -> str:
     """The student to train: the given one, or ``student_layers`` cut from the teacher (made once)."""
     if cfg.student is not None:
         return cfg.student
-    from destila.student import init_student
 
     path = Path(cfg.workdir) / f"student-{cfg.student_layers}-layers"
     if not (path / "config.json").exists():
@@ -230,7 +231,7 @@ def prepare_student(cfg: E2EConfig, teacher: str) -> str:
 
 def run_e2e(cfg: E2EConfig, on_row=None) -> dict:
     """Every method of ``cfg`` in its own process; ``{"cache": ..., "rows": [...], "break_even_runs": ...}``."""
-    from destila.eval.measure import run_isolated
+    from destila.eval.measure import run_isolated  # heavy: destila.eval imports torch
 
     workdir = Path(cfg.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -302,7 +303,7 @@ def break_even_runs(cache_seconds: float, rows: list[dict], steps: int) -> float
 
 def run_long_context(cfg: LongContextConfig, on_row=None) -> list[dict]:
     """One training step per (impl, length) in its own process; an impl stops at its first failure."""
-    from destila.eval.measure import run_isolated
+    from destila.eval.measure import run_isolated  # heavy: destila.eval imports torch
 
     rows, stopped = [], set()
     for seq_len in cfg.seq_lens:

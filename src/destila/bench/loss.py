@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from destila.bench.parsing import gib, int_list, name_list
+from destila.eval.measure import PeakMeter, active_meter, run_isolated
+from destila.losses import distill_loss
 from destila.losses.options import DEFAULT_CHUNK_SIZE
-from destila.eval.measure import run_isolated
 
 WORKER = "destila.bench.loss:loss_worker"
 IMPLS = ("fused", "chunked", "dense")
@@ -176,8 +177,6 @@ def loss_worker(impl: str, seq_len: int, hidden: int, vocab: int, top_k: int, dt
     """One configuration, run inside :func:`run_isolated`: see :func:`time_against_floor`."""
     import torch
 
-    from destila import distill_loss
-
     h, w, ids, lp, tail = _make_inputs(seq_len, hidden, vocab, top_k, getattr(torch, dtype), device, seed)
 
     def loss(rows: int) -> None:
@@ -199,8 +198,6 @@ def time_against_floor(run, h, w, *, seq_len: int, chunk_size: int, repeats: int
     ``floor_only``: time the floor itself as the run.
     """
     import torch
-
-    from destila.eval.measure import PeakMeter, active_meter
 
     meter = active_meter() or PeakMeter(device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from destila import __version__
+
 
 def _cpu_model() -> str:
     try:
@@ -32,8 +34,6 @@ def machine_info() -> dict:
     """Host, CPU, cores, RAM, Python/torch/destila versions, the command line and the time (UTC)."""
     import psutil
     import torch
-
-    from destila import __version__
 
     return {
         "host": platform.node(),

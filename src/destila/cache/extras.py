@@ -20,7 +20,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from destila.targets.teachers import PROJECTIONS, HiddenSpec
+from destila.models import (
+    config_hash,
+    load_causal_lm,
+    load_tokenizer,
+    output_head,
+    tokenizer_fingerprint,
+    weight_fingerprint,
+)
+from destila.targets.mixture import check_shared_tokenizer, normalised_weights
+from destila.targets.teachers import PROJECTIONS, HiddenSpec, TeacherSet
 
 
 @dataclass
@@ -47,8 +56,6 @@ class TeacherExtras:
             raise ValueError(f"teacher_weights: {1 + len(self.mixture_teachers)} teachers need one weight each, "
                              "e.g. --teacher-weights 0.7,0.3")
         if self.teacher_weights is not None:
-            from destila.targets.mixture import normalised_weights
-
             try:
                 weights = [float(w) for w in str(self.teacher_weights).split(",")]
             except ValueError:
@@ -94,12 +101,6 @@ class TeacherExtras:
 def load_teacher_set(spec, model, tokenizer, device, dtype):
     """The :class:`~destila.targets.teachers.TeacherSet` of ``spec.extras`` with ``model`` first, and the
     manifest's ``extras`` record. Refuses teachers whose tokenizer or vocabulary differs."""
-    from destila.models import (
-        config_hash, load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint, weight_fingerprint,
-    )
-    from destila.targets.mixture import check_shared_tokenizer
-    from destila.targets.teachers import TeacherSet
-
     extras = spec.extras
     models, prints, sizes = [model], [tokenizer_fingerprint(tokenizer)], [output_head(model)[0].shape[0]]
     for name in extras.mixture_teachers:

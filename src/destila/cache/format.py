@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from destila.io import write_atomic
+from destila.targets.spec import TargetSpec
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
@@ -149,8 +150,6 @@ class Manifest:
     @property
     def target_spec(self):
         """The :class:`~destila.targets.spec.TargetSpec` the targets were made with."""
-        from destila.targets.spec import TargetSpec
-
         return TargetSpec(**self.targets)
 
     @property
@@ -168,7 +167,7 @@ class Manifest:
 
     def layout(self):
         """The :class:`~destila.cache.encodings.compact_blocks.CompactLayout` of a compact cache."""
-        from destila.cache.encodings.compact_blocks import CompactLayout  # the encodings import this module
+        from destila.cache.encodings.compact_blocks import CompactLayout  # cycle: the encodings import this module
 
         return CompactLayout(**self.compact)
 

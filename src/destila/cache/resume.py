@@ -30,9 +30,10 @@ from destila.cache.format import (
     LOCK,
     MANIFEST,
     PROGRESS_PREFIX,
-    ShardInfo,
     Manifest,
+    ShardInfo,
     is_shard_file,
+    progress_name,
     read_manifest,
     shard_file_fault,
     write_manifest,
@@ -178,8 +179,6 @@ def done_indices(manifest: Manifest) -> set[int]:
 
 def write_progress(folder: Path, rank: int, shards: list[ShardInfo]) -> None:
     import dataclasses
-
-    from destila.cache.format import progress_name
 
     payload = {"rank": rank, "pid": os.getpid(), "shards": [dataclasses.asdict(s) for s in shards]}
     write_atomic(folder / progress_name(rank), json.dumps(payload, indent=1).encode())

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from destila.cache.format import shard_file_fault
+from destila.cache.format import ShardFormatError, shard_file_fault
+from destila.cache.reader import CorruptShardError
+from destila.cache.rows import ShardRows
 
 
 def open_checked_shard(folder: Path, manifest, shard, *, checksum: bool = True):
@@ -21,10 +23,6 @@ def open_checked_shard(folder: Path, manifest, shard, *, checksum: bool = True):
     naming the shard and what to do.
     """
     from safetensors import safe_open
-
-    from destila.cache.reader import CorruptShardError
-    from destila.cache.format import ShardFormatError
-    from destila.cache.rows import ShardRows
 
     file = Path(folder) / shard.name
     redo = (f"run `destila cache verify {folder}`, delete the damaged shard and run the same "

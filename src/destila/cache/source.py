@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from destila.data import DataSpec, packed_source, texts_source
+
 
 def load_source(data, tokenizer, seq_len: int, max_tokens: int | None, text_field: str, main_first=None):
     """``(source, description, data_fingerprint)`` for the writer: the packed source of ``data``, a
@@ -24,8 +26,6 @@ def load_source(data, tokenizer, seq_len: int, max_tokens: int | None, text_fiel
     agree with the build's), a source name read as plain text, or a list of documents. ``main_first``: a
     context manager factory under which rank 0 tokenises before the others map its store.
     """
-    from destila.data import DataSpec, packed_source, texts_source
-
     if isinstance(data, DataSpec):
         build = {"seq_len": seq_len, "max_tokens": max_tokens, "text_field": text_field}
         differ = {k: (getattr(data, k), v) for k, v in build.items() if getattr(data, k) != v}

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Sequence
 
-from destila.cache.extras import TeacherExtras
 from destila.cache.encodings import ENCODINGS, encoding_of
+from destila.cache.extras import TeacherExtras
 from destila.cache.format import LOGPROB_DTYPES
 from destila.cache.kinds import kind_of
+from destila.data.spec import DataSpec
 from destila.models.placement import PlacementSpec
 from destila.targets.spec import TargetSpec
 
@@ -107,8 +108,6 @@ class BuildSpec(PlacementSpec):
 
         Naive equivalent: ``BuildSpec(teacher, data, output, targets=TargetSpec(top_k=…), seq_len=…)``.
         """
-        from destila.data.spec import DataSpec
-
         if isinstance(data, DataSpec):  # the data spec carries the row layout; explicit options must agree with it
             for name in ("seq_len", "max_tokens", "text_field"):
                 options.setdefault(name, getattr(data, name))

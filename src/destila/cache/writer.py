@@ -32,9 +32,11 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from destila import __version__
 from destila.cache import distributed
 from destila.cache.assemble import assemble_shard, write_shard
 from destila.cache.encodings import encoding_of
+from destila.cache.extras import load_teacher_set
 from destila.cache.format import (
     FORMAT_VERSION,
     Manifest,
@@ -42,6 +44,7 @@ from destila.cache.format import (
     read_manifest,
     write_manifest,
 )
+from destila.cache.kinds import kind_of
 from destila.cache.resume import (
     covers_all,
     done_indices,
@@ -51,10 +54,22 @@ from destila.cache.resume import (
     refuse_different,
     write_progress,
 )
-from destila.cache.kinds import kind_of
+from destila.cache.source import load_source
 from destila.cache.spec import BuildSpec
 from destila.cache.tokenizer_files import copy_tokenizer
-from destila.models.placement import check_tensor_parallel, resolve_device
+from destila.models import (
+    check_plain_head,
+    config_hash,
+    decoder_of,
+    load_causal_lm,
+    load_tokenizer,
+    output_head,
+    resolve_source,
+    tokenizer_fingerprint,
+    weight_fingerprint,
+)
+from destila.models.placement import check_tensor_parallel, head_weights, input_device, resolve_device
+from destila.targets.spec import TargetSpec
 
 log = logging.getLogger("destila.cache")
 
@@ -160,8 +175,6 @@ def _content(spec: BuildSpec, tokenizer, source, data_fingerprint: str, vocab_si
     """The manifest fields a build decides before loading the teacher (its content, and the encoding's layout)."""
     from dataclasses import asdict
 
-    from destila.models import tokenizer_fingerprint
-
     # ids of the tokenizer's range; the teacher's head is checked against it once loaded
     compact = encoding_of(spec.encoding).layout_record(vocab_size or max(len(tokenizer), 2))
     return dict(
@@ -174,8 +187,6 @@ def _content(spec: BuildSpec, tokenizer, source, data_fingerprint: str, vocab_si
 
 
 def _flat_content(fields: dict) -> dict:
-    from destila.targets.spec import TargetSpec
-
     flat = {k: v for k, v in fields.items() if k != "targets"}
     flat.update({f"targets.{k}": v for k, v in TargetSpec(**fields["targets"]).content().items()})
     return flat
@@ -184,13 +195,6 @@ def _flat_content(fields: dict) -> dict:
 def _prepare(group, spec: BuildSpec, device):
     """Load everything, agree with what the output folder already holds; returns ``(lock, manifest, source, model)``."""
     import torch
-
-    from destila import __version__
-    from destila.cache.source import load_source
-    from destila.models import (
-        check_plain_head, config_hash, load_causal_lm, load_tokenizer, output_head, resolve_source,
-        weight_fingerprint,
-    )
 
     output = spec.output
     tokenizer = load_tokenizer(spec.teacher, spec.gguf_file)
@@ -228,8 +232,6 @@ def _prepare(group, spec: BuildSpec, device):
     fields = _content(spec, tokenizer, source, data_fp, int(weight.shape[0]))
     teachers = None
     if spec.extras.active:  # several teachers, or hidden states: the pass goes through a TeacherSet
-        from destila.cache.extras import load_teacher_set
-
         teachers, fields["extras"] = load_teacher_set(spec, model, tokenizer, device, torch_dtype)
     path, gguf = resolve_source(spec.teacher, spec.gguf_file)
     manifest = Manifest(
@@ -290,9 +292,6 @@ def _teacher_pass(model, source, groups: list[list[int]], manifest, spec: BuildS
     """Compute and write the shards ``groups`` (each a list of sequence indices), recording each once written."""
     import torch
     from tqdm.auto import tqdm
-
-    from destila.models import decoder_of
-    from destila.models.placement import head_weights, input_device
 
     teachers = model if hasattr(model, "positions") else None  # a TeacherSet (destila.cache.extras)
     model = teachers.models[0] if teachers is not None else model

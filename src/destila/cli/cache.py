@@ -5,10 +5,13 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
+from destila.cache import build_cache, verify_cache
 from destila.cache.extras import TeacherExtras
 from destila.cache.spec import BuildSpec
+from destila.cache.stats import format_summary, inspect_cache
 from destila.cli.fields import add_fields, values_of
 from destila.data.spec import DataSpec
+from destila.io import as_os_error
 from destila.targets.spec import TargetSpec
 
 # DataSpec fields that BuildSpec already declares (and the positional DATA).
@@ -62,8 +65,6 @@ def register(subparsers) -> None:
 def _build(args) -> int:
     import logging
 
-    from destila.cache import build_cache
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     values = values_of(args, BuildSpec, exclude=("targets", "extras"))
     first, *others = values.pop("teacher")
@@ -74,8 +75,6 @@ def _build(args) -> int:
     try:
         report = build_cache(spec)
     except Exception as err:  # a full disk reported by a Rust writer names no file: name the cache folder
-        from destila.io import as_os_error
-
         disguised = as_os_error(err, args.output)
         if disguised is None or disguised is err:
             raise  # main prints it as one line (exit 2 for arguments, 1 for the disk)
@@ -119,8 +118,6 @@ def dropped_line(dropped: dict) -> str:
 def _inspect(args) -> int:
     import json
 
-    from destila.cache.stats import format_summary, inspect_cache
-
     if not 0.0 < args.coverage <= 1.0:
         raise ValueError(f"--coverage: expected a fraction in (0, 1], found {args.coverage}")
     summary = inspect_cache(args.cache, max_sequences=args.max_sequences, coverage=args.coverage)
@@ -129,8 +126,6 @@ def _inspect(args) -> int:
 
 
 def _verify(args) -> int:
-    from destila.cache import verify_cache
-
     report = verify_cache(args.cache)
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from destila.cli.fields import add_fields, values_of
-from destila.demo import DemoSettings  # light: no torch at import
+from destila.demo.settings import DemoSettings
 from destila.student.layers import format_layer_list, parse_layer_list
 
 
@@ -45,7 +45,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from destila.demo import Demo
+    from destila.demo.pipeline import Demo  # heavy: transformers and the trainer, kept out of `destila --help`
 
     request = DemoRun(**values_of(args, DemoRun))
     Demo(request.out, request.settings()).run()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from destila.cache import TopKCache
 from destila.cli.fields import add_fields, values_of
 from destila.data.spec import DataSpec
+from destila.eval import DEFAULT_PROMPT, evaluate_models, render_table
 
 # DataSpec fields that are not eval's data flags: DATA and --max-tokens are its own, and --num-proc could never be
 # honoured (eval reads at most --max-tokens tokens, in order, in one process).
@@ -39,14 +41,11 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from rich.console import Console
 
-    from destila.eval import DEFAULT_PROMPT, evaluate_models, render_table
-
     indices = None
     if args.eval_fraction is not None:
         if args.cache is None:
             raise ValueError("--eval-fraction: only meaningful with --cache")
-        from destila.cache import TopKCache
-        from destila.training.datasets import split_indices
+        from destila.training.datasets import split_indices  # heavy: transformers; kept out of `destila --help`
 
         indices = split_indices(len(TopKCache(args.cache)), args.eval_fraction)[1]
     results = evaluate_models(

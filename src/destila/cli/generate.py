@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from destila.cli.fields import add_fields, values_of
+from destila.generation import GenerateSpec, generate
 
 
 @dataclass
@@ -25,8 +26,6 @@ class GenerateInputs:
 
 
 def register(subparsers) -> None:
-    from destila.generation.run import GenerateSpec  # light: torch is imported when generating
-
     parser = subparsers.add_parser(
         "generate",
         help="the teacher answers PROMPTS; writes conversations (JSON lines) for sequence-level distillation",
@@ -42,8 +41,6 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from destila.generation import GenerateSpec, generate
-
     spec = GenerateSpec(**values_of(args, GenerateSpec))
     report = generate(
         args.teacher, args.prompts, args.output, spec, gguf_file=args.gguf_file, prompt_field=args.prompt_field,

@@ -14,9 +14,11 @@ import errno
 import sys
 from importlib import import_module
 
+from destila import __version__
 from destila.cli.errors import EXIT_ENVIRONMENT, EXIT_USER, USER_ERRORS, debug_requested, describe_os_error
 from destila.cli.errors import os_error_number
 from destila.cli.parser import Parser
+from destila.quiet import quiet_library_noise, request_quiet_bars
 
 COMMANDS = ["cache", "student", "train", "eval", "bench", "demo", "generate", "recipe"]
 # Commands whose module parses the rest of the command line itself: ``run(argv)``.
@@ -28,8 +30,6 @@ class UserError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from destila import __version__
-
     parser = Parser(
         prog="destila",
         description="Knowledge distillation from a cached top-K teacher pass.",
@@ -45,8 +45,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _quiet_optional_engines() -> None:
     """Library noise off (see :mod:`destila.quiet`), and transformers' loading/writing bars off on the command line."""
-    from destila.quiet import quiet_library_noise, request_quiet_bars
-
     quiet_library_noise()
     request_quiet_bars()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from destila.cli.fields import add_fields, values_of
+from destila.recipes import ProgressiveRecipe, RecipeSettings, SelfRecipe
 
 _DATA_HELP = "'pydoc', a text file or folder (as for cache build)"
 
@@ -31,8 +32,6 @@ class RecipeOutput:
 
 
 def register(subparsers) -> None:
-    from destila.recipes.common import RecipeSettings  # light: torch is imported when a recipe runs
-
     parser = subparsers.add_parser("recipe", help="progressive or self-distillation, as resumable stages")
     verbs = parser.add_subparsers(dest="verb", metavar="RECIPE", required=True)
     progressive = verbs.add_parser(
@@ -56,14 +55,10 @@ def register(subparsers) -> None:
 
 
 def _progressive(args) -> int:
-    from destila.recipes import ProgressiveRecipe, RecipeSettings
-
     ProgressiveRecipe(args.teacher, args.data, args.out, args.stages, RecipeSettings(**values_of(args, RecipeSettings))).run()
     return 0
 
 
 def _self(args) -> int:
-    from destila.recipes import RecipeSettings, SelfRecipe
-
     SelfRecipe(args.model, args.data, args.out, RecipeSettings(**values_of(args, RecipeSettings)), init=args.init).run()
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from destila.student import init_student, parse_config_overrides
 from destila.student.layers import format_layer_list, parse_layers
 
 _SELECTIONS = ("importance", "even", "contiguous")  # destila.student.importance.SELECTIONS (no torch at --help)
@@ -69,8 +70,6 @@ def _layers(text: str):
 
 
 def run_init(args) -> int:
-    from destila.student import init_student, parse_config_overrides
-
     if args.text_field != "text" and args.data is None:
         raise ValueError("--text-field: applies to --data only; add --data DATA or drop it")
     summary = init_student(

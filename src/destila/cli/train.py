@@ -72,7 +72,7 @@ def register(subparsers) -> None:
 def build_parser():
     from transformers import HfArgumentParser
 
-    from destila.training import DistillationArguments
+    from destila.training import DistillationArguments  # heavy: transformers
 
     class TrainParser(Parser, HfArgumentParser):
         """transformers' flags for the dataclasses, with destila's two spellings and "did you mean"."""
@@ -109,7 +109,7 @@ def apply_config(parser: argparse.ArgumentParser, values: dict, path: str, *, wi
     TRL's keys (``model_name_or_path``, ``max_length``, GKD's ``beta``, ...) are mapped onto destila's
     options by :func:`destila.training.trl_keys.map_trl_keys`; every key refused or unknown is named in one line.
     """
-    from destila.training.trl_keys import map_trl_keys
+    from destila.training.trl_keys import map_trl_keys  # heavy: transformers
 
     known = set(vars(parser.parse_args([]))) - {"config"}  # every option's destination, at its default
     # Beside a cache, data options would be ignored (the cache holds its data): refused with the rest.
@@ -124,10 +124,9 @@ def apply_config(parser: argparse.ArgumentParser, values: dict, path: str, *, wi
 
 def parse(argv: list[str]):
     """``(namespace, DistillationArguments)`` from the command line (and ``--config``)."""
-
-    from destila.training import DistillationArguments
-    from destila.training.objective import recorded_defaults
-    from destila.training.output_dir import read_run_record
+    from destila.training import DistillationArguments  # heavy: transformers
+    from destila.training.objective import recorded_defaults  # heavy: transformers
+    from destila.training.output_dir import read_run_record  # heavy: transformers
 
     parser = build_parser()
     pre = argparse.ArgumentParser(add_help=False)
@@ -160,7 +159,7 @@ def _given(argv: list[str], flag: str) -> bool:
 
 def _beta_selects_divergence(namespace, argv: list[str]) -> None:
     """``--beta`` alone selects the divergence as GKD's β does; beside a divergence other than jsd it is refused."""
-    from destila.training.trl_keys import gkd_divergence
+    from destila.training.trl_keys import gkd_divergence  # heavy: transformers
 
     if not _given(argv, "--beta"):
         return
@@ -174,7 +173,7 @@ def _beta_selects_divergence(namespace, argv: list[str]) -> None:
 
 
 def run(argv: list[str]) -> int:
-    from destila.training import train_student
+    from destila.training import train_student  # heavy: transformers
 
     args, training_args = parse(argv)
     resume = args.resume

@@ -17,6 +17,7 @@ import json
 from destila.data.packed import PackedSource
 from destila.data.spec import DataSpec
 from destila.data.store import build_store, store_root
+from destila.models import tokenizer_fingerprint
 
 DEFAULT_SEQ_LEN = 1024
 
@@ -46,8 +47,6 @@ def spec_for(dataset, seq_len: int = DEFAULT_SEQ_LEN, packing: str = "none", **f
 
 def dataset_source(dataset, tokenizer, spec: DataSpec | None = None, **spec_fields):
     """``dataset`` tokenised with ``tokenizer`` into a :class:`PackedSource`, or itself when it holds ``input_ids``."""
-    from destila.models import tokenizer_fingerprint
-
     if "input_ids" in (dataset.column_names or []):
         return dataset.with_format("torch")
     spec = spec or spec_for(dataset, **spec_fields)

@@ -17,6 +17,7 @@ from destila.data.formats import detect_format
 from destila.data.packed import PackedSource
 from destila.data.spec import DataSpec
 from destila.data.store import build_store, store_key, store_root
+from destila.models import tokenizer_fingerprint
 
 
 def packed_source(
@@ -34,8 +35,6 @@ def packed_source(
     manager factory that runs its body on the main process first (accelerate's
     ``PartialState().main_process_first``); None for one process.
     """
-    from destila.models import tokenizer_fingerprint
-
     spec = detect_format(spec)  # text, messages or prompt/completion, from the source's fields when none is named
     folder = Path(store_dir) if store_dir is not None else store_root() / store_key(spec, tokenizer_fingerprint(tokenizer))
     with (main_first or contextlib.nullcontext)():
@@ -51,8 +50,6 @@ def texts_source(texts: list[str], tokenizer, spec: DataSpec | None = None, **sp
     import tempfile
 
     import datasets
-
-    from destila.models import tokenizer_fingerprint
 
     texts = [t for t in texts if t]
     if not texts:

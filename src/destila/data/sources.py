@@ -20,6 +20,8 @@ import os
 import threading
 from pathlib import Path
 
+from destila.data.spec import DataSpec
+
 PYDOC = "pydoc"
 """The data name that stands for Python's documentation topics (``pydoc_data.topics``)."""
 
@@ -251,8 +253,6 @@ def load_texts(source, text_field: str = "text", split: str = "train") -> list[s
     Everything that trains or builds a cache goes through the token store
     instead, which never holds the corpus in memory.
     """
-    from destila.data.spec import DataSpec
-
     spec = DataSpec(str(source), text_field=text_field, split=split)
     column = load_records(spec)[text_field]
     texts = [t for t in column if isinstance(t, str) and t]

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from destila.data.render import encoder
+from destila.data.sources import load_records, quiet_datasets
 from destila.io import publish_folder
 
 STORE_VERSION = 1
@@ -111,8 +113,6 @@ def build_store(spec, tokenizer, folder: str | Path, *, records=None) -> TokenSt
     folder = Path(folder)
     if (folder / _META).is_file():
         return TokenStore.open(folder)
-    from destila.data.render import encoder
-    from destila.data.sources import load_records, quiet_datasets
 
     records = load_records(spec) if records is None else records
     encode = encoder(spec, tokenizer)

@@ -26,6 +26,8 @@ import time
 
 from transformers import TrainerCallback
 
+from destila.models import load_causal_lm
+
 
 def steps_that_fit(seconds: float, seconds_per_step: float, cap: int) -> int:
     """``min(cap, ⌊seconds / seconds_per_step⌋)``, at least 1 (a stage always makes one step)."""
@@ -54,8 +56,6 @@ def measure_step_seconds(model_path: str, input_ids, *, freeze_embeddings: bool,
     import statistics
 
     import torch
-
-    from destila.models import load_causal_lm
 
     model = load_causal_lm(model_path).train()
     if freeze_embeddings:

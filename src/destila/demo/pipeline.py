@@ -25,17 +25,24 @@ import math
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
-from destila.models import EMBEDDED
-from destila.demo.stages import StageLog, train_from_cache
+import torch
+from rich.console import Console
+from transformers import AutoConfig
 
-DEMO_PROMPTS = (
-    "To open a file for reading in Python,",
-    "A list comprehension is",
-    "The `with` statement",
-)
+from destila.cache import BuildSpec, TopKCache, build_cache, inspect_cache, read_manifest
+from destila.data import pydoc_texts
+from destila.demo.budget import StepBudget, measure_step_seconds, plan_training, split_seconds
+from destila.demo.report import write_demo_report
+from destila.demo.samples import continuations
+from destila.demo.settings import DEMO_PROMPTS, DemoSettings
+from destila.demo.stages import StageLog, train_from_cache
+from destila.eval import evaluate_models, render_table
+from destila.models import EMBEDDED, INIT_INCOMPLETE, embedded_teacher_dir
+from destila.student import check_layer_indices, init_student
+from destila.targets.spec import TargetSpec
 
 # The teacher's tokens/s (wall clock, loading included) on 2 quiet CPU cores; the evaluation
 # reserve is scaled by how much slower the teacher runs in this run (a loaded machine).
@@ -51,48 +58,6 @@ class DemoWontFit(ValueError):
     """Fewer than ``min_steps`` training steps per student fit in the budget (raised before training)."""
 
 
-@dataclass
-class DemoSettings:
-    """What the demo runs; sized by measurement (docs/demo.md) to fit ``minutes`` on 2 CPU cores."""
-
-    teacher: str = EMBEDDED
-    holdout_every: int = 5  # every 5th document (sorted by name) is held out from training
-    seq_len: int = 256
-    train_tokens: int = 24576  # at most this many cached training tokens (fewer when the budget is short)
-    eval_tokens: int = 8192  # held-out tokens cached and scored; never reduced by the budget
-    top_k: int = 100
-    student_layers: list[int] = field(default_factory=lambda: [*range(8), 27, 28, 29])
-    freeze_embeddings: bool = True
-    batch_size: int = 4
-    learning_rate: float = 1e-3
-    warmup_steps: int = 5
-    max_steps: int = 400  # cap; the budget sets the real target
-    epochs: float = 2.0  # passes over the cached tokens the plan aims for
-    minutes: float = 11.0  # wall-clock budget of the whole demo (installation excluded)
-    eval_reserve_seconds: float = 180.0  # evaluation, continuations and the report, on a quiet machine
-    eval_every: int = 5  # held-out evaluation during training every this many steps
-    eval_curve_sequences: int = 4  # held-out sequences scored during training (the final table scores all)
-    seeds: int = 1  # with 2, every student is trained twice (seeds 0 and 1) and the report shows the spread
-    min_steps: int = 20  # fewer steps per student than this: refuse before training (a cut is not a result)
-    force: bool = False  # train anyway below min_steps; the report then says so first
-    new_tokens: int = 32
-    cache_batch_size: int = 8
-
-    def __post_init__(self):
-        for name in ("seq_len", "train_tokens", "eval_tokens", "top_k", "batch_size", "max_steps", "eval_every",
-                     "eval_curve_sequences", "seeds", "new_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: expected a positive integer, found {getattr(self, name)}")
-        if not self.student_layers:
-            raise ValueError("student_layers: expected at least one teacher layer index")
-        for name in ("minutes", "epochs", "learning_rate"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}: expected a positive number, found {getattr(self, name)}")
-        if self.train_tokens < self.seq_len * self.batch_size:
-            raise ValueError(f"train_tokens: expected at least one batch ({self.seq_len * self.batch_size} "
-                             f"tokens), found {self.train_tokens}")
-
-
 def split_documents(texts: list[str], holdout_every: int) -> tuple[list[str], list[str]]:
     """``(train, held_out)``: every ``holdout_every``-th document is held out, the rest trains."""
     held = [t for i, t in enumerate(texts) if i % holdout_every == holdout_every - 1]
@@ -100,13 +65,20 @@ def split_documents(texts: list[str], holdout_every: int) -> tuple[list[str], li
     return train, held
 
 
+# The demo's two trainings of the same student: what each learns from, and its loss weights.
+TRAININGS = {
+    "distilled": ("KL to the teacher's top-K", {"soft_weight": 1.0, "hard_weight": 0.0}),
+    "baseline": ("cross-entropy only, no teacher", {"soft_weight": 0.0, "hard_weight": 1.0}),
+}
+
+
 def training_runs(seeds: int) -> list[tuple[str, int]]:
-    """``(kind, seed)`` in training order: for each seed, the distilled student then its baseline."""
-    return [(kind, seed) for seed in range(seeds) for kind in ("distilled", "baseline")]
+    """``(training, seed)`` in training order: for each seed, the distilled student then its baseline."""
+    return [(training, seed) for seed in range(seeds) for training in TRAININGS]
 
 
-def run_name(kind: str, seed: int) -> str:
-    return kind if seed == 0 else f"{kind}-seed{seed}"
+def run_name(training: str, seed: int) -> str:
+    return training if seed == 0 else f"{training}-seed{seed}"
 
 
 class Demo:
@@ -114,8 +86,6 @@ class Demo:
 
     def __init__(self, out: str | Path, settings: DemoSettings | None = None, texts: list[str] | None = None,
                  console=None, clock=time.monotonic):
-        from rich.console import Console
-
         self.out = Path(out)
         self.settings = settings or DemoSettings()
         self.texts = texts
@@ -137,24 +107,16 @@ class Demo:
         return self.log.run(name, title, run)
 
     def _documents(self) -> tuple[list[str], list[str]]:
-        from destila.data import pydoc_texts
-
         return split_documents(self.texts or pydoc_texts(), self.settings.holdout_every)
 
     # -- stages ---------------------------------------------------------------------
 
     def teacher(self) -> dict:
-        from destila.models import embedded_teacher_dir
-
         s = self.settings
         path = str(embedded_teacher_dir()) if s.teacher == EMBEDDED else s.teacher
         return {"path": path}
 
     def _check_layers(self, teacher: str) -> None:
-        from transformers import AutoConfig
-
-        from destila.student import check_layer_indices
-
         try:
             total = AutoConfig.from_pretrained(teacher).num_hidden_layers
         except (OSError, ValueError, AttributeError):
@@ -163,8 +125,6 @@ class Demo:
 
     def heldout(self, teacher: str) -> dict:
         """The held-out cache (fixed size, never shrunk by the budget); its pass measures the teacher's speed."""
-        from destila.cache import BuildSpec, build_cache
-
         s = self.settings
         _, held = self._documents()
         start = self.clock()
@@ -178,8 +138,6 @@ class Demo:
                 "eval_reserve_seconds": s.eval_reserve_seconds * max(1.0, QUIET_TEACHER_TOKENS_PER_SECOND / speed)}
 
     def _cache_options(self) -> dict:
-        from destila.targets.spec import TargetSpec
-
         s = self.settings
         return dict(seq_len=s.seq_len, targets=TargetSpec(top_k=s.top_k), batch_size=s.cache_batch_size)
 
@@ -189,11 +147,6 @@ class Demo:
         Refuses (:class:`DemoWontFit`) before the training cache is built when fewer than ``min_steps``
         steps per student fit, unless ``force``.
         """
-        import torch
-
-        from destila.demo.budget import measure_step_seconds, plan_training
-        from destila.cache import TopKCache
-
         s = self.settings
         held = TopKCache(self.out / "cache-heldout")
         input_ids = torch.stack([held[i]["input_ids"] for i in range(min(s.batch_size, len(held)))])
@@ -220,8 +173,6 @@ class Demo:
 
     def caches(self, teacher: str, plan: dict) -> dict:
         """The training cache, of the planned size (kept when resuming an interrupted build)."""
-        from destila.cache import BuildSpec, build_cache, inspect_cache, read_manifest
-
         train, _ = self._documents()
         planned = plan["tokens"]
         try:  # resuming: keep the size the interrupted build was planned with
@@ -237,9 +188,6 @@ class Demo:
         }
 
     def student(self, teacher: str) -> dict:
-        from destila.models import INIT_INCOMPLETE
-        from destila.student import init_student
-
         path = self.out / "student-init"
         if (path / "config.json").exists() and not (path / INIT_INCOMPLETE).exists():
             return {"path": str(path)}
@@ -248,17 +196,14 @@ class Demo:
                 "student_parameters": summary["student_parameters"],
                 "teacher_parameters": summary["teacher_parameters"]}
 
-    def train(self, student: str, kind: str, seed: int, cap: int, trainings_left: int, guess: int | None,
+    def train(self, student: str, training: str, seed: int, cap: int, trainings_left: int, guess: int | None,
               reserve: float) -> dict:
         """One training, stopped by a :class:`StepBudget` at its share of the time left."""
-        from destila.demo.budget import StepBudget, split_seconds
-
         s = self.settings
-        name = run_name(kind, seed)
+        name = run_name(training, seed)
         seconds = split_seconds(self.seconds_left(), reserve, trainings_left)
         budget = StepBudget(self.clock() + seconds, cap=cap, guess=guess, description=name, clock=self.clock)
-        loss = {"soft_weight": 1.0, "hard_weight": 0.0} if kind == "distilled" else \
-            {"soft_weight": 0.0, "hard_weight": 1.0}
+        _, loss = TRAININGS[training]
         result = train_from_cache(
             student, self.out / name, self.out / "cache", max_steps=cap, batch_size=s.batch_size,
             learning_rate=s.learning_rate, seed=seed, callbacks=(budget,), warmup_steps=s.warmup_steps,
@@ -266,13 +211,10 @@ class Demo:
             per_device_eval_batch_size=4, eval_cache=self.out / "cache-heldout",
             eval_sequences=s.eval_curve_sequences, **loss,
         )
-        return {**result, "kind": kind, "seed": seed, "cap": cap, "planned_seconds": seconds,
+        return {**result, "kind": training, "seed": seed, "cap": cap, "planned_seconds": seconds,
                 "step_targets": budget.history, "tokens": result["steps"] * s.batch_size * s.seq_len}
 
     def evaluate(self, models: list[str], names: list[str]) -> dict:
-        from destila.eval import evaluate_models, render_table
-        from destila.demo.samples import continuations
-
         s = self.settings
         results = evaluate_models(models, cache=str(self.out / "cache-heldout"), max_tokens=s.eval_tokens,
                                   prompt=DEMO_PROMPTS[0], new_tokens=s.new_tokens, batch_size=4)
@@ -285,8 +227,6 @@ class Demo:
     # -- the whole run ------------------------------------------------------------------
 
     def run(self) -> dict:
-        from destila.demo.report import write_demo_report
-
         s = self.settings
         self.out.mkdir(parents=True, exist_ok=True)
         teacher = self._stage("teacher", "teacher (converted once, then reused)", self.teacher)["path"]
@@ -304,16 +244,16 @@ class Demo:
         runs = training_runs(s.seeds)
         trained: dict[str, dict] = {}
         cap, reserve = s.max_steps, plan["eval_reserve_seconds"]
-        for number, (kind, seed) in enumerate(runs):
-            name = run_name(kind, seed)
+        for number, (training, seed) in enumerate(runs):
+            name = run_name(training, seed)
             left = len(runs) - number
             seconds = max(0.0, self.seconds_left() - reserve) / left
             guess = max(1, min(cap, plan["steps"]))
-            what = "KL to the teacher's top-K" if kind == "distilled" else "cross-entropy only, no teacher"
+            what, _ = TRAININGS[training]
             trained[name] = self._stage(
                 name, f"train {name} ({what}): {seconds / 60:.1f} min, planned {guess} steps (at most {cap})",
-                lambda kind=kind, seed=seed, cap=cap, left=left, guess=guess:
-                    self.train(student, kind, seed, cap, left, guess, reserve),
+                lambda training=training, seed=seed, cap=cap, left=left, guess=guess:
+                    self.train(student, training, seed, cap, left, guess, reserve),
             )
             # Every later student gets at most the steps of the first: same steps when there is time.
             cap = max(1, min(cap, trained[run_name("distilled", 0)]["steps"]))

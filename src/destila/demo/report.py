@@ -12,6 +12,7 @@ import json
 import math
 from pathlib import Path
 
+from destila.demo.samples import degenerate, distinct_words
 from destila.eval import markdown_table
 from destila.training.callbacks import read_training_log
 
@@ -210,8 +211,6 @@ def _text_block(text: str) -> list[str]:
 
 def continuation_lines(results: list[dict], names: list[str]) -> list[str]:
     """Markdown: per prompt, each model's greedy and sampled continuation."""
-    from destila.demo.samples import degenerate, distinct_words
-
     lines = []
     prompts = [row["prompt"] for row in results[0].get("continuations", [])]
     for number, prompt in enumerate(prompts):
@@ -269,8 +268,6 @@ def write_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, 
 
 def degenerate_lines(results: list[dict], names: list[str]) -> list[str]:
     """One sentence per model whose greedy continuations are degenerate (:func:`destila.demo.samples.degenerate`)."""
-    from destila.demo.samples import degenerate
-
     lines = []
     for name, result in zip(names, results):
         flaws = [(row["prompt"], degenerate(row["greedy"])) for row in result.get("continuations", [])]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from destila.models import load_causal_lm, load_tokenizer
+
 
 def distinct_words(text: str) -> int:
     """How many different words (a letter, then letters, digits or ``_``; case-insensitive) ``text`` holds.
@@ -54,8 +56,6 @@ def continuations(model_path: str, prompts: list[str], new_tokens: int, *, seed:
     once with ``do_sample=False`` and once with ``do_sample=True``.
     """
     import torch
-
-    from destila.models import load_causal_lm, load_tokenizer
 
     model = load_causal_lm(model_path).eval()
     tokenizer = load_tokenizer(model_path)

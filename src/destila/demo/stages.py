@@ -57,6 +57,7 @@ def train_from_cache(student: str, out: str | Path, cache: str | Path, *, max_st
     ``eval_steps`` (pass ``eval_strategy="steps"``). ``options``: any other
     :class:`DistillationArguments` field (loss weights, ``warmup_steps``, ``freeze_embeddings``, …).
     Returns ``{"path", "steps", "train_seconds"}``."""
+    # heavy: transformers' Trainer; the recipes import this module and `destila --help` imports them
     from destila.training import DistillationArguments, train_student
     from destila.training.callbacks import StopAfterSeconds
 

@@ -10,11 +10,13 @@ so its peak memory is its own.
 
 from __future__ import annotations
 
-from destila.data import DataSpec, collate
+from destila.cache import TopKCache
+from destila.data import DataSpec, collate, packed_source, texts_source
+from destila.eval.measure import PeakMeter, run_isolated
 from destila.eval.quality import metrics_from_sums, quality_sums
 from destila.eval.speed import forward_tokens_per_second, generate, size_on_disk
 from destila.losses.options import DEFAULT_CHUNK_SIZE
-from destila.models import load_causal_lm, load_tokenizer
+from destila.models import load_causal_lm, load_tokenizer, resolve_source
 
 DEFAULT_PROMPT = "The `with` statement in Python"
 
@@ -37,17 +39,12 @@ def evaluate_model(
     agreement. ``peak_bytes`` is the model's own peak (weights, forward,
     generation), taken before any teacher is loaded.
     """
-    from destila.eval.measure import PeakMeter
-    from destila.models import resolve_source
-
     if (cache is None) == (data is None):
         raise ValueError("eval: give either a cache or data")
     meter = PeakMeter(device)
     lm = load_causal_lm(model, device=device)
     tokenizer = load_tokenizer(model)
     if cache is not None:
-        from destila.cache import TopKCache
-
         source = TopKCache(cache)
         rows = lm.get_output_embeddings().weight.shape[0]
         if rows != source.vocab_size:  # the cache's ids would index past (or short of) the model's head
@@ -60,8 +57,6 @@ def evaluate_model(
             chosen = chosen[: max(1, max_tokens // source.seq_len)]
         items = [source[i] for i in chosen]
     else:
-        from destila.data import packed_source, texts_source
-
         if isinstance(data, (list, tuple)):
             packed = texts_source(list(data), tokenizer, seq_len=seq_len, max_tokens=max_tokens)
         else:
@@ -101,8 +96,6 @@ _USER_ERRORS = ("ValueError: ", "FileNotFoundError: ", "destila.cache.reader.Cor
 
 def evaluate_models(models: list[str], *, isolated: bool = True, timeout: float | None = None, **options) -> list[dict]:
     """:func:`evaluate_model` for each model, each in a fresh process when ``isolated`` (for its peak memory)."""
-    from destila.eval.measure import run_isolated
-
     results = []
     for model in models:
         if not isolated:
@@ -111,8 +104,8 @@ def evaluate_models(models: list[str], *, isolated: bool = True, timeout: float 
         run = run_isolated("destila.eval.run:evaluate_model", {"model": model, **options},
                            device=options.get("device", "cpu"), timeout=timeout)
         if run["status"] == "error" and str(run["error"]).startswith(_USER_ERRORS):
-            kind, _, message = str(run["error"]).partition(": ")  # the worker's own one-line message
-            raise (FileNotFoundError if kind == "FileNotFoundError" else ValueError)(message)
+            error_type, _, message = str(run["error"]).partition(": ")  # the worker's own one-line message
+            raise (FileNotFoundError if error_type == "FileNotFoundError" else ValueError)(message)
         if run["status"] != "ok":
             raise RuntimeError(f"eval: evaluating {model} failed ({run['status']}): {run.get('error')}")
         results.append(run["result"])

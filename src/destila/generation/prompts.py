@@ -82,7 +82,7 @@ def _load_file(path: Path, prompt_field: str, messages_field: str) -> list[Promp
                          "expected .txt (one prompt per line), .jsonl, .json or .parquet")
     import datasets
 
-    from destila.data.sources import quiet_datasets
+    from destila.data.sources import quiet_datasets  # heavy: destila.data imports torch; the spec stays light
 
     with quiet_datasets():
         rows = datasets.load_dataset(_ROW_FORMATS[suffix], data_files=[str(path)], split="train")

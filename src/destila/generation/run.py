@@ -41,6 +41,7 @@ from pathlib import Path
 
 from destila.generation.prompts import Prompt, load_prompts
 from destila.io import write_atomic
+from destila.models import load_causal_lm, load_tokenizer, resolve_source
 
 
 @dataclass(frozen=True)
@@ -173,8 +174,7 @@ def generate(
     """
     from tqdm.auto import tqdm
 
-    from destila.generation.sampling import answer_batch
-    from destila.models import load_causal_lm, load_tokenizer, resolve_source
+    from destila.generation.sampling import answer_batch  # heavy: transformers' generation
 
     spec = spec or GenerateSpec()
     if batch_size < 1:

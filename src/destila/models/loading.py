@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 
 from destila.io import publish_folder, try_lock
+from destila.models.placement import check_tensor_plan, load_options, offloaded_state, resolve_device
+from destila.quiet import apply_quiet_bars
 
 EMBEDDED = "smollm2"
 """The name that stands for the embedded default teacher wherever a model is expected."""
@@ -164,7 +166,7 @@ def hub_unreachable() -> str | None:
     """
     import huggingface_hub.constants
 
-    from destila.data.sources import hub_offline_reason
+    from destila.data.sources import hub_offline_reason  # cycle: destila.data imports destila.models
 
     reason = hub_offline_reason()
     if reason is not None:
@@ -210,9 +212,6 @@ def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cp
     ``tp_plan="auto"``. ``device`` is then ignored. ``device="auto"`` means CUDA when present.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
-
-    from destila.models.placement import check_tensor_plan, load_options, resolve_device
-    from destila.quiet import apply_quiet_bars
 
     apply_quiet_bars()
     placement = load_options(device_map, max_memory, offload_folder, tensor_parallel)
@@ -337,8 +336,6 @@ def weight_fingerprint(model, sample: int = 4096) -> str:
     plus its float64 sum, tell checkpoints apart in practice.
     """
     import torch
-
-    from destila.models.placement import offloaded_state
 
     pieces = {}
     with torch.no_grad():

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from destila.demo.stages import StageLog, train_from_cache
+from destila.models import resolve_source
+from destila.student import init_student
 
 
 @dataclass
@@ -61,7 +63,7 @@ class Recipe:
     # -- building blocks ------------------------------------------------------------
 
     def documents(self) -> tuple[list[str], list[str]]:
-        from destila.data import load_texts
+        from destila.data import load_texts  # heavy: torch; RecipeSettings is read by `destila --help`
 
         texts = self.texts if self.texts is not None else load_texts(self.data)
         every = self.settings.holdout_every
@@ -73,12 +75,10 @@ class Recipe:
         return train, held
 
     def resolve(self, model: str) -> dict:
-        from destila.models import resolve_source
-
         return {"path": resolve_source(model)[0]}
 
     def cache(self, model: str, folder: str, held_out: bool = False) -> dict:
-        from destila.cache import build_cache, inspect_cache
+        from destila.cache import build_cache, inspect_cache  # heavy: torch
 
         s = self.settings
         train, held = self.documents()
@@ -91,8 +91,6 @@ class Recipe:
                 "size_mb": round(summary["folder_bytes"] / 1e6, 1)}
 
     def init(self, model: str, folder: str, **how) -> dict:
-        from destila.student import init_student
-
         path = self.out / folder
         if (path / "config.json").exists():  # written by a run killed before it could record the stage
             return {"path": str(path)}
@@ -105,7 +103,7 @@ class Recipe:
                                 learning_rate=s.learning_rate, seed=s.seed)
 
     def evaluate(self, models: list[str], names: list[str], held_out_cache: str) -> dict:
-        from destila.eval import evaluate_models, render_table
+        from destila.eval import evaluate_models, render_table  # heavy: torch
 
         s = self.settings
         results = evaluate_models(models, cache=held_out_cache, max_tokens=s.eval_tokens, prompt=PROMPT,
@@ -114,8 +112,8 @@ class Recipe:
         return {"results": results, "names": names}
 
     def report(self, evaluation: dict, cache: dict, trained: dict[str, str]) -> None:
-        from destila.demo.report import write_report
-        from destila.training.callbacks import read_training_log
+        from destila.demo.report import write_report  # heavy: transformers, matplotlib
+        from destila.training.callbacks import read_training_log  # heavy: transformers
 
         state = self.log.state()
         command = " ".join(shlex.quote(a) for a in ["destila", *sys.argv[1:]]) if sys.argv[1:] else self.title

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
+from destila.cache import TopKCache
 from destila.constants import IGNORE_INDEX
+from destila.data import load_texts
+from destila.models import tokenizer_fingerprint
 
 DEFAULT_CALIBRATION_TOKENS = 4096
 DEFAULT_CALIBRATION_SEQ_LEN = 256
@@ -69,9 +72,6 @@ def from_cache(path, tokens: int = DEFAULT_CALIBRATION_TOKENS, tokenizer=None) -
     ``tokenizer`` (the teacher's) is checked against the cache's: token ids
     mean nothing to a teacher with another vocabulary.
     """
-    from destila.cache import TopKCache
-    from destila.models import tokenizer_fingerprint
-
     cache = TopKCache(path)
     if tokenizer is not None and cache.manifest.tokenizer_fingerprint != tokenizer_fingerprint(tokenizer):
         raise ValueError(
@@ -124,8 +124,6 @@ def from_texts(texts: list[str], tokenizer, tokens: int = DEFAULT_CALIBRATION_TO
 def from_data(source: str, tokenizer, tokens: int = DEFAULT_CALIBRATION_TOKENS, text_field: str = "text",
               seq_len: int = DEFAULT_CALIBRATION_SEQ_LEN) -> Calibration:
     """:func:`from_texts` over a data source (``pydoc``, a .txt/.jsonl/... file, a folder, a datasets name)."""
-    from destila.data import load_texts
-
     return from_texts(load_texts(source, text_field=text_field), tokenizer, tokens, seq_len, source=f"data {source}")
 
 

@@ -21,13 +21,13 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from destila.models import decoder_of
+
 _LAYER_LISTS = ("layers", "h", "blocks")
 
 
 def decoder_layers(model) -> nn.ModuleList:
     """The ``ModuleList`` of the model's decoder layers (``model.layers`` for Llama-like, ``transformer.h`` for GPT-2)."""
-    from destila.models import decoder_of
-
     inner = getattr(model, "module", model)  # DDP and friends keep the model in .module
     base = decoder_of(inner)
     for name in _LAYER_LISTS:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from destila.targets.head import teacher_topk
 from destila.constants import IGNORE_INDEX
 from destila.losses.divergences import full_vocab_divergence
 from destila.models import check_plain_head, decoder_of
 from destila.models.placement import head_weights, input_device
+from destila.targets.head import teacher_topk
+from destila.targets.layers import capture_layer_outputs
 from destila.targets.spec import TargetSpec
 
 
@@ -75,8 +76,6 @@ class OnlineTeacher:
         return back
 
     def _targets(self, weight, bias, input_ids, layers, **model_inputs) -> dict:
-        from destila.targets.layers import capture_layer_outputs
-
         with capture_layer_outputs(self.model, layers) as captured:
             hidden = decoder_of(self.model)(input_ids=input_ids, use_cache=False, **model_inputs).last_hidden_state
         hidden = hidden.to(weight.device)

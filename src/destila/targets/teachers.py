@@ -26,6 +26,7 @@ from typing import Sequence
 import torch
 
 from destila.losses.hidden_state_loss import fixed_projection
+from destila.models import check_plain_head, decoder_of, output_head
 from destila.targets.head import teacher_topk
 from destila.targets.layers import capture_layer_outputs, layer_count
 from destila.targets.mixture import mixture_topk
@@ -83,8 +84,6 @@ class TeacherSet:
 
     def __init__(self, models: Sequence, weights: Sequence[float] | None, top_k: int, temperature: float = 1.0,
                  head_chunk_rows: int = DEFAULT_HEAD_CHUNK_ROWS, hidden: HiddenSpec | None = None):
-        from destila.models import check_plain_head, decoder_of, output_head
-
         self.models = list(models)
         if len(self.models) > 1 and (weights is None or len(weights) != len(self.models)):
             raise ValueError(f"teacher_weights: expected one weight per teacher ({len(self.models)}), found "

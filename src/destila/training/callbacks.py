@@ -8,6 +8,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from destila.training.engines import describe_engine
+
 
 class JsonlLogCallback(TrainerCallback):
     """Appends ``{"step", "epoch", "time", **logs}`` to ``path`` at every log (main process only).
@@ -61,8 +63,6 @@ class EngineReport(TrainerCallback):
         self.engine: dict = {}
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        from destila.training.engines import describe_engine
-
         self.engine = describe_engine(self.trainer, model)
         if not state.is_world_process_zero:
             return

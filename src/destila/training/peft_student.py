@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from destila.models import load_causal_lm
+
 MERGED_DIR = "merged"
 
 
@@ -106,8 +108,6 @@ def merge_adapter(adapter_dir: str | Path, base: str | Path, out: str | Path | N
     """
     from peft import PeftModel
     from transformers import AutoTokenizer
-
-    from destila.models import load_causal_lm
 
     adapter_dir = Path(adapter_dir)
     out = Path(out) if out is not None else adapter_dir / MERGED_DIR

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from destila.cache import TopKCache
+from destila.data import DataSpec, collate, packed_source, texts_source
 from destila.io import as_os_error
 from destila.models import load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
+from destila.targets.online import OnlineTeacher
 from destila.targets.spec import check_training_temperature
-from destila.training.arguments import DistillationArguments
-from destila.training.hidden_distillation import hidden_term
-from destila.training.callbacks import EngineReport, JsonlLogCallback
-from destila.data import DataSpec, collate, packed_source, texts_source
-from destila.training.datasets import Subset
 from destila.targets.truncate import check_top_k
+from destila.training.arguments import DistillationArguments
+from destila.training.callbacks import EngineReport, JsonlLogCallback
+from destila.training.datasets import Subset
+from destila.training.hidden_distillation import hidden_term
 from destila.training.objective import check_resumed, objective_of
-from destila.training.peft_student import MERGED_DIR, LoraArguments, merge_adapter, with_adapters
 from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir, write_failure
+from destila.training.peft_student import MERGED_DIR, LoraArguments, merge_adapter, with_adapters
+from destila.training.trainer import DistillationTrainer
 
 
 def context_length(model) -> int | None:
@@ -97,9 +100,6 @@ def train_student(
     """
     from transformers import AutoTokenizer
 
-    from destila.targets.online import OnlineTeacher
-    from destila.training.trainer import DistillationTrainer
-
     if (cache is None) == (teacher is None) or (teacher is not None and data is None):
         raise ValueError("train: give either a cache (offline), or a teacher and data (online)")
     out = Path(out)
@@ -118,8 +118,6 @@ def train_student(
         output_head(model)[0].requires_grad_(False)
     online, spec = None, None
     if cache is not None:
-        from destila.cache import TopKCache
-
         source = TopKCache(cache)
         tokenizer = AutoTokenizer.from_pretrained(source.tokenizer_path)
         check_training_temperature(args.temperature, source.manifest.temperature, f"the cache {cache}")
@@ -152,8 +150,6 @@ def train_student(
                          source=source)
     eval_dataset = None  # with args.eval_fraction, the trainer holds out its split of the source
     if eval_cache is not None:
-        from destila.cache import TopKCache
-
         held_out = TopKCache(eval_cache)
         if held_out.manifest.tokenizer_fingerprint != source.manifest.tokenizer_fingerprint:
             raise ValueError(f"train: the eval cache {eval_cache} was built with another tokenizer than the "

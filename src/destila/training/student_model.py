@@ -15,6 +15,9 @@ Naive equivalent::
 
 from __future__ import annotations
 
+from destila.models import load_causal_lm, load_tokenizer
+from destila.training.peft_student import with_adapters
+
 
 def _is_peft(model) -> bool:
     return type(model).__module__.startswith("peft.")
@@ -27,8 +30,6 @@ def student_model(model, args, kwargs: dict) -> tuple[object, dict]:
     if model is None:
         raise ValueError("DistillationTrainer: model= is required (a model, or the path or hub id of one)")
     if isinstance(model, str):
-        from destila.models import load_causal_lm, load_tokenizer
-
         path = model
         model = load_causal_lm(path)
         if kwargs.get("processing_class") is None:
@@ -50,7 +51,5 @@ def student_model(model, args, kwargs: dict) -> tuple[object, dict]:
                              "weight directly. Leave it out of target_modules")
         model = get_peft_model(model, peft_config)
     elif lora.enabled and not _is_peft(model):
-        from destila.training.peft_student import with_adapters
-
         model = with_adapters(model, lora)
     return model, kwargs

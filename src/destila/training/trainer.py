@@ -22,17 +22,19 @@ from pathlib import Path
 import torch
 from transformers import Trainer
 
+from destila.cache import TopKCache
 from destila.constants import IGNORE_INDEX
+from destila.data import collate, dataset_source
 from destila.data.collate import aligned_labels
 from destila.losses.divergences import get_divergence
 from destila.models import check_plain_head
 from destila.targets.online import OnlineTeacher, dense_online_loss
+from destila.targets.truncate import check_top_k, with_top_k
+from destila.training.datasets import Subset, split_indices
 from destila.training.engines import enable_cpu_fsdp
 from destila.training.head_loss import distill_through_forward
-from destila.training.datasets import Subset, split_indices
 from destila.training.hidden_distillation import HiddenDistillation, hidden_term
 from destila.training.student_model import student_model as _student
-from destila.targets.truncate import check_top_k, with_top_k
 
 _STATS = ("soft", "hard", "rows", "agree")
 
@@ -49,12 +51,8 @@ def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool) -
 
     import datasets
 
-    from destila.data import collate, dataset_source
-
     kwargs = dict(kwargs)
     if cache is not None:
-        from destila.cache import TopKCache
-
         cache = cache if isinstance(cache, TopKCache) else TopKCache(cache)
         if kwargs.get("train_dataset") not in (None, cache):
             raise ValueError("DistillationTrainer: with a cache, the cache's sequences are the training set; "
@@ -100,8 +98,6 @@ def _held_out(train, held, eval_fraction: float) -> dict:
 
 def _cache_of(dataset):
     """The :class:`~destila.cache.TopKCache` behind ``dataset`` (itself or a :class:`Subset` of it), else None."""
-    from destila.cache import TopKCache
-
     dataset = getattr(dataset, "source", dataset) if isinstance(dataset, Subset) else dataset
     return dataset if isinstance(dataset, TopKCache) else None
 

@@ -1,0 +1,55 @@
+"""What `destila demo` runs: its settings and prompts (light: the command line reads them for its flags)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from destila.models import EMBEDDED
+
+DEMO_PROMPTS = (
+    "To open a file for reading in Python,",
+    "A list comprehension is",
+    "The `with` statement",
+)
+
+
+@dataclass
+class DemoSettings:
+    """What the demo runs; sized by measurement (docs/demo.md) to fit ``minutes`` on 2 CPU cores."""
+
+    teacher: str = EMBEDDED
+    holdout_every: int = 5  # every 5th document (sorted by name) is held out from training
+    seq_len: int = 256
+    train_tokens: int = 24576  # at most this many cached training tokens (fewer when the budget is short)
+    eval_tokens: int = 8192  # held-out tokens cached and scored; never reduced by the budget
+    top_k: int = 100
+    student_layers: list[int] = field(default_factory=lambda: [*range(8), 27, 28, 29])
+    freeze_embeddings: bool = True
+    batch_size: int = 4
+    learning_rate: float = 1e-3
+    warmup_steps: int = 5
+    max_steps: int = 400  # cap; the budget sets the real target
+    epochs: float = 2.0  # passes over the cached tokens the plan aims for
+    minutes: float = 11.0  # wall-clock budget of the whole demo (installation excluded)
+    eval_reserve_seconds: float = 180.0  # evaluation, continuations and the report, on a quiet machine
+    eval_every: int = 5  # held-out evaluation during training every this many steps
+    eval_curve_sequences: int = 4  # held-out sequences scored during training (the final table scores all)
+    seeds: int = 1  # with 2, every student is trained twice (seeds 0 and 1) and the report shows the spread
+    min_steps: int = 20  # fewer steps per student than this: refuse before training (a cut is not a result)
+    force: bool = False  # train anyway below min_steps; the report then says so first
+    new_tokens: int = 32
+    cache_batch_size: int = 8
+
+    def __post_init__(self):
+        for name in ("seq_len", "train_tokens", "eval_tokens", "top_k", "batch_size", "max_steps", "eval_every",
+                     "eval_curve_sequences", "seeds", "new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected a positive integer, found {getattr(self, name)}")
+        if not self.student_layers:
+            raise ValueError("student_layers: expected at least one teacher layer index")
+        for name in ("minutes", "epochs", "learning_rate"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}: expected a positive number, found {getattr(self, name)}")
+        if self.train_tokens < self.seq_len * self.batch_size:
+            raise ValueError(f"train_tokens: expected at least one batch ({self.seq_len * self.batch_size} "
+                             f"tokens), found {self.train_tokens}")
