@@ -35,6 +35,7 @@ import torch
 from destila.cache.encodings import encoding_of
 from destila.cache.encodings.compact_blocks import BlockError
 from destila.cache.format import MANIFEST, TOKENIZER_DIR, ShardFormatError, read_manifest, shard_file_fault
+from destila.cache.kinds import kind_of
 from destila.cache.rows import ShardRows
 from destila.cache.tokenizer_files import check_tokenizer_files
 
@@ -107,6 +108,11 @@ class TopKCache(torch.utils.data.Dataset):
         state = self.__dict__.copy()
         state["_handles"] = {}  # open files do not travel to worker processes
         return state
+
+    @property
+    def kind(self):
+        """The target kind object of this cache (:func:`destila.cache.kinds.kind_of` of its manifest's)."""
+        return kind_of(self.manifest.target_kind)
 
     def __len__(self) -> int:
         return self.manifest.sequences

@@ -90,7 +90,7 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: 
     if hidden and stored_tokens:  # teacher_hidden is float16 [P, n, D], P = the trained positions
         summary["hidden_bytes_per_token"] = trained_count * len(hidden["layers"]) * hidden["dim"] * 2 / stored_tokens
     tails, masses, entropy_topk, entropy_bucket, taken = [], [], [], [], 0
-    k_table = KCoverage(m.top_k, m.vocab_size) if m.target_kind == "topk" else None
+    k_table = KCoverage(m.top_k, m.vocab_size) if kind_of(m.target_kind).ranked else None
     for shard in m.shards:
         if max_sequences is not None and taken >= max_sequences:
             break

@@ -19,7 +19,8 @@ from dataclasses import asdict
 
 from destila.recipes.common import Recipe, RecipeSettings
 
-INITS = ("random", "copy")
+# The student's starting weights, and the name it goes by in the report.
+INITS = {"random": "born-again", "copy": "self-distilled"}
 
 
 class SelfRecipe(Recipe):
@@ -30,15 +31,15 @@ class SelfRecipe(Recipe):
         if init not in INITS:
             raise ValueError(f"init: expected one of {', '.join(INITS)}, found {init!r}")
         super().__init__(data, out, settings, **kwargs)
-        self.model, self.init_kind = model, init
+        self.model, self.start = model, init
 
     def describe(self) -> dict:
-        return {"model": self.model, "data": self.data, "init": self.init_kind, **asdict(self.settings)}
+        return {"model": self.model, "data": self.data, "init": self.start, **asdict(self.settings)}
 
     def _init(self, model: str) -> dict:
         from transformers import AutoConfig
 
-        if self.init_kind == "copy":  # all layers "cut": an exact copy
+        if self.start == "copy":  # all layers "cut": an exact copy
             return self.init(model, "init", layers=AutoConfig.from_pretrained(model).num_hidden_layers)
         return self.init(model, "init", config_overrides={})
 
@@ -49,9 +50,9 @@ class SelfRecipe(Recipe):
                        lambda: self.cache(model, "cache-heldout", held_out=True))
         cache = log.run("cache", "cache of the model over the training documents",
                         lambda: self.cache(model, "cache"))
-        init = log.run("init", f"student: the model's architecture, {self.init_kind} weights",
+        init = log.run("init", f"student: the model's architecture, {self.start} weights",
                        lambda: self._init(model))
-        name = "born-again" if self.init_kind == "random" else "self-distilled"
+        name = INITS[self.start]
         result = log.run("train", f"distil the model into its {name} copy",
                          lambda: self.train(init["path"], cache["path"], "student"))
         evaluation = log.run("evaluate", "evaluation on held-out documents",

@@ -184,7 +184,7 @@ def prune_width(model, calibration: Calibration, **targets) -> tuple[torch.nn.Mo
 
     def layer_slice(index: int, name: str, tensor: torch.Tensor) -> torch.Tensor:
         q_rows, kv_rows = _rows(heads[index][0], hd), _rows(heads[index][1], hd)
-        module, _, kind = name.rpartition(".")
+        module, _, param = name.rpartition(".")  # e.g. "mlp.up_proj", "weight"
         rows_cols = {
             "input_layernorm": (hidden, None), "post_attention_layernorm": (hidden, None),
             "self_attn.q_proj": (q_rows, hidden), "self_attn.k_proj": (kv_rows, hidden),
@@ -199,7 +199,7 @@ def prune_width(model, calibration: Calibration, **targets) -> tuple[torch.nn.Mo
         rows, cols = rows_cols[module]
         if rows is not None:
             tensor = tensor[rows]
-        if cols is not None and kind == "weight" and tensor.dim() == 2:
+        if cols is not None and param == "weight" and tensor.dim() == 2:
             tensor = tensor[:, cols]
         return tensor
 

@@ -46,9 +46,8 @@ def check_top_k(top_k: int | None, cache) -> None:
     """Refuse a ``top_k`` a cache cannot serve: larger than its K, or on sampled targets (no order to cut)."""
     if top_k is None:
         return
-    kind = cache.manifest.target_kind
-    if kind != "topk":
-        raise ValueError(f"top_k: the cache {cache.path} holds {kind} targets, which cannot be cut to the K′ most "
+    if not cache.kind.ranked:
+        raise ValueError(f"top_k: the cache {cache.path} holds {cache.kind.name} targets, which cannot be cut to the K′ most "
                          "likely tokens; drop --top_k (it applies to top-K caches)")
     if top_k > cache.top_k:
         raise ValueError(f"top_k: the cache {cache.path} holds K = {cache.top_k} tokens per position, so K′ = "

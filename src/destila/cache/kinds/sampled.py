@@ -30,6 +30,7 @@ class Sampled:
     name = "sampled"
     has_logprobs = False  # counts; log-probs are derived when read
     supports_mixture = False
+    ranked = False  # draws, not an order: no prefix of them is a smaller target
 
     @staticmethod
     def check_vocab(targets, vocab: int) -> None:

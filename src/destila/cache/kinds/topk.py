@@ -27,6 +27,7 @@ class TopK:
     name = "topk"
     has_logprobs = True  # stored log-probs, whose dtype the plain encoding keeps
     supports_mixture = True  # a mixture of teachers has a top-K and an exact rest mass too
+    ranked = True  # the entries are the K most likely tokens in order: their first K′ are the top-K′
 
     @staticmethod
     def check_vocab(targets, vocab: int) -> None:
