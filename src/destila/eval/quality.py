@@ -13,7 +13,7 @@ from destila.targets.online import full_vocab_divergence
 
 
 @torch.no_grad()
-def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_LOSS_CHUNK_ROWS) -> dict:
+def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_LOSS_CHUNK_ROWS, on_batch=None) -> dict:
     """Sums over the rows with a label, for ``batches`` of ``input_ids [B, L]`` and ``labels [B, L]``
     (plus the cache's top-K fields when evaluating against a cache).
 
@@ -22,13 +22,13 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_LOSS_CH
     vocabulary when ``teacher`` is given, else over the cache's top-K
     buckets) and ``agree`` (argmax = teacher's top-1). Naive
     equivalent: full ``[N, V]`` logits of both models; here only
-    ``chunk_size × V`` at a time.
+    ``chunk_size × V`` at a time. ``on_batch(done, total)`` is called after each batch.
     """
     weight, bias = output_head(model)
     sums = {"rows": 0.0, "nll": 0.0, "correct": 0.0}
     if teacher is not None or "topk_ids" in batches[0]:
         sums.update(kl=0.0, agree=0.0)
-    for batch in batches:
+    for number, batch in enumerate(batches, start=1):
         input_ids = batch["input_ids"]
         labels = batch["labels"].flatten()  # next tokens; IGNORE_INDEX where nothing is scored
         # Position ids restart per packed document; an attention mask marks padding.
@@ -57,6 +57,8 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_LOSS_CH
                 t_logits = _logits(t_hidden[rows], t_weight, t_bias)[valid]
                 sums["kl"] += full_vocab_divergence(logits, t_logits, "forward_kl").sum().item()
                 sums["agree"] += float((logits.argmax(-1) == t_logits.argmax(-1)).sum())
+        if on_batch is not None:
+            on_batch(number, len(batches))
     return sums
 
 
