@@ -15,6 +15,7 @@ from destila.eval.progress import ProgressFile, run_with_progress
 from destila.eval.quality import metrics_from_sums, quality_sums
 from destila.eval.speed import forward_tokens_per_second, generate, size_on_disk
 from destila.generation.prompts import Prompt, load_prompts
+from destila.losses import IGNORE_INDEX
 from destila.losses.options import DEFAULT_LOSS_CHUNK_ROWS
 from destila.models import load_causal_lm, load_tokenizer
 
@@ -120,17 +121,22 @@ def evaluate_model(
 
 
 def documents_in(items: list[dict]) -> int:
-    """Packed documents (or pieces of one cut by a sequence end) in ``items``: where position ids restart.
+    """Documents (or pieces of one cut by a sequence end) in ``items`` with at least one scored position.
 
-    Naive equivalent: ``sum(len(sequence.split(EOS)) for sequence in items)``.
+    A packed document starts where the position ids restart; padding, and a
+    prompt-only piece, score nothing and are not counted. Naive equivalent:
+    ``sum(any(label != -100 for label in doc.labels) for seq in items for doc in seq.documents)``.
     """
     count = 0
     for item in items:
+        scored = item["labels"] != IGNORE_INDEX
         positions = item.get("position_ids")
         if positions is None:  # not packed: one document per sequence
-            count += 1
+            count += int(scored.any())
             continue
-        count += int((positions == 0).sum()) + int(positions[0] != 0)
+        starts = (positions == 0).nonzero().flatten().tolist()
+        bounds = sorted({0, *starts, len(positions)})
+        count += sum(int(scored[a:b].any()) for a, b in zip(bounds, bounds[1:]))
     return count
 
 

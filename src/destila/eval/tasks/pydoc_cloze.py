@@ -1,6 +1,6 @@
 """The built-in offline task: multiple-choice cloze over held-out Python documentation topics.
 
-Each question is one or two consecutive prose sentences of a held-out topic
+Each question is a prose sentence of a held-out topic
 (``context``) and four candidate next sentences: the true one and three drawn
 from *other* held-out topics. A model that follows the text prefers the true
 continuation; chance is 25%. The harness scores it (``acc``: highest total
@@ -69,7 +69,7 @@ def _usable(sentence: str) -> bool:
     return _MIN_CHARS <= len(sentence) <= _MAX_CHARS and sentence[-1] in ".!?"
 
 
-def cloze_questions(documents: list[str], seed: int = 0, context_sentences: int = 2) -> list[dict]:
+def cloze_questions(documents: list[str], seed: int = 0, context_sentences: int = 1) -> list[dict]:
     """``{"context", "choices", "answer", "topic"}`` per question (``answer``: index of the true choice)."""
     rng = random.Random(seed)
     runs = [prose_runs(doc) for doc in documents]
