@@ -106,7 +106,8 @@ def evaluate_model(
         "model": model,
         "path": path,
         **metrics_from_sums(sums),
-        "documents": documents_in(items),
+        "documents": documents_in([{k: v[row] for k, v in batch.items() if k in ("labels", "position_ids")}
+                                   for batch in batches for row in range(batch["labels"].shape[0])]),
         "scored_positions": scored,
         "parameters": sum(p.numel() for p in lm.parameters()),
         "size_bytes": size_on_disk(path),
@@ -121,7 +122,8 @@ def evaluate_model(
 
 
 def documents_in(items: list[dict]) -> int:
-    """Documents (or pieces of one cut by a sequence end) in ``items`` with at least one scored position.
+    """Documents (or pieces of one cut by a sequence end) in ``items`` (collated rows: ``labels [L]``, and
+    ``position_ids [L]`` when packed) with at least one scored position.
 
     A packed document starts where the position ids restart; padding, and a
     prompt-only piece, score nothing and are not counted. Naive equivalent:
