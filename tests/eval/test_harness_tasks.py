@@ -103,6 +103,7 @@ def test_without_the_extra_tasks_exit_2_saying_what_to_install(tmp_path, monkeyp
     (["--data", "pydoc", "--limit", "5"], "--limit would be ignored"),
     (["--tasks", "x.yaml", "--teacher", "t"], "--teacher would be ignored"),
     (["--tasks", " , "], "expected task names or files"),
+    (["--tasks", "x.yaml", "--limit", "2.5"], "a whole number of questions"),
     (["--tasks", "missing/task.yaml"], "no such task file or folder"),
     ([], "nothing to evaluate"),
 ])

@@ -59,8 +59,8 @@ class TaskEvalSpec:
             raise ValueError(f"tasks: expected task names or files separated by commas, found {self.tasks!r}")
         if self.num_fewshot is not None and self.num_fewshot < 0:
             raise ValueError(f"num_fewshot: expected 0 or more, found {self.num_fewshot}")
-        if self.limit is not None and self.limit <= 0:
-            raise ValueError(f"limit: expected a positive number, found {self.limit}")
+        if self.limit is not None and (self.limit <= 0 or (self.limit >= 1 and self.limit != int(self.limit))):
+            raise ValueError(f"limit: expected a whole number of questions or a fraction below 1, found {self.limit}")
 
     def given_without_tasks(self) -> list[str]:
         """The task flags set although no task is: they would be ignored."""
@@ -249,7 +249,9 @@ def evaluate_tasks(models: list[str], spec: TaskEvalSpec, *, batch_size: int = 4
                 log_samples=False, random_seed=seeds[0], numpy_random_seed=seeds[1], torch_random_seed=seeds[2],
                 fewshot_random_seed=seeds[3],
             )
-        except KeyError as err:  # the harness's "not a registered task/group/tag name or valid YAML path"
+        except KeyError as err:
+            if "not a registered" not in str(err):
+                raise
             raise ValueError(f"--tasks: {err.args[0] if err.args else err}; list the harness's tasks with "
                              "`lm-eval ls tasks`, or give a task YAML file") from err
         finally:
@@ -262,7 +264,6 @@ def evaluate_tasks(models: list[str], spec: TaskEvalSpec, *, batch_size: int = 4
             "chat_template_applied": chat,
             "seconds": time.perf_counter() - started,
             "settings": {"num_fewshot": spec.num_fewshot, "limit": spec.limit, "seeds": list(seeds),
-                         "batch_size": batch_size, "harness": lm_eval.__version__ if hasattr(lm_eval, "__version__")
-                         else None},
+                         "batch_size": batch_size, "harness": getattr(lm_eval, "__version__", None)},
         })
     return results
