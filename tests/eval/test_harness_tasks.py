@@ -112,3 +112,15 @@ def test_task_flags_that_cannot_be_honoured_are_refused(args, expected, capsys):
         cli(["eval", "some-model", *args])
     assert exit_info.value.code == 2
     assert expected in capsys.readouterr().err
+
+
+@pytest.mark.slow  # the harness on two models
+def test_the_chat_template_is_applied_to_the_models_that_have_one(tiny_chat_llama_dir, tiny_llama_dir, tmp_path):
+    from destila.eval.harness import evaluate_tasks
+
+    spec = TaskEvalSpec(tasks=str(write_tiny_task(tmp_path)), limit=3, apply_chat_template=True)
+    results = evaluate_tasks([str(tiny_chat_llama_dir), str(tiny_llama_dir)], spec, log=lambda _: None)
+    assert [r["chat_template_applied"] for r in results] == [True, False]
+    assert dict(task_rows(results))["chat template"] == ["yes", "no"]
+    with pytest.raises(ValueError, match="none of the models has a chat template"):
+        evaluate_tasks([str(tiny_llama_dir)], spec, log=lambda _: None)
