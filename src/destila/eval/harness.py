@@ -91,10 +91,9 @@ def _import_harness():
         import lm_eval
         from lm_eval.models.huggingface import HFLM
         from lm_eval.tasks import TaskManager
-        from lm_eval.tasks._index import TaskIndex
     except ImportError as err:
         raise ValueError(f"--tasks: lm-evaluation-harness could not be imported ({err}); {INSTALL_HINT}") from err
-    return lm_eval, HFLM, TaskManager, TaskIndex
+    return lm_eval, HFLM, TaskManager
 
 
 def resolve_tasks(tasks: str) -> TaskSelection:
@@ -225,7 +224,7 @@ def evaluate_tasks(models: list[str], spec: TaskEvalSpec, *, batch_size: int = 4
     from destila.models import load_causal_lm, load_tokenizer
 
     selection = selection or prepare_tasks(spec)
-    lm_eval, HFLM, TaskManager, _ = _import_harness()
+    lm_eval, HFLM, TaskManager = _import_harness()
     for name in ("lm_eval.models.huggingface", "lm_eval.api.task", "lm_eval.evaluator"):
         logging.getLogger(name).addFilter(_DROP_NOISE)  # a filter is added once, however often this runs
     manager = TaskManager(include_defaults=bool(selection.hub), include_path=selection.include_paths or None)
