@@ -55,5 +55,6 @@ def test_the_embedded_teacher_is_clearly_above_chance():
 
     (score,) = pydoc_cloze_scores([str(embedded_teacher_dir())])
     assert score["questions"] == len(cloze_questions(held_out_topics()))
-    # Chance is 1/4; "clearly above" is more than four standard errors above it.
-    assert score["acc"] - 4 * score["acc_stderr"] > score["chance"] == 0.25
+    # Chance is 1/4; "clearly above" is more than three standard errors above it. acc_norm (per byte) is the
+    # figure to judge: plain acc sums the log-likelihood over the choice and so favours short distractors.
+    assert score["acc_norm"] - 3 * score["acc_norm_stderr"] > score["chance"] == 0.25
