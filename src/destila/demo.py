@@ -61,7 +61,12 @@ class DemoSettings:
     train_tokens: int = 24576  # at most this many cached training tokens (fewer when the budget is short)
     eval_tokens: int = 8192  # held-out tokens cached and scored; never reduced by the budget
     top_k: int = 100
-    student_layers: list[int] = field(default_factory=lambda: [*range(8), 27, 28, 29])
+    # The student: the teacher's layers kept (None: all of them), then its MLPs pruned to this width by
+    # activation importance on calibration text from the training documents (None: not pruned). All 30
+    # layers at width 238 is 67.2 M parameters, under half the teacher's 134.5 M (docs/demo.md).
+    student_layers: list[int] | None = None
+    student_intermediate_size: int | None = 238
+    calibration_tokens: int = 1024
     freeze_embeddings: bool = True
     batch_size: int = 4
     learning_rate: float = 1e-3
@@ -76,6 +81,7 @@ class DemoSettings:
     min_steps: int = 20  # fewer steps per student than this: refuse before training (a cut is not a result)
     force: bool = False  # train anyway below min_steps; the report then says so first
     new_tokens: int = 32
+    task_questions: int = 32  # questions of the built-in pydoc_cloze task scored per model (0: none)
     cache_batch_size: int = 8
 
     def __post_init__(self):
@@ -83,8 +89,11 @@ class DemoSettings:
                      "eval_curve_sequences", "seeds", "new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected a positive integer, found {getattr(self, name)}")
-        if not self.student_layers:
-            raise ValueError("student_layers: expected at least one teacher layer index")
+        if self.student_layers is not None and not self.student_layers:
+            raise ValueError("student_layers: expected at least one teacher layer index, or None for all")
+        if self.student_layers is None and self.student_intermediate_size is None:
+            raise ValueError("student: expected teacher layers to keep or an intermediate size to prune to; "
+                             "with neither the student would be the teacher")
         for name in ("minutes", "epochs", "learning_rate"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: expected a positive number, found {getattr(self, name)}")
@@ -154,12 +163,24 @@ class Demo:
         from transformers import AutoConfig
 
         from destila.student import check_layer_indices
+        from destila.student.width import resolve_targets
 
+        s = self.settings
         try:
-            total = AutoConfig.from_pretrained(teacher).num_hidden_layers
+            config = AutoConfig.from_pretrained(teacher)
         except (OSError, ValueError, AttributeError):
             return  # not a plain HF folder (hub id, GGUF): the student stage checks
-        check_layer_indices(self.settings.student_layers, total)
+        if s.student_layers is not None:
+            check_layer_indices(s.student_layers, config.num_hidden_layers)
+        if s.student_intermediate_size is not None:
+            resolve_targets(config, intermediate_size=s.student_intermediate_size)
+
+    def describe_student(self) -> str:
+        s = self.settings
+        layers = "all the teacher's layers" if s.student_layers is None else f"teacher layers {s.student_layers}"
+        width = "" if s.student_intermediate_size is None else \
+            f", MLPs pruned to {s.student_intermediate_size} channels by activation importance"
+        return layers + width
 
     def heldout(self, teacher: str) -> dict:
         """The held-out cache (fixed size, never shrunk by the budget); its pass measures the teacher's speed."""
@@ -237,16 +258,24 @@ class Demo:
         }
 
     def student(self, teacher: str) -> dict:
-        from destila.models import INIT_INCOMPLETE
+        from destila.models import INIT_INCOMPLETE, load_tokenizer
         from destila.student import init_student
+        from destila.student.calibration import from_texts
 
+        s = self.settings
         path = self.out / "student-init"
         if (path / "config.json").exists() and not (path / INIT_INCOMPLETE).exists():
             return {"path": str(path)}
-        summary = init_student(teacher, path, layer_indices=self.settings.student_layers)
+        train, _ = self._documents()
+        # Calibration text from the training documents only: the held-out ones stay unseen.
+        calibration = from_texts(train, load_tokenizer(teacher), s.calibration_tokens,
+                                 source="the demo's training documents")
+        summary = init_student(teacher, path, layers=s.student_layers, calibration=calibration,
+                               intermediate_size=s.student_intermediate_size)
         return {"path": str(path), "kept_layers": summary["kept_layers"],
                 "student_parameters": summary["student_parameters"],
-                "teacher_parameters": summary["teacher_parameters"]}
+                "teacher_parameters": summary["teacher_parameters"],
+                "start_perplexity": summary["start_perplexity"], "teacher_perplexity": summary["teacher_perplexity"]}
 
     def train(self, student: str, kind: str, seed: int, cap: int, trainings_left: int, guess: int | None,
               reserve: float) -> dict:
@@ -280,7 +309,23 @@ class Demo:
                                         title="held-out comparison"))
         for result, model in zip(results, models):
             result["continuations"] = continuations(model, list(DEMO_PROMPTS), s.new_tokens)
+        if s.task_questions:
+            for result, scores in zip(results, self._task_scores(models)):
+                result["pydoc_cloze"] = scores
         return {"results": results}
+
+    def _task_scores(self, models: list[str]) -> list[dict | None]:
+        """The first ``task_questions`` questions of the built-in ``pydoc_cloze`` task per model (its
+        questions come from the held-out documents); ``None`` each when the ``eval`` extra is missing."""
+        from destila.eval.harness import require_harness
+        from destila.eval.tasks import pydoc_cloze_scores
+
+        try:
+            require_harness()
+        except ValueError as missing:
+            self.console.print(f"[yellow]task accuracy skipped: {missing}")
+            return [None] * len(models)
+        return pydoc_cloze_scores(models, limit=self.settings.task_questions, log=self.console.print)
 
     # -- the whole run ------------------------------------------------------------------
 
@@ -293,7 +338,7 @@ class Demo:
         self._check_layers(teacher)  # before the teacher pass: a wrong --layers must not cost minutes
         heldout = self._stage("heldout", "teacher pass over the held-out documents (measures the teacher's speed)",
                               lambda: self.heldout(teacher))
-        student = self._stage("student", f"student: teacher layers {s.student_layers}",
+        student = self._stage("student", f"student: {self.describe_student()}",
                               lambda: self.student(teacher))["path"]
         plan = self._stage("plan", "plan: one training step timed, the cache and the steps sized to fit",
                            lambda: self.plan(student, heldout))
