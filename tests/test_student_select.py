@@ -161,5 +161,6 @@ def test_bad_input_is_one_line_and_writes_nothing(argv, message, tiny_llama_dir,
     assert done.value.code == 2
     err = capsys.readouterr().err.strip()
     assert message in err
-    assert "Traceback" not in err and (len(err.splitlines()) == 1 or err.startswith("usage:"))
+    assert "Traceback" not in err and message in err.splitlines()[-1]
+    assert sum("error" in line for line in err.splitlines()) == 1
     assert not out.exists()

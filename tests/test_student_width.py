@@ -138,7 +138,8 @@ def test_width_bad_input_is_one_line(argv, message, tiny_llama_dir, tmp_path, ca
         cli(["student", "init", str(tiny_llama_dir), "-o", str(tmp_path / "s"), *argv])
     assert done.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert message in err and len(err.splitlines()) == 1
+    assert "Traceback" not in err and message in err.splitlines()[-1]
+    assert sum("error" in line for line in err.splitlines()) == 1
     assert not (tmp_path / "s").exists()
 
 

@@ -90,6 +90,7 @@ def run_init(args) -> int:
         config_overrides=parse_config_overrides(args.config) if args.config else None,
         gguf_file=args.gguf_file,
         seed=args.seed,
+        progress=True,
     )
     ratio = summary["student_parameters"] / summary["teacher_parameters"]
     print(
