@@ -106,6 +106,8 @@ def test_importance_drops_the_layers_that_do_nothing(identity_teacher, tiny_toke
     by_influence = init_student(str(identity_teacher), tmp_path / "bi", layers=4, select="importance",
                                 criterion="block_influence", calibration=calibration)
     assert by_influence["kept_layers"] == [0, 1, 4, 5]
+    record = json.loads((tmp_path / "bi" / "destila_student.json").read_text())
+    assert record["layers"]["criterion"] == "block_influence" and record["layers"]["skip_kl"] is None  # not paid for
 
 
 def test_cli_importance_cut_loads_and_trains(identity_teacher, identity_cache, tmp_path, capsys):
@@ -164,3 +166,15 @@ def test_bad_input_is_one_line_and_writes_nothing(argv, message, tiny_llama_dir,
     assert "Traceback" not in err and message in err.splitlines()[-1]
     assert sum("error" in line for line in err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_held_out_rows_and_a_single_row(tiny_tokenizer, tiny_llama_dir, tmp_path, capsys):
+    calibration = calibration_of(tiny_tokenizer, tokens=16 * 8, seq_len=8)
+    selection, held_out = calibration.split()
+    assert selection.input_ids.shape[0] == 12 and held_out.input_ids.shape[0] == 4
+    torch.testing.assert_close(torch.cat([selection.input_ids, held_out.input_ids]), calibration.input_ids)
+    with pytest.raises(SystemExit) as done:
+        cli(["student", "init", str(tiny_llama_dir), "-o", str(tmp_path / "s"), "--layers", "2", "--data", "pydoc",
+             "--calibration-tokens", "100"])
+    assert done.value.code == 0
+    assert "starting perplexity on 99 (not held out: one row only) calibration tokens" in capsys.readouterr().out

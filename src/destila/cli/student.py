@@ -36,7 +36,8 @@ def register(subparsers) -> None:
                       "that changes the hidden states least (both need --cache or --data)")
     pick.add_argument("--criterion", choices=_CRITERIA,
                       help="importance measure: skip_kl (KL to the teacher with the layer skipped; default) or "
-                      "block_influence (1 - cosine between the layer's input and output); both are recorded")
+                      "block_influence (1 - cosine between the layer's input and output; one teacher pass instead of about "
+                      "half a pass per layer)")
     width = init.add_argument_group(
         "width pruning (keeps the channels, neurons and heads that matter on the calibration text)")
     width.add_argument("--hidden-size", type=int, help="residual stream width of the student")
@@ -103,6 +104,7 @@ def run_init(args) -> int:
     if "width" in summary:
         print("width: " + ", ".join(f"{key} {value}" for key, value in summary["width"].items()))
     if summary["start_perplexity"] is not None:
-        print(f"starting perplexity on {summary['perplexity_tokens']:,} held-out calibration tokens: "
+        which = "held-out" if summary["perplexity_held_out"] else "(not held out: one row only)"
+        print(f"starting perplexity on {summary['perplexity_tokens']:,} {which} calibration tokens: "
               f"{summary['start_perplexity']:.2f} (teacher {summary['teacher_perplexity']:.2f})")
     return 0

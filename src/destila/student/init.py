@@ -96,7 +96,8 @@ def choose_layers(teacher, layers, select: str | None, selection, criterion: str
         return kept, {"select": "contiguous", "criterion": "block_distance",
                       "block_distance": {str(k): v for k, v in scores["block_distance"].items()},
                       "calibration_tokens": scores["tokens"]}
-    scores = layer_scores(teacher, selection, skip_kl=True, progress=progress)
+    # Block influence alone costs one pass; skip-KL about half a pass per layer.
+    scores = layer_scores(teacher, selection, skip_kl=criterion == "skip_kl", progress=progress)
     kept = most_important(scores[criterion], layers)
     return kept, {"select": "importance", "criterion": criterion, "block_influence": scores["block_influence"],
                   "skip_kl": scores["skip_kl"], "calibration_tokens": scores["tokens"]}
@@ -202,6 +203,7 @@ def init_student(
         summary.update(start_perplexity=calib.perplexity(student, held_out),
                        teacher_perplexity=calib.perplexity(model, held_out),
                        perplexity_tokens=int(held_out.scored[:, :-1].sum()),
+                       perplexity_held_out=held_out is not selection,
                        calibration=calibration.source, calibration_tokens=calibration.tokens)
     record.update({k: v for k, v in summary.items() if k not in ("out", "width")})  # the record keeps the full width entry
     _write_student(student, tokenizer, out, record)
