@@ -15,7 +15,8 @@ from transformers import AutoModelForCausalLM
 from destila.cli.main import main as cli
 from destila.training.output_dir import read_log_records
 
-pytestmark = [pytest.mark.real_model, pytest.mark.slow, requires_real_teacher]
+# Five SmolLM2 students, one measured by skip-KL (about 15 passes of the teacher): minutes on 2 CPU cores.
+pytestmark = [pytest.mark.real_model, pytest.mark.slow, pytest.mark.timeout(3600), requires_real_teacher]
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "student.md"
 

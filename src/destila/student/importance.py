@@ -146,10 +146,8 @@ def layer_scores(model, calibration: Calibration, *, skip_kl: bool = True, drop_
             count += int(mask.sum())
             for layer in range(total):
                 influence[layer] += float((1 - _cosine(inputs[layer], outputs[layer]))[mask].sum())
-            for start in starts:
-                end = start + drop_block
-                after = inputs[end] if end < total else outputs[total - 1]
-                cos = _cosine(inputs[start], after)[mask].clamp(-1, 1)
+            for start in starts:  # the block's output is the input of the first layer after it
+                cos = _cosine(inputs[start], inputs[start + drop_block])[mask].clamp(-1, 1)
                 distance[start] += float(torch.arccos(cos).sum() / math.pi)
             if not skip_kl:
                 continue
