@@ -154,6 +154,7 @@ def test_explicit_list_and_cache_calibration(tiny_llama_dir, tiny_cache, tmp_pat
     (["--layers", "2", "--criterion", "block_influence"], "applies to --select importance only"),
     (["--layers", "2", "--calibration-tokens", "64"], "--calibration-tokens: applies to calibration text"),
     (["--layers", "2", "--text-field", "body"], "--text-field: applies to --data only"),
+    (["--layers", "2", "--seed", "3"], "--seed: seeds a fresh model's initialisation (--config)"),
     (["--config", "num_hidden_layers=1", "--data", "pydoc"], "apply to a cut (--layers), not to --config"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(argv, message, tiny_llama_dir, tmp_path, capsys):

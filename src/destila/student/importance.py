@@ -36,9 +36,8 @@ import torch
 
 from destila.student.calibration import Calibration
 from destila.student.cut import _supported_prefix
+from destila.student.layers import CRITERIA, SELECTIONS  # noqa: F401  (re-exported)
 
-CRITERIA = ("skip_kl", "block_influence")
-SELECTIONS = ("importance", "even", "contiguous")
 # Families whose first decoder layer reads ``inputs_embeds`` as is (GPT-2 adds position embeddings to it).
 _STARTS_FROM_EMBEDS = {"llama", "mistral", "qwen2", "qwen3"}
 

@@ -19,8 +19,8 @@ from destila.models import INIT_INCOMPLETE, load_causal_lm, load_tokenizer
 from destila.student import calibration as calib
 from destila.student.cut import _supported_prefix, cut_student
 from destila.student.fresh import fresh_student
-from destila.student.importance import CRITERIA, SELECTIONS, contiguous_cut, layer_scores, most_important
-from destila.student.layers import check_layer_indices, evenly_spaced_layers
+from destila.student.importance import contiguous_cut, layer_scores, most_important
+from destila.student.layers import CRITERIA, SELECTIONS, check_layer_indices, evenly_spaced_layers
 from destila.student.width import WIDTH_FIELDS, prune_width, resolve_targets
 
 RECORD = "destila_student.json"
