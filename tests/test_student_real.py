@@ -44,7 +44,7 @@ def test_documented_student_commands_on_smollm2(tmp_path, monkeypatch, capsys):
         if "--hidden-size" in argv:
             config = student.config
             assert (config.hidden_size, config.intermediate_size, config.num_attention_heads,
-                    config.num_key_value_heads, config.head_dim) == (448, 1152, 6, 3, 64)
+                    config.num_key_value_heads, config.head_dim) == (384, 1024, 6, 3, 64)
         if "importance" in argv:
             assert len(record["layers"]["skip_kl"]) == 30 and record["layers"]["criterion"] == "skip_kl"
         with pytest.raises(SystemExit) as done:
