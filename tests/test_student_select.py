@@ -115,7 +115,7 @@ def test_cli_importance_cut_loads_and_trains(identity_teacher, identity_cache, t
     out = tmp_path / "student"
     with pytest.raises(SystemExit) as done:
         cli(["student", "init", str(identity_teacher), "-o", str(out), "--layers", "4", "--select", "importance",
-             "--data", "pydoc", "--calibration-tokens", "256"])
+             "--data", "pydoc", "--calibration-tokens", "512"])
     assert done.value.code == 0
     printed = capsys.readouterr().out
     assert "kept teacher layers: 0-1,4-5 (importance)" in printed
