@@ -431,8 +431,11 @@ def demo(report: dict) -> str:
                           for name, log in report.get("training", {}).items())
         cached = settings["train_tokens"]
     layers = settings["student_layers"]
-    layers = f"{len(layers)}-layer student (teacher layers {layers})" if isinstance(layers, list) else \
+    layers = "student with all the teacher's layers" if layers is None else \
+        f"{len(layers)}-layer student (teacher layers {layers})" if isinstance(layers, list) else \
         f"{layers}-layer student"
+    if settings.get("student_intermediate_size"):
+        layers += f", MLPs pruned to {settings['student_intermediate_size']} channels"
     return "\n\n".join([
         render_rows(["held-out, " + f"{tokens:,} tokens"] + order, rows),
         (f"Training steps: {steps}. " if steps else "") +

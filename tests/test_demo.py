@@ -205,7 +205,8 @@ def test_training_curves_put_held_out_beside_training_in_a_grid():
 def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
     settings = DemoSettings(
         teacher=str(tiny_llama_dir), seq_len=32, train_tokens=32 * 48, eval_tokens=32 * 8, top_k=8,
-        student_layers=[0, 3], batch_size=4, max_steps=6, minutes=30, new_tokens=4, eval_every=3,
+        student_layers=None, student_intermediate_size=32, calibration_tokens=64, batch_size=4, max_steps=6,
+        minutes=30, new_tokens=4, eval_every=3, task_questions=4,
         eval_curve_sequences=2, eval_reserve_seconds=5,
     )
     console = Console(record=True, width=120)
@@ -235,7 +236,9 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
     markdown = (tmp_path / "report.md").read_text()
     assert markdown.split("\n\n")[1].startswith("**Verdict.** Distillation reached held-out perplexity")
     assert f"Scored on {distilled['tokens']:,} held-out tokens" in markdown
-    for section in ("Held-out comparison", "Training", "Generated text", "Time per stage", "Cache", "Settings"):
+    assert all(r["pydoc_cloze"]["questions"] == 4 for r in report["results"])
+    for section in ("Held-out comparison", "Task accuracy", "Training", "Generated text", "Time per stage", "Cache",
+                    "Settings"):
         assert f"## {section}" in markdown
     assert markdown.count("### Prompt") == 3 and markdown.count(", sampled:") == 9
     for plot in ("training_curves.png", "metrics.png"):
@@ -247,11 +250,15 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
 
 
 def test_layer_lists_on_the_command_line():
-    from destila.cli.demo import format_layer_list, parse_layer_list
+    from destila.student.layers import format_layer_list, parse_layer_list
 
     assert parse_layer_list("0-7,27-29") == [0, 1, 2, 3, 4, 5, 6, 7, 27, 28, 29]
     assert format_layer_list([29, 0, 1, 2, 14]) == "0-2,14,29"
-    assert parse_layer_list(format_layer_list(DemoSettings().student_layers)) == DemoSettings().student_layers
+    from destila.cli.demo import DemoRun
+
+    assert DemoRun().settings().student_layers is None  # the default student keeps every layer, pruned in width
+    assert DemoRun(layers="0-7,27-29", intermediate_size=0).settings().student_layers == [*range(8), 27, 28, 29]
+    assert DemoRun(intermediate_size=0, layers="0-1").settings().student_intermediate_size is None
     with pytest.raises(ValueError, match="expected teacher layer indices like 0-7,27-29, found 'six'"):
         parse_layer_list("six")
 

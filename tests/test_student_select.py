@@ -106,6 +106,8 @@ def test_importance_drops_the_layers_that_do_nothing(identity_teacher, tiny_toke
     by_influence = init_student(str(identity_teacher), tmp_path / "bi", layers=4, select="importance",
                                 criterion="block_influence", calibration=calibration)
     assert by_influence["kept_layers"] == [0, 1, 4, 5]
+    record = json.loads((tmp_path / "bi" / "destila_student.json").read_text())
+    assert record["layers"]["criterion"] == "block_influence" and record["layers"]["skip_kl"] is None  # not paid for
 
 
 def test_cli_importance_cut_loads_and_trains(identity_teacher, identity_cache, tmp_path, capsys):
@@ -113,7 +115,7 @@ def test_cli_importance_cut_loads_and_trains(identity_teacher, identity_cache, t
     out = tmp_path / "student"
     with pytest.raises(SystemExit) as done:
         cli(["student", "init", str(identity_teacher), "-o", str(out), "--layers", "4", "--select", "importance",
-             "--data", "pydoc", "--calibration-tokens", "256"])
+             "--data", "pydoc", "--calibration-tokens", "512"])
     assert done.value.code == 0
     printed = capsys.readouterr().out
     assert "kept teacher layers: 0-1,4-5 (importance)" in printed
@@ -152,6 +154,7 @@ def test_explicit_list_and_cache_calibration(tiny_llama_dir, tiny_cache, tmp_pat
     (["--layers", "2", "--criterion", "block_influence"], "applies to --select importance only"),
     (["--layers", "2", "--calibration-tokens", "64"], "--calibration-tokens: applies to calibration text"),
     (["--layers", "2", "--text-field", "body"], "--text-field: applies to --data only"),
+    (["--layers", "2", "--seed", "3"], "--seed: seeds a fresh model's initialisation (--config)"),
     (["--config", "num_hidden_layers=1", "--data", "pydoc"], "apply to a cut (--layers), not to --config"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(argv, message, tiny_llama_dir, tmp_path, capsys):
@@ -161,5 +164,34 @@ def test_bad_input_is_one_line_and_writes_nothing(argv, message, tiny_llama_dir,
     assert done.value.code == 2
     err = capsys.readouterr().err.strip()
     assert message in err
-    assert "Traceback" not in err and (len(err.splitlines()) == 1 or err.startswith("usage:"))
+    assert "Traceback" not in err and message in err.splitlines()[-1]
+    assert sum("error" in line for line in err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_held_out_rows_and_a_single_row(tiny_tokenizer, tiny_llama_dir, tmp_path, capsys):
+    calibration = calibration_of(tiny_tokenizer, tokens=16 * 8, seq_len=8)
+    selection, held_out = calibration.split()
+    assert selection.input_ids.shape[0] == 12 and held_out.input_ids.shape[0] == 4
+    torch.testing.assert_close(torch.cat([selection.input_ids, held_out.input_ids]), calibration.input_ids)
+    with pytest.raises(SystemExit) as done:
+        cli(["student", "init", str(tiny_llama_dir), "-o", str(tmp_path / "s"), "--layers", "2", "--data", "pydoc",
+             "--calibration-tokens", "100"])
+    assert done.value.code == 0
+    assert "starting perplexity on 99 (not held out: one row only) calibration tokens" in capsys.readouterr().out
+
+
+def test_gemma3_is_refused_in_one_line(tiny_tokenizer, tmp_path, capsys):
+    """Gemma3's layer_types and its scaled embeddings are not covered yet: refused, not cut wrongly."""
+    from transformers import Gemma3TextConfig
+
+    path = tmp_path / "gemma3"
+    AutoModelForCausalLM.from_config(Gemma3TextConfig(
+        vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8)).save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    with pytest.raises(SystemExit) as done:
+        cli(["student", "init", str(path), "-o", str(tmp_path / "s"), "--layers", "1"])
+    assert done.value.code == 2
+    assert "model type 'gemma3_text' is not supported for layer cutting" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()

@@ -28,7 +28,6 @@ from pathlib import Path
 
 from destila.bench.parsing import gib, int_list, name_list
 from destila.models import EMBEDDED, embedded_teacher_dir, final_hidden_states, load_causal_lm, output_head
-from destila.student import init_student
 
 METHODS = ("online", "dense", "chunked", "fused")
 OFFLINE = ("dense", "chunked", "fused")
@@ -220,9 +219,10 @@ def _synchronize(device: str) -> None:
 
 def prepare_student(cfg: E2EConfig, teacher: str) -> str:
     """The student to train: the given one, or ``student_layers`` cut from the teacher (made once)."""
+    from destila.student import init_student  # heavy: torch
+
     if cfg.student is not None:
         return cfg.student
-
     path = Path(cfg.workdir) / f"student-{cfg.student_layers}-layers"
     if not (path / "config.json").exists():
         init_student(teacher, path, layers=cfg.student_layers)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from destila.cli.fields import add_fields, values_of
 from destila.demo.settings import DemoSettings
-from destila.student.layers import format_layer_list, parse_layer_list
+from destila.student.layers import parse_layer_list
 
 
 @dataclass
@@ -17,8 +17,11 @@ class DemoRun:
     minutes: float = field(default=DemoSettings.minutes, metadata={
         "help": "wall-clock budget of the whole run; the cache size and the training steps are sized from "
                 "measured speed to fit it"})
-    layers: str = field(default=format_layer_list(DemoSettings().student_layers), metadata={
-        "help": "teacher layers the student keeps, e.g. 0-5,29"})
+    layers: str = field(default="all", metadata={
+        "help": "teacher layers the student keeps: all, or indices and ranges such as 0-7,27-29"})
+    intermediate_size: int = field(default=DemoSettings.student_intermediate_size, metadata={
+        "help": "prune the student's MLPs to this many channels by activation importance (0: keep the "
+                "teacher's width)"})
     train_tokens: int = field(default=DemoSettings.train_tokens, metadata={
         "help": "at most this many cached training tokens"})
     seeds: int = field(default=DemoSettings.seeds, metadata={
@@ -29,7 +32,9 @@ class DemoRun:
                 "otherwise refuses before training); the report's first line then says so"})
 
     def settings(self) -> DemoSettings:
-        return DemoSettings(teacher=self.teacher, minutes=self.minutes, student_layers=parse_layer_list(self.layers),
+        layers = None if self.layers == "all" else parse_layer_list(self.layers)
+        return DemoSettings(teacher=self.teacher, minutes=self.minutes, student_layers=layers,
+                            student_intermediate_size=self.intermediate_size or None,
                             train_tokens=self.train_tokens, seeds=self.seeds, force=self.force)
 
 

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from destila.student import init_student, parse_config_overrides
-from destila.student.layers import format_layer_list, parse_layers
-
-_SELECTIONS = ("importance", "even", "contiguous")  # destila.student.importance.SELECTIONS (no torch at --help)
-_CRITERIA = ("skip_kl", "block_influence")
+from destila.student.layers import CRITERIA, SELECTIONS, format_layer_list, parse_layers
 
 
 def register(subparsers) -> None:
@@ -31,13 +27,14 @@ def register(subparsers) -> None:
         "(a .json file, a JSON object, or key=value pairs, e.g. num_hidden_layers=4 hidden_size=256)",
     )
     pick = init.add_argument_group("layer selection (with --layers N)")
-    pick.add_argument("--select", choices=_SELECTIONS,
+    pick.add_argument("--select", choices=SELECTIONS,
                       help="even: evenly spaced, first and last kept (the default); importance: the layers whose "
                       "removal costs most on calibration text; contiguous: drop the block of consecutive layers "
                       "that changes the hidden states least (both need --cache or --data)")
-    pick.add_argument("--criterion", choices=_CRITERIA,
+    pick.add_argument("--criterion", choices=CRITERIA,
                       help="importance measure: skip_kl (KL to the teacher with the layer skipped; default) or "
-                      "block_influence (1 - cosine between the layer's input and output); both are recorded")
+                      "block_influence (1 - cosine between the layer's input and output; one teacher pass instead of about "
+                      "half a pass per layer)")
     width = init.add_argument_group(
         "width pruning (keeps the channels, neurons and heads that matter on the calibration text)")
     width.add_argument("--hidden-size", type=int, help="residual stream width of the student")
@@ -56,7 +53,7 @@ def register(subparsers) -> None:
                       help="about this many calibration tokens; a quarter of the rows is held out for the "
                       "perplexity (default: 4096)")
     init.add_argument("--gguf-file", help="GGUF file name inside the teacher folder")
-    init.add_argument("--seed", type=int, default=0, help="seed for a fresh model's initialisation")
+    init.add_argument("--seed", type=int, help="seed for a fresh model's initialisation (with --config; default 0)")
     init.set_defaults(func=run_init)
 
 
@@ -70,6 +67,10 @@ def _layers(text: str):
 
 
 def run_init(args) -> int:
+    from destila.student import init_student, parse_config_overrides  # heavy: torch, kept out of `destila --help`
+
+    if args.seed is not None and args.config is None:
+        raise ValueError("--seed: seeds a fresh model's initialisation (--config); a cut copies the teacher's weights")
     if args.text_field != "text" and args.data is None:
         raise ValueError("--text-field: applies to --data only; add --data DATA or drop it")
     summary = init_student(
@@ -88,7 +89,8 @@ def run_init(args) -> int:
         num_key_value_heads=args.num_key_value_heads,
         config_overrides=parse_config_overrides(args.config) if args.config else None,
         gguf_file=args.gguf_file,
-        seed=args.seed,
+        seed=0 if args.seed is None else args.seed,
+        progress=True,
     )
     ratio = summary["student_parameters"] / summary["teacher_parameters"]
     print(
@@ -101,6 +103,7 @@ def run_init(args) -> int:
     if "width" in summary:
         print("width: " + ", ".join(f"{key} {value}" for key, value in summary["width"].items()))
     if summary["start_perplexity"] is not None:
-        print(f"starting perplexity on {summary['perplexity_tokens']:,} held-out calibration tokens: "
+        which = "held-out" if summary["perplexity_held_out"] else "(not held out: one row only)"
+        print(f"starting perplexity on {summary['perplexity_tokens']:,} {which} calibration tokens: "
               f"{summary['start_perplexity']:.2f} (teacher {summary['teacher_perplexity']:.2f})")
     return 0

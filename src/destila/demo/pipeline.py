@@ -40,8 +40,12 @@ from destila.demo.samples import continuations
 from destila.demo.settings import DEMO_PROMPTS, DemoSettings
 from destila.demo.stages import StageLog, train_from_cache
 from destila.eval import evaluate_models, render_table
-from destila.models import EMBEDDED, INIT_INCOMPLETE, embedded_teacher_dir
+from destila.eval.harness import require_harness
+from destila.eval.tasks import pydoc_cloze_scores
+from destila.models import EMBEDDED, INIT_INCOMPLETE, embedded_teacher_dir, load_tokenizer
 from destila.student import check_layer_indices, init_student
+from destila.student.calibration import from_texts
+from destila.student.width import resolve_targets
 from destila.targets.spec import TargetSpec
 
 # The teacher's tokens/s (wall clock, loading included) on 2 quiet CPU cores; the evaluation
@@ -117,11 +121,22 @@ class Demo:
         return {"path": path}
 
     def _check_layers(self, teacher: str) -> None:
+        s = self.settings
         try:
-            total = AutoConfig.from_pretrained(teacher).num_hidden_layers
+            config = AutoConfig.from_pretrained(teacher)
         except (OSError, ValueError, AttributeError):
             return  # not a plain HF folder (hub id, GGUF): the student stage checks
-        check_layer_indices(self.settings.student_layers, total)
+        if s.student_layers is not None:
+            check_layer_indices(s.student_layers, config.num_hidden_layers)
+        if s.student_intermediate_size is not None:
+            resolve_targets(config, intermediate_size=s.student_intermediate_size)
+
+    def describe_student(self) -> str:
+        s = self.settings
+        layers = "all the teacher's layers" if s.student_layers is None else f"teacher layers {s.student_layers}"
+        width = "" if s.student_intermediate_size is None else \
+            f", MLPs pruned to {s.student_intermediate_size} channels by activation importance"
+        return layers + width
 
     def heldout(self, teacher: str) -> dict:
         """The held-out cache (fixed size, never shrunk by the budget); its pass measures the teacher's speed."""
@@ -188,13 +203,20 @@ class Demo:
         }
 
     def student(self, teacher: str) -> dict:
+        s = self.settings
         path = self.out / "student-init"
         if (path / "config.json").exists() and not (path / INIT_INCOMPLETE).exists():
             return {"path": str(path)}
-        summary = init_student(teacher, path, layer_indices=self.settings.student_layers)
+        train, _ = self._documents()
+        # Calibration text from the training documents only: the held-out ones stay unseen.
+        calibration = from_texts(train, load_tokenizer(teacher), s.calibration_tokens,
+                                 source="the demo's training documents")
+        summary = init_student(teacher, path, layers=s.student_layers, calibration=calibration,
+                               intermediate_size=s.student_intermediate_size)
         return {"path": str(path), "kept_layers": summary["kept_layers"],
                 "student_parameters": summary["student_parameters"],
-                "teacher_parameters": summary["teacher_parameters"]}
+                "teacher_parameters": summary["teacher_parameters"],
+                "start_perplexity": summary["start_perplexity"], "teacher_perplexity": summary["teacher_perplexity"]}
 
     def train(self, student: str, training: str, seed: int, cap: int, trainings_left: int, guess: int | None,
               reserve: float) -> dict:
@@ -222,7 +244,20 @@ class Demo:
                                         title="held-out comparison"))
         for result, model in zip(results, models):
             result["continuations"] = continuations(model, list(DEMO_PROMPTS), s.new_tokens)
+        if s.task_questions:
+            for result, scores in zip(results, self._task_scores(models)):
+                result["pydoc_cloze"] = scores
         return {"results": results}
+
+    def _task_scores(self, models: list[str]) -> list[dict | None]:
+        """The first ``task_questions`` questions of the built-in ``pydoc_cloze`` task per model (its
+        questions come from the held-out documents); ``None`` each when the ``eval`` extra is missing."""
+        try:
+            require_harness()
+        except ValueError as missing:
+            self.console.print(f"[yellow]task accuracy skipped: {missing}")
+            return [None] * len(models)
+        return pydoc_cloze_scores(models, limit=self.settings.task_questions, log=self.console.print)
 
     # -- the whole run ------------------------------------------------------------------
 
@@ -233,7 +268,7 @@ class Demo:
         self._check_layers(teacher)  # before the teacher pass: a wrong --layers must not cost minutes
         heldout = self._stage("heldout", "teacher pass over the held-out documents (measures the teacher's speed)",
                               lambda: self.heldout(teacher))
-        student = self._stage("student", f"student: teacher layers {s.student_layers}",
+        student = self._stage("student", f"student: {self.describe_student()}",
                               lambda: self.student(teacher))["path"]
         plan = self._stage("plan", "plan: one training step timed, the cache and the steps sized to fit",
                            lambda: self.plan(student, heldout))

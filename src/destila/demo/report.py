@@ -278,6 +278,22 @@ def degenerate_lines(results: list[dict], names: list[str]) -> list[str]:
     return lines
 
 
+def task_lines(results: list[dict], names: list[str]) -> list[str]:
+    """Markdown: the built-in cloze task's accuracy per model (nothing when it was not run)."""
+    scored = [(name, r["pydoc_cloze"]) for name, r in zip(names, results) if r.get("pydoc_cloze")]
+    if not scored:
+        return []
+    first = scored[0][1]
+    lines = ["## Task accuracy", "",
+             f"`pydoc_cloze` through lm-evaluation-harness: the first {first['questions']} questions (a sentence of a "
+             f"held-out topic; which of 4 sentences comes next; chance {100 * first['chance']:.0f}%). `acc_norm` "
+             "normalises each choice's log-likelihood by its length; ± is the standard error.", "",
+             "| model | acc_norm | acc | seconds |", "|---|---:|---:|---:|"]
+    lines += [f"| {name} | {100 * r['acc_norm']:.1f}% ± {100 * r['acc_norm_stderr']:.1f} | "
+              f"{100 * r['acc']:.1f}% ± {100 * r['acc_stderr']:.1f} | {r['seconds']:.0f} |" for name, r in scored]
+    return lines + [""]
+
+
 def below_minimum_line(trained: dict[str, dict], min_steps: int) -> str | None:
     """The report's first line when a student trained fewer than ``min_steps`` steps (``--force``)."""
     short = [f"{name} {info['steps']}" for name, info in trained.items() if info["steps"] < min_steps]
@@ -321,6 +337,7 @@ def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: d
              "Ratios are to the teacher. KL and agreement are measured against the teacher's cached top-K "
              "distributions on documents that training never saw.", "",
              markdown_table(named), "", f"![metrics]({metrics.name})", "",
+             *task_lines(results, names),
              "## Training", "",
              "| student | loss | steps | training tokens | step targets (at step → target) | seconds |",
              "|---|---|---:|---:|---|---:|"]

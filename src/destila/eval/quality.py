@@ -15,7 +15,7 @@ from destila.losses.divergences import full_vocab_divergence, get_divergence
 
 @torch.no_grad()
 def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 divergence: str = "forward_kl") -> dict:
+                 divergence: str = "forward_kl", on_batch=None) -> dict:
     """Sums over the rows with a label, for ``batches`` of ``input_ids [B, L]`` and ``labels [B, L]``
     (plus the cache's top-K fields when evaluating against a cache).
 
@@ -25,14 +25,14 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_CHUNK_S
     ``teacher`` is given, else over the cache's top-K buckets) and ``agree``
     (argmax = teacher's top-1). Naive
     equivalent: full ``[N, V]`` logits of both models; here only
-    ``chunk_size × V`` at a time.
+    ``chunk_size × V`` at a time. ``on_batch(done, total)`` is called after each batch.
     """
     weight, bias = output_head(model)
     metric = get_divergence(divergence).metric
     sums = {"rows": 0.0, "nll": 0.0, "correct": 0.0}
     if teacher is not None or "topk_ids" in batches[0]:
         sums.update({metric: 0.0, "agree": 0.0})
-    for batch in batches:
+    for number, batch in enumerate(batches, start=1):
         input_ids = batch["input_ids"]
         labels = aligned_labels(batch["labels"]).flatten()  # next tokens; IGNORE_INDEX where nothing is scored
         # Position ids restart per packed document; an attention mask marks padding.
@@ -61,6 +61,8 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_CHUNK_S
                 t_logits = _logits(t_hidden[rows], t_weight, t_bias)[valid]
                 sums[metric] += full_vocab_divergence(logits, t_logits, divergence).sum().item()
                 sums["agree"] += float((logits.argmax(-1) == t_logits.argmax(-1)).sum())
+        if on_batch is not None:
+            on_batch(number, len(batches))
     return sums
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from destila.demo.stages import StageLog, train_from_cache
 from destila.models import resolve_source
-from destila.student import init_student
 
 
 @dataclass
@@ -91,6 +90,8 @@ class Recipe:
                 "size_mb": round(summary["folder_bytes"] / 1e6, 1)}
 
     def init(self, model: str, folder: str, **how) -> dict:
+        from destila.student import init_student  # heavy: torch
+
         path = self.out / folder
         if (path / "config.json").exists():  # written by a run killed before it could record the stage
             return {"path": str(path)}

@@ -36,9 +36,8 @@ import torch
 
 from destila.student.calibration import Calibration
 from destila.student.cut import _supported_prefix
+from destila.student.layers import CRITERIA, SELECTIONS  # noqa: F401  (re-exported)
 
-CRITERIA = ("skip_kl", "block_influence")
-SELECTIONS = ("importance", "even", "contiguous")
 # Families whose first decoder layer reads ``inputs_embeds`` as is (GPT-2 adds position embeddings to it).
 _STARTS_FROM_EMBEDS = {"llama", "mistral", "qwen2", "qwen3"}
 
@@ -103,21 +102,28 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1)
 
 
-def _kl_sum(teacher_logprobs: torch.Tensor, logits: torch.Tensor, mask: torch.Tensor) -> float:
-    """Σ over masked positions of KL(teacher ‖ other), for ``[B, T, V]`` inputs."""
-    other = torch.log_softmax(logits.float(), dim=-1)[mask]
-    teacher = teacher_logprobs[mask]
-    return float((teacher.exp() * (teacher - other)).sum())
+def _kl_sum(teacher_probs: torch.Tensor, teacher_logprobs: torch.Tensor, logits: torch.Tensor,
+            mask: torch.Tensor) -> float:
+    """Σ over masked positions of KL(teacher ‖ other); teacher ``[n, V]``, ``logits [B, T, V]``.
+
+    Summed per row before the rows are added (a single float32 sum over n·V terms loses digits).
+    """
+    other = torch.log_softmax(logits[mask].float(), dim=-1)
+    return float((teacher_probs * (teacher_logprobs - other)).sum(-1).double().sum())
 
 
-def layer_scores(model, calibration: Calibration, *, skip_kl: bool = True, drop_block: int = 0) -> dict:
+def layer_scores(model, calibration: Calibration, *, skip_kl: bool = True, drop_block: int = 0,
+                 progress: bool = False) -> dict:
     """Per-layer importance of ``model`` on ``calibration``.
 
     Returns ``{"block_influence": [total], "skip_kl": [total] or None,
     "block_distance": {start: distance} (when ``drop_block`` > 0), "tokens": n}``
     where ``block_distance[l]`` is the angular distance between the input of
-    layer ``l`` and the output of layer ``l + drop_block - 1``.
+    layer ``l`` and the output of layer ``l + drop_block - 1``. ``progress``
+    shows a bar on stderr (one step per forward).
     """
+    from tqdm.auto import tqdm
+
     device = next(model.parameters()).device
     total = model.config.num_hidden_layers
     influence = torch.zeros(total, dtype=torch.float64)
@@ -126,23 +132,26 @@ def layer_scores(model, calibration: Calibration, *, skip_kl: bool = True, drop_
     distance = {start: 0.0 for start in starts}
     count = 0
     from_embeds = model.config.model_type in _STARTS_FROM_EMBEDS
-    with torch.no_grad():
-        for batch in calibration.batches():
+    batches = list(calibration.batches(1024))
+    bar = tqdm(total=len(batches) * (1 + (total if skip_kl else 0)), desc="measuring layers", unit="pass",
+               disable=not progress)
+    with torch.no_grad(), bar:
+        for batch in batches:
             kwargs = {k: v.to(device) for k, v in batch.forward_kwargs().items()}
             mask = batch.scored.to(device)
             with capturing_layers(model) as (inputs, outputs):
                 logits = model(**kwargs, use_cache=False).logits
+            bar.update()
             count += int(mask.sum())
             for layer in range(total):
                 influence[layer] += float((1 - _cosine(inputs[layer], outputs[layer]))[mask].sum())
-            for start in starts:
-                end = start + drop_block
-                after = inputs[end] if end < total else outputs[total - 1]
-                cos = _cosine(inputs[start], after)[mask].clamp(-1, 1)
+            for start in starts:  # the block's output is the input of the first layer after it
+                cos = _cosine(inputs[start], inputs[start + drop_block])[mask].clamp(-1, 1)
                 distance[start] += float(torch.arccos(cos).sum() / math.pi)
             if not skip_kl:
                 continue
-            teacher = torch.log_softmax(logits.float(), dim=-1)
+            teacher_logprobs = torch.log_softmax(logits[mask].float(), dim=-1)  # [n, V]
+            teacher_probs = teacher_logprobs.exp()
             del logits
             for layer in range(total):
                 if from_embeds:
@@ -153,7 +162,8 @@ def layer_scores(model, calibration: Calibration, *, skip_kl: bool = True, drop_
                 else:
                     with running_layers(model, [i for i in range(total) if i != layer]):
                         skipped = model(**kwargs, use_cache=False).logits
-                kl[layer] += _kl_sum(teacher, skipped, mask)
+                kl[layer] += _kl_sum(teacher_probs, teacher_logprobs, skipped, mask)
+                bar.update()
     count = max(count, 1)
     return {
         "block_influence": (influence / count).tolist(),

@@ -19,8 +19,8 @@ from destila.models import INIT_INCOMPLETE, load_causal_lm, load_tokenizer
 from destila.student import calibration as calib
 from destila.student.cut import _supported_prefix, cut_student
 from destila.student.fresh import fresh_student
-from destila.student.importance import CRITERIA, SELECTIONS, contiguous_cut, layer_scores, most_important
-from destila.student.layers import check_layer_indices, evenly_spaced_layers
+from destila.student.importance import contiguous_cut, layer_scores, most_important
+from destila.student.layers import CRITERIA, SELECTIONS, check_layer_indices, evenly_spaced_layers
 from destila.student.width import WIDTH_FIELDS, prune_width, resolve_targets
 
 RECORD = "destila_student.json"
@@ -59,23 +59,30 @@ def resolve_calibration(tokenizer, calibration=None, cache=None, data=None,
     return calib.Calibration(ids, scored, None, source="token ids")
 
 
-def choose_layers(teacher, layers, select: str | None, selection, criterion: str | None = None
-                  ) -> tuple[list[int], dict]:
-    """``(kept teacher layers, record)`` for ``--layers`` (a count or a list) and ``--select``."""
-    total = teacher.config.num_hidden_layers
+def check_selection(layers, select: str | None, criterion: str | None) -> None:
+    """Refuse ``--select`` / ``--criterion`` values and combinations that cannot apply (before any work)."""
+    if select is not None and select not in SELECTIONS:
+        raise ValueError(f"--select: expected one of {', '.join(SELECTIONS)}, found {select!r}")
+    if criterion is not None and criterion not in CRITERIA:
+        raise ValueError(f"--criterion: expected one of {', '.join(CRITERIA)}, found {criterion!r}")
     if criterion is not None and select != "importance":
         raise ValueError(f"--criterion {criterion}: applies to --select importance only, found --select {select}")
+    if select is not None and layers is None:
+        raise ValueError(f"--select {select}: chooses which layers --layers N keeps; add --layers")
+    if select is not None and isinstance(layers, (list, tuple)):
+        raise ValueError(f"--select {select}: the layers were given explicitly ({list(layers)}); "
+                         "give --layers as a count to have them selected")
+
+
+def choose_layers(teacher, layers, select: str | None, selection, criterion: str | None = None,
+                  progress: bool = False) -> tuple[list[int], dict]:
+    """``(kept teacher layers, record)`` for ``--layers`` (a count or a list) and ``--select``."""
+    total = teacher.config.num_hidden_layers
+    check_selection(layers, select, criterion)
     criterion = criterion or "skip_kl"
     if isinstance(layers, (list, tuple)):
-        if select is not None:
-            raise ValueError(f"--select {select}: the layers were given explicitly ({list(layers)}); "
-                             "give --layers as a count to have them selected")
         return check_layer_indices(list(layers), total), {"select": "list"}
     select = select or "even"
-    if select not in SELECTIONS:
-        raise ValueError(f"--select: expected one of {', '.join(SELECTIONS)}, found {select!r}")
-    if criterion not in CRITERIA:
-        raise ValueError(f"--criterion: expected one of {', '.join(CRITERIA)}, found {criterion!r}")
     kept = evenly_spaced_layers(total, layers)  # also checks the count
     if select == "even":
         return kept, {"select": "even"}
@@ -84,12 +91,13 @@ def choose_layers(teacher, layers, select: str | None, selection, criterion: str
                          "add --cache CACHE or --data DATA (e.g. --data pydoc)")
     _supported_prefix(teacher.config)
     if select == "contiguous":
-        scores = layer_scores(teacher, selection, skip_kl=False, drop_block=total - layers)
+        scores = layer_scores(teacher, selection, skip_kl=False, drop_block=total - layers, progress=progress)
         kept = contiguous_cut(scores["block_distance"], total, layers)
         return kept, {"select": "contiguous", "criterion": "block_distance",
                       "block_distance": {str(k): v for k, v in scores["block_distance"].items()},
                       "calibration_tokens": scores["tokens"]}
-    scores = layer_scores(teacher, selection, skip_kl=True)
+    # Block influence alone costs one pass; skip-KL about half a pass per layer.
+    scores = layer_scores(teacher, selection, skip_kl=criterion == "skip_kl", progress=progress)
     kept = most_important(scores[criterion], layers)
     return kept, {"select": "importance", "criterion": criterion, "block_influence": scores["block_influence"],
                   "skip_kl": scores["skip_kl"], "calibration_tokens": scores["tokens"]}
@@ -115,6 +123,7 @@ def init_student(
     config_overrides: dict | None = None,
     gguf_file: str | None = None,
     seed: int = 0,
+    progress: bool = False,
 ) -> dict:
     """Write a student folder (weights, config, tokenizer, ``destila_student.json``); return a summary dict.
 
@@ -123,16 +132,17 @@ def init_student(
     and/or width targets (``hidden_size``, ``intermediate_size``,
     ``num_attention_heads``, ``num_key_value_heads``: Minitron-style pruning
     of the cut, see :mod:`destila.student.width`), or ``config_overrides``
-    (a fresh model). ``layer_indices`` is the same as
-    a list in ``layers``. ``criterion`` (``"skip_kl"``, the default, or
-    ``"block_influence"``) ranks the layers for ``select="importance"``. Calibration text (``calibration`` token ids
-    ``[S, L]``, a ``cache`` folder, or a ``data`` source; about
-    ``calibration_tokens`` tokens) is needed by the measured selections; when
-    given, the summary holds the starting perplexity of student and teacher
-    on its held-out rows. Summary keys: ``method``, ``kept_layers``,
+    (a fresh model). ``layer_indices`` is the same as a list in ``layers``.
+    ``criterion`` (``"skip_kl"``, the default, or ``"block_influence"``)
+    ranks the layers for ``select="importance"``. Calibration text
+    (``calibration`` token ids ``[S, L]``, a ``cache`` folder, or a ``data``
+    source; about ``calibration_tokens`` tokens) is needed by the measured
+    selections and width pruning; when given, the summary holds the starting
+    perplexity of student and teacher on its held-out rows. Summary keys: ``method``, ``kept_layers``,
     ``student_parameters``, ``teacher_parameters``, ``teacher_layers``,
     ``student_layers``, ``start_perplexity``, ``teacher_perplexity``, ``out``.
-    Refuses to overwrite a non-empty folder.
+    Refuses to overwrite a non-empty folder. ``progress`` shows the
+    measurements' progress on stderr.
     """
     if layers is not None and layer_indices is not None:
         raise ValueError("student init: give either a number of layers or the layer indices, not both")
@@ -146,8 +156,16 @@ def init_student(
     if config_overrides is not None and (select is not None or any(
             v is not None for v in (calibration, cache, data))):
         raise ValueError("student init: --select and calibration text apply to a cut (--layers), not to --config")
-    if select is not None and layers is None:
-        raise ValueError(f"--select {select}: chooses which layers --layers N keeps; add --layers")
+    check_selection(layers, select, criterion)
+    if calibration_tokens is not None and cache is None and data is None:
+        raise ValueError("--calibration-tokens: applies to calibration text read from --cache or --data; add one")
+    text_given = not (calibration is None and cache is None and data is None)
+    if select in ("importance", "contiguous") and not text_given:
+        raise ValueError(f"--select {select}: measuring the layers needs calibration text; "
+                         "add --cache CACHE or --data DATA (e.g. --data pydoc)")
+    if width and not text_given:
+        raise ValueError(f"--{next(iter(width)).replace('_', '-')}: width pruning keeps the channels and heads "
+                         "that matter on calibration text; add --cache CACHE or --data DATA (e.g. --data pydoc)")
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / INIT_INCOMPLETE).is_file():
         raise FileExistsError(f"student init: {out} exists and is not empty; choose a new folder")
@@ -155,19 +173,14 @@ def init_student(
     if width:  # impossible sizes are refused before any measurement
         resolve_targets(model.config, **width)
     tokenizer = load_tokenizer(teacher, gguf_file=gguf_file)
-    if calibration_tokens is not None and cache is None and data is None:
-        raise ValueError("--calibration-tokens: applies to calibration text read from --cache or --data; add one")
     calibration = resolve_calibration(tokenizer, calibration, cache, data,
                                       calibration_tokens or calib.DEFAULT_CALIBRATION_TOKENS, text_field)
     selection, held_out = calibration.split() if calibration is not None else (None, None)
     record: dict = {"teacher": str(teacher)}
     if cut:
-        if width and selection is None:
-            raise ValueError(f"--{next(iter(width)).replace('_', '-')}: width pruning keeps the channels and heads "
-                             "that matter on calibration text; add --cache CACHE or --data DATA (e.g. --data pydoc)")
         if layers is None:
             layers = list(range(model.config.num_hidden_layers))
-        kept, record["layers"] = choose_layers(model, layers, select, selection, criterion)
+        kept, record["layers"] = choose_layers(model, layers, select, selection, criterion, progress)
         student, kept = cut_student(model, indices=kept)
         summary = {"method": "cut", "kept_layers": kept, "select": record["layers"]["select"]}
         if width:
@@ -190,6 +203,7 @@ def init_student(
         summary.update(start_perplexity=calib.perplexity(student, held_out),
                        teacher_perplexity=calib.perplexity(model, held_out),
                        perplexity_tokens=int(held_out.scored[:, :-1].sum()),
+                       perplexity_held_out=held_out is not selection,
                        calibration=calibration.source, calibration_tokens=calibration.tokens)
     record.update({k: v for k, v in summary.items() if k not in ("out", "width")})  # the record keeps the full width entry
     _write_student(student, tokenizer, out, record)

@@ -6,6 +6,11 @@ Written once here and used by ``destila student init --layers`` and
 
 from __future__ import annotations
 
+SELECTIONS = ("importance", "even", "contiguous")
+"""How a count of layers is chosen (``--select``); see :mod:`destila.student.importance`."""
+CRITERIA = ("skip_kl", "block_influence")
+"""What ranks the layers for ``--select importance`` (``--criterion``)."""
+
 
 def parse_layer_list(text: str) -> list[int]:
     """``"0-7,27-29"`` → ``[0, 1, ..., 7, 27, 28, 29]``; ValueError naming the expected form otherwise.

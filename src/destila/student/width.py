@@ -76,12 +76,31 @@ def resolve_targets(config, hidden_size=None, intermediate_size=None, num_attent
         raise ValueError(f"--num-attention-heads {new_heads} with --num-key-value-heads {new_kv}: each key/value "
                          f"head would serve {new_heads // new_kv} query heads, but the teacher's serve {group}; "
                          f"keep at least {-(-new_heads // group)} key/value heads")
-    return {
+    sizes = {
         "hidden_size": wanted["hidden_size"] or teacher["hidden_size"],
         "intermediate_size": wanted["intermediate_size"] or teacher["intermediate_size"],
         "num_attention_heads": new_heads,
         "num_key_value_heads": new_kv,
     }
+    narrow_config(config, sizes)  # the family's own config checks, before anything is measured
+    return sizes
+
+
+def narrow_config(config, sizes: dict):
+    """The student's config: ``config`` with ``sizes`` and the teacher's ``head_dim``; ValueError if the family refuses it.
+
+    Some families' config validators add their own rules (Llama's asks for
+    ``hidden_size`` to be a multiple of ``num_attention_heads`` even with an
+    explicit ``head_dim``); their reason is passed on in one line.
+    """
+    values = {**config.to_dict(), **sizes, "head_dim": head_dim_of(config)}
+    try:
+        return config.__class__.from_dict(values)
+    except Exception as err:  # transformers' strict config dataclasses raise their own error type
+        cause = err.__cause__ or err
+        reason = " ".join(str(cause).split())
+        raise ValueError(f"student init: a {config.model_type} config refuses these sizes ({reason}); "
+                         "choose sizes it accepts") from err
 
 
 @contextlib.contextmanager
@@ -217,11 +236,7 @@ def prune_width(model, calibration: Calibration, **targets) -> tuple[torch.nn.Mo
         else:
             raise ValueError(f"student init: width pruning does not know the weight {key!r} ({config.model_type}); "
                              "use --config for a fresh narrower model")
-    student_config = config.__class__.from_dict(config.to_dict())
-    for field, value in sizes.items():
-        setattr(student_config, field, value)
-    student_config.head_dim = hd
-    student = AutoModelForCausalLM.from_config(student_config)
+    student = AutoModelForCausalLM.from_config(narrow_config(config, sizes))
     missing, unexpected = student.load_state_dict({k: v.contiguous().clone() for k, v in state.items()}, strict=False)
     tied = {k for k in missing if k == "lm_head.weight"} if config.tie_word_embeddings else set()
     if set(missing) - tied or unexpected:
