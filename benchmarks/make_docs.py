@@ -434,8 +434,8 @@ def demo(report: dict) -> str:
     layers = "student with all the teacher's layers" if layers is None else \
         f"{len(layers)}-layer student (teacher layers {layers})" if isinstance(layers, list) else \
         f"{layers}-layer student"
-    if settings.get("student_intermediate_size"):
-        layers += f", MLPs pruned to {settings['student_intermediate_size']} channels"
+    if settings.get("student_width"):
+        layers += ", pruned to " + ", ".join(f"{k} {v}" for k, v in settings["student_width"].items())
     return "\n\n".join([
         render_rows(["held-out, " + f"{tokens:,} tokens"] + order, rows),
         (f"Training steps: {steps}. " if steps else "") +

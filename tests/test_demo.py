@@ -205,7 +205,7 @@ def test_training_curves_put_held_out_beside_training_in_a_grid():
 def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
     settings = DemoSettings(
         teacher=str(tiny_llama_dir), seq_len=32, train_tokens=32 * 48, eval_tokens=32 * 8, top_k=8,
-        student_layers=None, student_intermediate_size=32, calibration_tokens=64, batch_size=4, max_steps=6,
+        student_layers=None, student_width={"intermediate_size": 32}, calibration_tokens=64, batch_size=4, max_steps=6,
         minutes=30, new_tokens=4, eval_every=3, task_questions=4,
         eval_curve_sequences=2, eval_reserve_seconds=5,
     )
@@ -257,8 +257,10 @@ def test_layer_lists_on_the_command_line():
     from destila.cli.demo import DemoRun
 
     assert DemoRun().settings().student_layers is None  # the default student keeps every layer, pruned in width
-    assert DemoRun(layers="0-7,27-29", intermediate_size=0).settings().student_layers == [*range(8), 27, 28, 29]
-    assert DemoRun(intermediate_size=0, layers="0-1").settings().student_intermediate_size is None
+    assert DemoRun().settings().student_width == {"num_attention_heads": 6, "num_key_value_heads": 2,
+                                                  "intermediate_size": 409}
+    cut = DemoRun(layers="0-7,27-29", num_attention_heads=0, num_key_value_heads=0, intermediate_size=0).settings()
+    assert cut.student_layers == [*range(8), 27, 28, 29] and cut.student_width == {}
     with pytest.raises(ValueError, match="expected teacher layer indices like 0-7,27-29, found 'six'"):
         parse_layer_list("six")
 

@@ -19,9 +19,12 @@ class DemoRun:
                 "measured speed to fit it"})
     layers: str = field(default="all", metadata={
         "help": "teacher layers the student keeps: all, or indices and ranges such as 0-7,27-29"})
-    intermediate_size: int = field(default=DemoSettings.student_intermediate_size, metadata={
-        "help": "prune the student's MLPs to this many channels by activation importance (0: keep the "
-                "teacher's width)"})
+    num_attention_heads: int = field(default=DemoSettings().student_width["num_attention_heads"], metadata={
+        "help": "query heads the student keeps, by activation importance (0: the teacher's)"})
+    num_key_value_heads: int = field(default=DemoSettings().student_width["num_key_value_heads"], metadata={
+        "help": "key/value heads the student keeps (0: the teacher's)"})
+    intermediate_size: int = field(default=DemoSettings().student_width["intermediate_size"], metadata={
+        "help": "MLP channels the student keeps, by activation importance (0: the teacher's)"})
     train_tokens: int = field(default=DemoSettings.train_tokens, metadata={
         "help": "at most this many cached training tokens"})
     seeds: int = field(default=DemoSettings.seeds, metadata={
@@ -33,8 +36,9 @@ class DemoRun:
 
     def settings(self) -> DemoSettings:
         layers = None if self.layers == "all" else parse_layer_list(self.layers)
-        return DemoSettings(teacher=self.teacher, minutes=self.minutes, student_layers=layers,
-                            student_intermediate_size=self.intermediate_size or None,
+        width = {key: getattr(self, key) for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size")
+                 if getattr(self, key)}
+        return DemoSettings(teacher=self.teacher, minutes=self.minutes, student_layers=layers, student_width=width,
                             train_tokens=self.train_tokens, seeds=self.seeds, force=self.force)
 
 

@@ -128,15 +128,14 @@ class Demo:
             return  # not a plain HF folder (hub id, GGUF): the student stage checks
         if s.student_layers is not None:
             check_layer_indices(s.student_layers, config.num_hidden_layers)
-        if s.student_intermediate_size is not None:
-            resolve_targets(config, intermediate_size=s.student_intermediate_size)
+        if s.student_width:
+            resolve_targets(config, **s.student_width)
 
     def describe_student(self) -> str:
         s = self.settings
         layers = "all the teacher's layers" if s.student_layers is None else f"teacher layers {s.student_layers}"
-        width = "" if s.student_intermediate_size is None else \
-            f", MLPs pruned to {s.student_intermediate_size} channels by activation importance"
-        return layers + width
+        width = ", ".join(f"{key} {value}" for key, value in s.student_width.items())
+        return layers + (f", pruned by activation importance to {width}" if width else "")
 
     def heldout(self, teacher: str) -> dict:
         """The held-out cache (fixed size, never shrunk by the budget); its pass measures the teacher's speed."""
@@ -211,8 +210,7 @@ class Demo:
         # Calibration text from the training documents only: the held-out ones stay unseen.
         calibration = from_texts(train, load_tokenizer(teacher), s.calibration_tokens,
                                  source="the demo's training documents")
-        summary = init_student(teacher, path, layers=s.student_layers, calibration=calibration,
-                               intermediate_size=s.student_intermediate_size)
+        summary = init_student(teacher, path, layers=s.student_layers, calibration=calibration, **s.student_width)
         return {"path": str(path), "kept_layers": summary["kept_layers"],
                 "student_parameters": summary["student_parameters"],
                 "teacher_parameters": summary["teacher_parameters"],

@@ -29,8 +29,9 @@ class HiddenLossOptions:
     """The hidden-state term added to the distillation loss (off unless ``hidden_loss`` is set)."""
 
     hidden_loss: str | None = field(default=None, metadata={
-        "help": "nmse (recommended: scale-free), mse or cosine: add a loss between student and teacher layer "
-                "outputs (None: off)",
+        "help": "nmse (scale-free: on the KL's scale at weight 1), mse or cosine: add a loss between student "
+                "and teacher layer outputs (None: off). Not yet measured against plain KD on a real model; see "
+                "docs/benchmarks.md",
         "choices": list(HIDDEN_LOSSES)})
     hidden_weight: float = field(default=1.0, metadata={"help": "weight of the hidden-state loss"})
     layer_map: str = field(default="auto", metadata={
