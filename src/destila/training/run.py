@@ -112,7 +112,8 @@ def train_student(
     if cache is not None:
         from destila.cache import TopKCache
 
-        source = TopKCache(cache)
+        # A folder, or a dataset of cache items with a cache's attributes (a mix of caches).
+        source = cache if hasattr(cache, "manifest") else TopKCache(cache)
         tokenizer = AutoTokenizer.from_pretrained(source.tokenizer_path)
         check_training_temperature(args.temperature, source.manifest.temperature, f"the cache {cache}")
         check_student(
