@@ -269,3 +269,44 @@ def test_killed_during_sampling_teacher_pass_and_training_then_resumed_equals_an
     got = json.loads((out / "report.json").read_text())["rounds"]
     want = json.loads((reference / "report.json").read_text())["rounds"]
     assert [r["kl_to_teacher"] for r in got] == pytest.approx([r["kl_to_teacher"] for r in want], rel=1e-5)
+
+
+# -- peak memory: the largest stage's, not the teacher's plus the student's --------------------------
+
+
+@pytest.fixture(scope="module")
+def wide_pair(tmp_path_factory, tiny_tokenizer):
+    """A teacher whose weights (75 MB) and a student whose training state (weights, gradients, Adam: 75 MB)
+    dwarf the libraries' own allocations, so that loading both at once would show."""
+    from destila.student import init_student
+
+    root = tmp_path_factory.mktemp("wide-pair")
+    save_tiny_model(root / "teacher", tiny_tokenizer, layers=8, hidden=512)
+    init_student(str(root / "teacher"), root / "student", config_overrides={"num_hidden_layers": 2}, seed=1)
+    return root / "teacher", root / "student"
+
+
+@pytest.mark.slow
+def test_peak_memory_is_the_largest_stage_not_the_sum(wide_pair, tmp_path, monkeypatch):
+    from destila.measure import run_isolated
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), str(SRC), os.environ.get("PYTHONPATH", "")]))
+    teacher, student = (str(p) for p in wide_pair)
+    prompts = str(write_prompts(tmp_path / "prompts.txt", 10))
+    settings = dict(rounds=1, max_new_tokens=16, steps_per_round=3, seq_len=32, top_k=16, batch_size=2,
+                    device="cpu")
+    common = dict(teacher=teacher, student=student, prompts=prompts, settings=settings)
+    whole = run_isolated("on_policy_workers:whole", {**common, "out": str(tmp_path / "whole")}, threads=1)
+    assert whole["status"] == "ok", whole["error"]
+    peaks = {}
+    for kind in ("sample", "teacher", "train", "eval"):
+        run = run_isolated("on_policy_workers:stage", {**common, "kind": kind, "reference": str(tmp_path / "whole"),
+                                                       "out": str(tmp_path / kind)}, threads=1)
+        assert run["status"] == "ok", (kind, run["error"])
+        peaks[kind] = run["peak_bytes"]
+    largest = max(peaks.values())
+    mib = {k: round(v / 2**20, 1) for k, v in {**peaks, "whole": whole["peak_bytes"]}.items()}
+    print("peak MiB", mib)
+    assert whole["peak_bytes"] <= 1.1 * largest, mib
+    # The test can fail: the teacher pass and the training, resident together, would exceed the bound.
+    assert peaks["teacher"] + peaks["train"] > 1.3 * largest, mib
