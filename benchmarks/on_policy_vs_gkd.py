@@ -107,7 +107,8 @@ def train_gkd(teacher: str, student: str, prompts: str, out: str, settings: dict
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def collate(rows: list[dict]) -> dict:
-        # Prompts left-padded, as generate needs; GKD (lmbda=1) replaces input_ids/labels by the samples.
+        # Prompts left-padded, as generate needs; GKD (lmbda=1) replaces input_ids by the samples and adds
+        # their labels. No labels here: the Trainer would count this batch's (none) as the loss's divisor.
         ids = [tokenizer(r["text"], add_special_tokens=False)["input_ids"] for r in rows]
         width = max(map(len, ids))
         prompts_ = torch.full((len(ids), width), pad, dtype=torch.long)
@@ -115,8 +116,7 @@ def train_gkd(teacher: str, student: str, prompts: str, out: str, settings: dict
         for row, seq in enumerate(ids):
             prompts_[row, width - len(seq):] = torch.tensor(seq)
             mask[row, width - len(seq):] = 1
-        return {"prompts": prompts_, "prompt_attention_mask": mask, "input_ids": prompts_, "attention_mask": mask,
-                "labels": torch.full_like(prompts_, -100)}
+        return {"prompts": prompts_, "prompt_attention_mask": mask, "input_ids": prompts_, "attention_mask": mask}
 
     device = settings["device"]
     args = GKDConfig(
