@@ -24,7 +24,7 @@ from destila.cli.main import main
 from destila.generation.prompts import Prompt
 from destila.losses import LossOptions
 from destila.recipes import OnPolicyRecipe, OnPolicySettings
-from destila.recipes.on_policy_data import MixedCache, round_window, split_prompts
+from destila.recipes.on_policy_data import MixedCache, answer_tokens, round_window, split_prompts, write_pairs
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
@@ -61,6 +61,26 @@ def test_round_window_walks_through_the_prompts_and_wraps():
     assert round_window(5, None, 3) == [0, 1, 2, 3, 4]
     assert round_window(5, 2, 1) == [0, 1] and round_window(5, 2, 2) == [2, 3] and round_window(5, 2, 3) == [4, 0]
     assert round_window(5, 9, 2) == [0, 1, 2, 3, 4]
+
+
+def test_samples_become_prompt_answer_pairs(tiny_tokenizer, tmp_path):
+    samples = tmp_path / "samples.jsonl"
+    records = [
+        {"messages": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": " an answer"}],
+         "text": "<s>user Q?</s>assistant an answer", "prompt_index": 0, "sample": 0, "finished": True},
+        {"messages": [{"role": "user", "content": "R"}, {"role": "assistant", "content": ""}],
+         "text": "R", "prompt_index": 1, "sample": 0, "finished": False},
+    ]
+    samples.write_text("".join(json.dumps(r) + "\n" for r in records))
+    counts = write_pairs(samples, tmp_path / "pairs.jsonl")
+    pairs = [json.loads(line) for line in (tmp_path / "pairs.jsonl").read_text().splitlines()]
+    assert pairs == [{"prompt": "<s>user Q?</s>assistant", "completion": " an answer"}, {"prompt": "R", "completion": ""}]
+    assert counts == {"samples": 2, "finished": 1}
+    assert answer_tokens(samples, tiny_tokenizer) == len(tiny_tokenizer(" an answer")["input_ids"])
+    assert answer_tokens(samples, tiny_tokenizer, skip={(0, 0)}) == 0
+    samples.write_text(json.dumps(records[1]) + "\n")
+    with pytest.raises(ValueError, match="every answer in .* is empty"):
+        write_pairs(samples, tmp_path / "pairs.jsonl")
 
 
 @pytest.mark.parametrize("bad, message", [
