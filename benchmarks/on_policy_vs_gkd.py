@@ -127,8 +127,9 @@ def train_gkd(teacher: str, student: str, prompts: str, out: str, settings: dict
         max_new_tokens=settings["max_new_tokens"], seq_kd=False, use_cpu=device == "cpu", disable_tqdm=True,
         dataloader_num_workers=0, remove_unused_columns=False,
     )
-    trainer = GKDTrainer(model=load_causal_lm(student, device=device), teacher_model=load_causal_lm(teacher, device=device),
-                         args=args, train_dataset=Dataset.from_dict({"text": texts}), data_collator=collate,
+    trainer = GKDTrainer(model=load_causal_lm(student, device=device),
+                         teacher_model=load_causal_lm(teacher, device=device), args=args,
+                         train_dataset=Dataset.from_dict({"text": texts}), data_collator=collate,
                          processing_class=tokenizer)
     trainer.train()
     trainer.save_model(out)
@@ -179,7 +180,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--teacher", default="smollm2")
     parser.add_argument("--student", help="starting student (default: --layers layers cut from the teacher)")
     parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--prompts", type=int, default=60, help="pydoc-topic questions; every --holdout-every-th held out")
+    parser.add_argument("--prompts", type=int, default=60,
+                        help="pydoc-topic questions (every --holdout-every-th held out)")
     parser.add_argument("--holdout-every", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps-per-round", type=int, default=8)
@@ -241,7 +243,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def table(rows: list[dict]) -> str:
     """Markdown: per method, the mean over seeds (and each seed) of the KLs, peak memory and wall time."""
-    lines = ["| method | KL on own answers | KL on teacher answers | peak memory | wall time |", "|---|---|---|---|---|"]
+    lines = ["| method | KL on own answers | KL on teacher answers | peak memory | wall time |",
+             "|---|---|---|---|---|"]
     for method in ("start", *METHODS):
         mine = [r for r in rows if r["method"] == method]
         if not mine:

@@ -74,7 +74,8 @@ def test_samples_become_prompt_answer_pairs(tiny_tokenizer, tmp_path):
     samples.write_text("".join(json.dumps(r) + "\n" for r in records))
     counts = write_pairs(samples, tmp_path / "pairs.jsonl")
     pairs = [json.loads(line) for line in (tmp_path / "pairs.jsonl").read_text().splitlines()]
-    assert pairs == [{"prompt": "<s>user Q?</s>assistant", "completion": " an answer"}, {"prompt": "R", "completion": ""}]
+    assert pairs == [{"prompt": "<s>user Q?</s>assistant", "completion": " an answer"},
+                     {"prompt": "R", "completion": ""}]
     assert counts == {"samples": 2, "finished": 1}
     assert answer_tokens(samples, tiny_tokenizer) == len(tiny_tokenizer(" an answer")["input_ids"])
     assert answer_tokens(samples, tiny_tokenizer, skip={(0, 0)}) == 0
@@ -182,7 +183,8 @@ def test_rounds_end_to_end_with_an_offline_mix(tiny_llama_dir, fresh_student, ot
     train = state["round1-train"]
     assert train["offline_sequences"] == train["on_policy_sequences"] > 0
     # Round 2 sampled with round 1's student, which trained from round 1's cache of the teacher.
-    assert json.loads((out / "round2/samples.jsonl.generate.json").read_text())["teacher"] == str(out / "round1/student")
+    sampled_by = json.loads((out / "round2/samples.jsonl.generate.json").read_text())["teacher"]
+    assert sampled_by == str(out / "round1/student")
     manifest = read_manifest(out / "round1/cache")
     assert manifest.teacher == str(tiny_llama_dir)
     # Targets only on the student's answers: a prompt's positions are never trained.

@@ -37,8 +37,8 @@ def table(rows: list[dict], title: str):
 def markdown(report: dict) -> str:
     """``report.md``: the settings, then one row per round (round 0 is the starting student)."""
     lines = [f"# destila {report['title']} report", "", "Held-out metrics are on the student's own answers to "
-             "held-out prompts, scored by the teacher: KL to the teacher over its top-K buckets, perplexity of the answers, "
-             "top-1 agreement with the teacher. Times are in seconds. Round 0 is the starting student.", "",
+             "held-out prompts, scored by the teacher: KL to the teacher over its top-K buckets, perplexity of the "
+             "answers, top-1 agreement with the teacher. Times are in seconds. Round 0 is the starting student.", "",
              "| " + " | ".join(name for _, name, _ in COLUMNS) + " |",
              "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cells(row)) + " |" for row in report["rounds"]]
