@@ -31,6 +31,19 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+# Every library a method uses, imported before the measuring child takes its baseline, so that each method is
+# charged for what it allocates (models, activations, optimizer state), not for which modules it imports.
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+import datasets  # noqa: E402,F401
+import transformers  # noqa: E402,F401
+from trl.experimental.gkd import GKDTrainer  # noqa: E402,F401
+
+import destila.cache  # noqa: E402,F401
+import destila.eval.run  # noqa: E402,F401
+import destila.generation  # noqa: E402,F401
+import destila.recipes  # noqa: E402,F401
+import destila.training  # noqa: E402,F401
+
 HERE = Path(__file__).resolve().parent
 WORKER = "on_policy_vs_gkd"  # this file, imported by the measuring child processes
 METHODS = ("offline", "on-policy", "trl-gkd")
@@ -91,7 +104,6 @@ def train_offline(teacher: str, student: str, prompts: str, out: str, settings: 
 
 def train_gkd(teacher: str, student: str, prompts: str, out: str, settings: dict, beta: float) -> dict:
     """TRL's GKDTrainer, fully on-policy: the student samples each batch and the resident teacher scores it."""
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
     from datasets import Dataset
     from trl.experimental.gkd import GKDConfig, GKDTrainer
