@@ -44,6 +44,7 @@ from destila.stages import StageLog, train_from_cache
 # built at temperature 1 (a cache's temperature is fixed when it is built).
 LOSS_FIELDS_LEFT_OUT = ("ignore_index", "temperature")
 RECORD = "recipe.json"
+WARMUP_STEPS = 5
 
 
 @dataclass
@@ -245,9 +246,12 @@ class OnPolicyRecipe:
             source = mixed = MixedCache(on_policy, offline, lmbda=s.lmbda, round_number=round_number, seed=s.seed,
                                         offline_path=s.mix_offline)
         loss = {k: v for k, v in asdict(self.loss).items() if k not in LOSS_FIELDS_LEFT_OUT}
+        # The learning rate warms up once, in round 1: later rounds continue the same training (a warm-up per
+        # round would keep a round of few steps below the learning rate it asks for).
+        warmup = min(WARMUP_STEPS, s.steps_per_round) if round_number == 1 else 0
         result = train_from_cache(student, folder, source, max_steps=s.steps_per_round, batch_size=s.batch_size,
                                   learning_rate=s.learning_rate, seed=s.seed, save_steps=s.save_steps,
-                                  use_cpu=self.device() == "cpu", **loss)
+                                  warmup_steps=warmup, use_cpu=self.device() == "cpu", **loss)
         if mixed is not None:
             result.update(on_policy_sequences=len(mixed.on_policy), offline_sequences=len(mixed.offline_indices))
         return result
