@@ -1,4 +1,4 @@
-"""`destila recipe progressive|self`: multi-stage distillation recipes, resumable, with a report."""
+"""`destila recipe progressive|self|on-policy`: multi-stage distillation recipes, resumable, with a report."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class RecipeOutput:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("recipe", help="progressive or self-distillation, as resumable stages")
+    parser = subparsers.add_parser("recipe", help="progressive, self- or on-policy distillation, as resumable stages")
     verbs = parser.add_subparsers(dest="verb", metavar="RECIPE", required=True)
     progressive = verbs.add_parser(
         "progressive", help="teacher → smaller assistant(s) → student, each distilled from the previous one",
@@ -52,6 +52,29 @@ def register(subparsers) -> None:
     for verb in (progressive, self_):
         add_fields(verb, RecipeOutput)
         add_fields(verb, RecipeSettings)
+    _register_on_policy(verbs)
+
+
+def _register_on_policy(verbs) -> None:
+    from destila.losses.options import LossOptions
+    from destila.recipes.on_policy import LOSS_FIELDS_LEFT_OUT, OnPolicySettings
+
+    on_policy = verbs.add_parser(
+        "on-policy", help="rounds of: the student samples, one teacher pass scores the samples, the student trains",
+        description="Each round the student answers the prompts, one teacher pass caches the teacher's top-K on "
+        "those answers, and the student trains on that cache; teacher and student are never loaded together. "
+        "After each round the student answers held-out prompts and its KL to the teacher on them is recorded. "
+        "Killed at any moment, the same command resumes inside the stage it was in.",
+    )
+    on_policy.add_argument("teacher", metavar="TEACHER", help="HF model folder, hub id, .gguf file, or 'smollm2'")
+    on_policy.add_argument("student", metavar="STUDENT", help="the starting student (shares the teacher's tokenizer)")
+    on_policy.add_argument("--prompts", required=True, metavar="PROMPTS",
+                           help=".txt (one prompt per line), or .jsonl/.json/.parquet rows with a 'messages' "
+                           "conversation or a 'prompt' text (a 'completion' beside it is not used)")
+    on_policy.add_argument("-o", "--out", required=True, help="output folder (created, or resumed)")
+    add_fields(on_policy, OnPolicySettings)
+    add_fields(on_policy.add_argument_group("loss (as for destila train)"), LossOptions, exclude=LOSS_FIELDS_LEFT_OUT)
+    on_policy.set_defaults(func=_on_policy)
 
 
 def _progressive(args) -> int:
@@ -61,4 +84,14 @@ def _progressive(args) -> int:
 
 def _self(args) -> int:
     SelfRecipe(args.model, args.data, args.out, RecipeSettings(**values_of(args, RecipeSettings)), init=args.init).run()
+    return 0
+
+
+def _on_policy(args) -> int:
+    from destila.losses.options import LossOptions
+    from destila.recipes.on_policy import LOSS_FIELDS_LEFT_OUT, OnPolicyRecipe, OnPolicySettings
+
+    settings = OnPolicySettings(**values_of(args, OnPolicySettings))
+    loss = LossOptions(**values_of(args, LossOptions, exclude=LOSS_FIELDS_LEFT_OUT))
+    OnPolicyRecipe(args.teacher, args.student, args.prompts, args.out, settings, loss).run()
     return 0

@@ -187,7 +187,24 @@ def _step_of(checkpoint: Path) -> int:
 
 def _finished_by(checkpoint: Path, run_id: str) -> bool:
     record = read_run_record(checkpoint)
-    return record is not None and record["run_id"] == run_id
+    return record is not None and record["run_id"] == run_id and _files_intact(checkpoint, record.get("files"))
+
+
+def checkpoint_files(checkpoint: Path) -> dict[str, int]:
+    """``{relative path: size}`` of every file of a checkpoint but its run record."""
+    return {str(p.relative_to(checkpoint)): p.stat().st_size for p in sorted(checkpoint.rglob("*"))
+            if p.is_file() and p.name != RUN_FILE}
+
+
+def _files_intact(checkpoint: Path, files: dict | None) -> bool:
+    """Every file the stamp listed is still there, whole: the Trainer deletes an older checkpoint after writing
+    a newer one and before the newer one is stamped, and a kill in between leaves the older one part-deleted."""
+    if files is None:  # stamped before the file list was recorded
+        return True
+    try:
+        return all((checkpoint / name).stat().st_size == size for name, size in files.items())
+    except OSError:
+        return False
 
 
 def newest_checkpoint(out: Path, run_id: str) -> str | None:
@@ -272,4 +289,4 @@ class RunRecordCallback(TrainerCallback):
         if state.is_world_process_zero:
             checkpoint = Path(args.output_dir) / f"{CHECKPOINT_PREFIX}{state.global_step}"
             if checkpoint.is_dir():
-                write_run_record(checkpoint, self.run_id, step=state.global_step)
+                write_run_record(checkpoint, self.run_id, step=state.global_step, files=checkpoint_files(checkpoint))

@@ -118,7 +118,8 @@ def train_student(
         output_head(model)[0].requires_grad_(False)
     online, spec = None, None
     if cache is not None:
-        source = TopKCache(cache)
+        # A folder, or a dataset of cache items with a cache's attributes (a mix of caches).
+        source = cache if hasattr(cache, "manifest") else TopKCache(cache)
         tokenizer = AutoTokenizer.from_pretrained(source.tokenizer_path)
         check_training_temperature(args.temperature, source.manifest.temperature, f"the cache {cache}")
         check_top_k(args.top_k, source)
