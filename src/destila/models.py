@@ -19,6 +19,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from destila.user_files import reading
+
 EMBEDDED = "smollm2"
 """The name that stands for the embedded default teacher wherever a model is expected."""
 
@@ -176,7 +178,10 @@ def load_tokenizer(spec: str, gguf_file: str | None = None):
 
     source, gguf = resolve_source(spec, gguf_file)
     try:
-        return AutoTokenizer.from_pretrained(source, gguf_file=gguf) if gguf else AutoTokenizer.from_pretrained(source)
+        with reading(Path(source) / gguf if gguf else source, "tokenizer"):
+            if gguf:
+                return AutoTokenizer.from_pretrained(source, gguf_file=gguf)
+            return AutoTokenizer.from_pretrained(source)
     except OSError as err:
         if Path(source).exists():
             raise
@@ -207,13 +212,15 @@ def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cp
                 raise ValueError(f"{'tensor_parallel' if tensor_parallel else 'device_map'}: a GGUF teacher is "
                                  "dequantised in memory first; convert it once with save_pretrained (see "
                                  "docs/scale.md) and pass that folder instead")
-            model, _ = _load_gguf(Path(source), gguf)
+            with reading(Path(source) / gguf, "model"):
+                model, _ = _load_gguf(Path(source), gguf)
             if dtype is not None:
                 model = model.to(dtype)
         else:
             if tensor_parallel:  # refused before any weight is read
                 check_tensor_plan(AutoConfig.from_pretrained(source), int(os.environ.get("WORLD_SIZE", "1")))
-            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or "auto", **placement)
+            with reading(source, "model"):
+                model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or "auto", **placement)
             if placement:
                 return model.eval()
     except OSError as err:
