@@ -70,10 +70,10 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         lock = open(target.parent / f".{_EMBEDDED_DIRNAME}.lock", "a+")
-    except OSError:
+    except OSError as err:
         if ready():  # a read-only home with the converted teacher in it: nothing to clean or write
             return target
-        raise
+        raise _home_error(err, target.parent) from err
     with lock:
         if ready():
             if _try_lock(lock, blocking=False):  # nobody converting: leftovers are stale
@@ -85,17 +85,34 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
             return target
         gguf = embedded_gguf_path()
         model, tokenizer = _load_gguf(gguf.parent, gguf.name)
-        staging = Path(tempfile.mkdtemp(prefix=f".{_EMBEDDED_DIRNAME}-", dir=target.parent))
+        staging = None
         try:
+            staging = Path(tempfile.mkdtemp(prefix=f".{_EMBEDDED_DIRNAME}-", dir=target.parent))
             model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
             if target.exists():  # a stale partial folder from an older layout
                 shutil.rmtree(target)
             os.replace(staging, target)
+        except OSError as err:
+            raise _home_error(err, target.parent) from err
+        except Exception as err:  # torch / safetensors report a full disk under other types
+            from destila.fs_errors import as_os_error
+
+            disguised = as_os_error(err, target.parent)
+            if disguised is None:
+                raise
+            raise _home_error(disguised, target.parent) from err
         finally:
-            if staging.exists():
+            if staging is not None and staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _home_error(err: OSError, home: Path) -> OSError:
+    """An OS failure in destila's home as one sentence naming the home (what the user can change), not a temporary."""
+    what = os.strerror(err.errno).lower() if err.errno else str(err)
+    return OSError(err.errno, f"{what} at {home}, where the embedded teacher is converted once (about 0.6 GB); "
+                   "free space or fix permissions there, or set DESTILA_HOME to another folder")
 
 
 def _try_lock(handle, *, blocking: bool) -> bool:

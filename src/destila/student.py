@@ -10,12 +10,17 @@ teacher's tokenizer, loadable by plain ``transformers``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
 from pathlib import Path
 
+from destila.locks import exclusive_lock
 from destila.models import INIT_INCOMPLETE, load_causal_lm, load_tokenizer
+from destila.permissions import readable_by_all
+
+_LOCK = ".lock"  # the name cache build and train use too: one writer per folder, whichever command
 
 # Where each supported family keeps its decoder layers in the state dict.
 # Other families may well work, but they are refused until a test covers them.
@@ -179,8 +184,37 @@ def init_student(
     if cut == (config_overrides is not None):
         raise ValueError("student init: give either --layers N (cut from the teacher) or --config (fresh model)")
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not (out / INIT_INCOMPLETE).is_file():
-        raise FileExistsError(f"student init: {out} exists and is not empty; choose a new folder")
+    with _claim(out):
+        return _init_locked(teacher, out, layers, layer_indices, config_overrides, gguf_file, seed)
+
+
+@contextlib.contextmanager
+def _claim(out: Path):
+    """Hold ``out``'s lock (a second init into it fails at once); a folder this call created and left empty goes."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"student init: {out} is a file; choose a new folder for the student")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        lock = exclusive_lock(out / _LOCK, f"student init: another destila command is writing to {out}; wait for "
+                              "it to finish, stop it, or choose another -o", remove_on_release=True)
+    except OSError as err:
+        raise OSError(err.errno, f"student init: cannot write the student folder {out}: {err.strerror or err}; "
+                      "choose a folder you can write to") from err
+    try:
+        # Checked under the lock: another init may have filled the folder since. A lock file left by a
+        # refused cache build is no content.
+        if any(p.name != _LOCK for p in out.iterdir()) and not (out / INIT_INCOMPLETE).is_file():
+            raise FileExistsError(f"student init: {out} exists and is not empty; choose a new folder")
+        yield
+    finally:
+        lock.close()
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+
+
+def _init_locked(teacher, out: Path, layers, layer_indices, config_overrides, gguf_file, seed) -> dict:
+    cut = layers is not None or layer_indices is not None
     model = load_causal_lm(teacher, gguf_file=gguf_file)
     tokenizer = load_tokenizer(teacher, gguf_file=gguf_file)
     if cut:
@@ -211,11 +245,12 @@ def _write_student(student, tokenizer, out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
         if (out / INIT_INCOMPLETE).is_file():
-            for leftover in out.iterdir():
+            for leftover in (p for p in out.iterdir() if p.name != _LOCK):  # ours, held
                 shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
         (out / INIT_INCOMPLETE).write_text("written by `destila student init`; removed when the folder is complete\n")
         student.save_pretrained(out)
         tokenizer.save_pretrained(out)
+        readable_by_all(out)
         (out / INIT_INCOMPLETE).unlink()
     except OSError as err:
         raise OSError(

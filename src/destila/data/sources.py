@@ -115,7 +115,7 @@ def _load_files(files: list[Path], spec):
         try:
             part = datasets.load_dataset(builder, data_files=paths, split="train", streaming=spec.streaming, **options)
         except Exception as err:  # datasets wraps a file it cannot decode without naming it
-            raise _unreadable(builder, paths, err) from err
+            raise unreadable(builder, paths, err) from err
         if builder == "text" and spec.text_field != "text":
             part = part.rename_column("text", spec.text_field)
         parts.append(part)
@@ -124,7 +124,7 @@ def _load_files(files: list[Path], spec):
     return datasets.concatenate_datasets([_keep_columns(part, spec) for part in parts])
 
 
-def _unreadable(builder: str, paths: list[str], err: Exception) -> Exception:
+def unreadable(builder: str, paths: list[str], err: Exception) -> Exception:
     """The error to raise when ``datasets`` could not read ``paths``: one naming the file (and line) at fault."""
     if builder == "text":
         bad = _not_utf8(paths)

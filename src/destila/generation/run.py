@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from destila.generation.prompts import Prompt, load_prompts
+from destila.locks import output_lock
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,13 @@ def _agree_with_sidecar(out: Path, record: dict) -> None:
                 "command to resume it, or choose another -o"
             )
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = side.with_name(side.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    os.replace(tmp, side)
+    try:
+        tmp.write_text(json.dumps(record, indent=2))
+        os.replace(tmp, side)
+    except OSError as err:  # name the user's output, not the sidecar's temporary
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(out)) from err
 
 
 def finished_prompts(out: Path, per_prompt: int) -> set[int]:
@@ -172,16 +176,24 @@ def generate(
     accepts. Resumes an interrupted run of the same settings; the finished
     file does not depend on where (or whether) earlier runs were killed.
     """
+    spec = spec or GenerateSpec()
+    if batch_size < 1:
+        raise ValueError(f"batch_size: expected an integer ≥ 1, found {batch_size}")
+    out = Path(out).expanduser()
+    if out.is_dir():
+        raise IsADirectoryError(f"output: {out} is a folder; expected a JSON-lines file to create or resume")
+    items = load_prompts(prompts, prompt_field=prompt_field, messages_field=messages_field)
+    with output_lock(out, "generate"):  # two runs appending to one file would write every answer twice
+        return _generate_locked(teacher, items, out, spec, gguf_file, batch_size, device, progress)
+
+
+def _generate_locked(teacher, items, out: Path, spec: GenerateSpec, gguf_file, batch_size, device,
+                     progress) -> GenerateReport:
     from tqdm.auto import tqdm
 
     from destila.generation.sampling import answer_batch
     from destila.models import load_causal_lm, load_tokenizer, resolve_source
 
-    spec = spec or GenerateSpec()
-    if batch_size < 1:
-        raise ValueError(f"batch_size: expected an integer ≥ 1, found {batch_size}")
-    out = Path(out).expanduser()
-    items = load_prompts(prompts, prompt_field=prompt_field, messages_field=messages_field)
     tokenizer = load_tokenizer(teacher, gguf_file)
     use_template = _use_chat_template(tokenizer, items, spec.chat_template)
     path, gguf = resolve_source(teacher, gguf_file)
