@@ -69,6 +69,20 @@ def lock_folder(folder: Path):
     )
 
 
+def release_folder(folder: Path, lock) -> None:
+    """Close the lock of :func:`lock_folder`; a folder a refused build left holding only the lock loses it too.
+
+    The lock file is deleted while still held, so no other build can be
+    holding it (:func:`destila.locks.exclusive_lock` rechecks the file it locked).
+    """
+    try:
+        if [p.name for p in folder.iterdir()] == [LOCK]:
+            (folder / LOCK).unlink()
+    except OSError:  # a read-only folder keeps its empty lock file: harmless, never stale
+        pass
+    lock.close()
+
+
 def existing_manifest(folder: Path) -> Manifest | None:
     """The manifest already in ``folder``, or None for an empty or new folder.
 
