@@ -68,12 +68,13 @@ class OutputClaim:
 
 
 def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, overwrite: bool = False,
-                     is_main: bool = True) -> OutputClaim:
+                     is_main: bool = True, identity: dict | None = None) -> OutputClaim:
     """Make ``out`` ready for a run: lock it, refuse another run's folder, pick the checkpoint to resume.
 
     ``resume``: True (the newest checkpoint of this folder's run) or a
     checkpoint path. Raises ``ValueError``/``FileExistsError`` with the fix
-    when ``out`` cannot be used as asked.
+    when ``out`` cannot be used as asked. ``identity`` (:func:`run_identity`)
+    is recorded with a new run; a resume that would change it is refused.
     """
     out = Path(out)
     if resume and overwrite:
@@ -90,7 +91,7 @@ def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, over
     out.mkdir(parents=True, exist_ok=True)
     lock = _lock(out)
     try:
-        claim = _decide(out, resume, overwrite)
+        claim = _decide(out, resume, overwrite, identity or {})
     except BaseException:
         lock.close()
         raise
@@ -98,15 +99,16 @@ def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, over
     return claim
 
 
-def _decide(out: Path, resume, overwrite: bool) -> OutputClaim:
+def _decide(out: Path, resume, overwrite: bool, identity: dict) -> OutputClaim:
     record = read_run_record(out)
     if overwrite:
         for item in out.iterdir():
             if item.name != LOCK_FILE:
                 shutil.rmtree(item) if item.is_dir() else item.unlink()
-        return _new_run(out, notes=[f"train: deleted the previous run in {out} (--overwrite)"])
+        return _new_run(out, [f"train: deleted the previous run in {out} (--overwrite)"], identity)
     if not _holds_run(out):
-        return _new_run(out, notes=[f"train: no run to resume in {out}; starting from the beginning"] if resume else [])
+        return _new_run(out, [f"train: no run to resume in {out}; starting from the beginning"] if resume else [],
+                        identity)
     if not resume:
         raise FileExistsError(
             f"train: the output folder already holds a training run at {out} ({_describe_run(out)}); "
@@ -117,6 +119,7 @@ def _decide(out: Path, resume, overwrite: bool) -> OutputClaim:
             f"train: the run in {out} has no {RUN_FILE} (written by an older destila), so its checkpoints cannot "
             "be told from another run's; pass --overwrite to start again, or resume with --resume CHECKPOINT"
         )
+    _refuse_changed(out, record.get("identity") or {}, identity)
     run_id = record["run_id"]
     if resume is True:
         checkpoint = newest_checkpoint(out, run_id)
@@ -150,10 +153,45 @@ def _lock(out: Path):
     )
 
 
-def _new_run(out: Path, notes: list[str]) -> OutputClaim:
+def _new_run(out: Path, notes: list[str], identity: dict) -> OutputClaim:
     run_id = uuid.uuid4().hex
-    write_run_record(out, run_id)
+    write_run_record(out, run_id, identity=identity)
     return OutputClaim(out, run_id, None, 0, notes)
+
+
+# Besides its student and its data, what decides a run's trajectory: a resume must not change any of them.
+_TRAJECTORY_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps", "warmup_ratio", "weight_decay",
+                      "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "optim",
+                      "per_device_train_batch_size", "gradient_accumulation_steps", "seed")
+
+
+def run_identity(args, **sources) -> dict:
+    """What a run is made of: ``sources`` (student, cache, teacher, data, …) and the trajectory's arguments.
+
+    ``args``: the run's :class:`~destila.training.DistillationArguments`; every loss option counts too.
+    """
+    import dataclasses
+
+    from destila.losses.options import LossOptions
+
+    # impl and chunk_size change how the loss is computed, not its value: a resume may pick others (memory).
+    names = _TRAJECTORY_FIELDS + tuple(f.name for f in dataclasses.fields(LossOptions)
+                                       if f.name not in ("impl", "chunk_size"))
+    plain = lambda value: getattr(value, "value", value)  # noqa: E731  (enums such as SchedulerType)
+    settings = {name: plain(getattr(args, name)) for name in names if hasattr(args, name)}
+    return {**{k: v for k, v in sources.items() if v is not None}, **settings}
+
+
+def _refuse_changed(out: Path, recorded: dict, identity: dict) -> None:
+    """Refuse to resume the run in ``out`` with anything ``identity`` says differently from its record."""
+    changed = [f"{key}: the run has {recorded[key]!r}, this command {identity[key]!r}"
+               for key in recorded if key in identity and json.dumps(recorded[key], default=str)
+               != json.dumps(identity[key], default=str)]
+    if changed:
+        raise ValueError(
+            f"train: --resume would continue the run in {out} with other inputs or settings ({'; '.join(changed)}); "
+            "give the run's own, --overwrite to start again, or choose another -o"
+        )
 
 
 def write_run_record(folder: Path, run_id: str, **extra) -> None:

@@ -14,7 +14,7 @@ from destila.training.callbacks import EngineReport, JsonlLogCallback
 from destila.data import DataSpec, collate, packed_source, texts_source
 from destila.training.datasets import Subset, split_indices
 from destila.training.peft_student import MERGED_DIR, LoraArguments, merge_adapter, with_adapters
-from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir, write_failure
+from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir, run_identity, write_failure
 
 
 def context_length(model) -> int | None:
@@ -152,7 +152,12 @@ def train_student(
                              "training cache; build both with the same teacher")
         eval_dataset = Subset(held_out, range(min(len(held_out), eval_sequences or len(held_out))))
     with args.main_process_first(desc="claiming the output folder"):
-        claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0)
+        identity = run_identity(
+            args, student=_where(student), cache=_where(cache), teacher=_where(teacher),
+            cache_content=source.manifest.ids_fingerprint if cache is not None else None,
+            data=str(getattr(data, "source", data)) if isinstance(data, (str, Path, DataSpec)) else None)
+        claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0,
+                                 identity=identity)
     try:
         for note in claim.notes:
             print(note)
@@ -195,3 +200,10 @@ def train_student(
     return {"train": result.metrics, "steps": result.global_step, "eval": metrics, "engine": engine.engine,
             "merged": str(merged) if merged else None}
 
+
+def _where(path) -> str | None:
+    """A model or cache argument as recorded with a run: an absolute path, or the name given (hub id, smollm2)."""
+    if path is None:
+        return None
+    local = Path(str(path)).expanduser()
+    return str(local.resolve()) if local.exists() else str(path)
