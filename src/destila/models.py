@@ -29,6 +29,9 @@ _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _EMBEDDED_DIRNAME = "smollm2-135m-instruct"
 INIT_INCOMPLETE = ".destila-init-incomplete"
 """Present in a student folder while ``destila student init`` writes it; such a folder is refused as a model."""
+SAVE_INCOMPLETE = ".destila-save-incomplete"
+"""Present in a training output folder while ``destila train`` writes the final model; refused as a model."""
+_RUN_RECORD = "destila_run.json"  # a training output folder (destila.training.output_dir.RUN_FILE)
 
 
 def destila_home() -> Path:
@@ -169,6 +172,9 @@ def resolve_source(spec: str, gguf_file: str | None = None) -> tuple[str, str | 
             return str(path), gguf_file
         if (path / INIT_INCOMPLETE).is_file():
             raise ValueError(f"model: {path} was left incomplete by an interrupted `destila student init`; run it again")
+        if (path / SAVE_INCOMPLETE).is_file() or ((path / _RUN_RECORD).is_file() and not (path / "config.json").is_file()):
+            raise ValueError(f"model: {path} holds a training run that was interrupted before or during its final "
+                             "save; rerun the same destila train command with --resume")
         if not (path / "config.json").is_file():
             raise FileNotFoundError(
                 f"model: {path} is a folder but has no config.json; expected a folder written by "

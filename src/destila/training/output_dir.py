@@ -40,6 +40,7 @@ from transformers import TrainerCallback
 
 from destila.cache.format import write_atomic
 from destila.locks import exclusive_lock
+from destila.permissions import readable_by_all
 
 RUN_FILE = "destila_run.json"
 LOCK_FILE = ".lock"
@@ -308,4 +309,5 @@ class RunRecordCallback(TrainerCallback):
         if state.is_world_process_zero:
             checkpoint = Path(args.output_dir) / f"{CHECKPOINT_PREFIX}{state.global_step}"
             if checkpoint.is_dir():
+                readable_by_all(checkpoint)
                 write_run_record(checkpoint, self.run_id, step=state.global_step)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from destila.fs_errors import as_os_error
-from destila.models import load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
+from destila.models import SAVE_INCOMPLETE, load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
+from destila.permissions import readable_by_all
 from destila.targets.spec import check_training_temperature
 from destila.training.arguments import DistillationArguments
 from destila.training.hidden import hidden_term
@@ -183,7 +184,13 @@ def train_student(
         trainer.add_callback(engine)
         result = trainer.train(resume_from_checkpoint=claim.checkpoint)
         metrics = trainer.evaluate() if eval_dataset is not None else {}
+        flag = out / SAVE_INCOMPLETE  # until the last file is written, the folder is refused as a model
+        if trainer.is_world_process_zero():
+            flag.write_text("written by `destila train`; removed when the final save is complete\n")
         trainer.save_model(str(out))  # weights (or the adapter), config and (processing_class) tokenizer
+        if trainer.is_world_process_zero():
+            readable_by_all(out)
+            flag.unlink()
         merged = None
         if lora is not None and lora.merge:
             merged = out / MERGED_DIR
