@@ -149,7 +149,8 @@ def recover(folder: Path, manifest: Manifest) -> Manifest:
             shards.setdefault(entry["name"], ShardInfo(**entry))
     kept, seen = [], set()
     for name, info in sorted(shards.items()):
-        fault = shard_file_fault(folder, info, checksum=False)
+        # With its checksum: a shard whose bytes changed is recomputed, never reported "already complete".
+        fault = shard_file_fault(folder, info, checksum=True)
         if fault is not None:
             log.warning("shard %s: %s: its %d sequences will be computed again", name, fault, info.rows)
             continue
