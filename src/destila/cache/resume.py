@@ -51,6 +51,8 @@ def lock_folder(folder: Path):
     dies, even by SIGKILL, so a crashed build never leaves a stale lock. A
     folder that is not a cache is refused before anything is created in it.
     """
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f"output: {folder} is a file; choose a new or empty folder for the cache")
     if folder.is_dir():
         existing_manifest(folder)  # raises for a foreign non-empty folder
     try:

@@ -32,6 +32,7 @@ _ADVICE = {
     errno.ENOENT: ("no such file or folder", "check the path"),
     errno.ENOTDIR: ("not a folder", "check the path"),
     errno.EISDIR: ("is a folder, expected a file", "check the path"),
+    errno.EEXIST: ("already exists", "choose another output path"),
     errno.EIO: ("input/output error", "check the disk"),
     errno.EFBIG: ("file too large for this file system", "choose another file system or a smaller shard size"),
 }

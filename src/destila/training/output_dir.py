@@ -82,6 +82,8 @@ def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, over
         raise ValueError("train: --resume continues the run in the output folder, --overwrite deletes it; give one")
     if not is_main:
         return _follow(out, resume)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"train: the output {out} is a file; choose a new or empty folder for the run")
     others = sorted(p.name for p in out.iterdir() if p.name not in (LOCK_FILE, RUN_FILE)) if out.is_dir() else []
     if others and not _holds_run(out):
         shown = ", ".join(others[:5])
