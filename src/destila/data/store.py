@@ -150,12 +150,13 @@ def checked(store: TokenStore, spec) -> TokenStore:
     if store.trained == 0:
         hint = {"messages": "no conversation has an assistant turn (only assistant turns are trained)",
                 "prompt_completion": "every completion is empty"}.get(spec.kind, "every document is empty")
-        raise ValueError(f"data: {spec.source} has no trained position in {store.documents} {what}: {hint}; "
+        raise ValueError(f"data: {spec.source} has no trained position in the {store.documents} {what} read: {hint}; "
                          "check the data and its --messages-field/--prompt-field/--completion-field")
     if store.empty:
         field = spec.text_field if spec.kind == "text" else "/".join(spec.columns)
         logging.getLogger("destila.data").warning(
-            "data: %d of %d records of %s were left out: their %r field is missing, null, empty or not a string",
+            "data: %d of the %d records read from %s were left out: their %r field is missing, null, empty or "
+            "not a string",
             store.empty, store.empty + store.documents, spec.source, field)
     return store
 
