@@ -175,3 +175,21 @@ def test_distill_loss_leaves_the_callers_int64_ids_unchanged():
     assert torch.equal(ids, before)
     second = distill_loss(hidden, weight, ids, logprobs, labels=labels)  # used to fail: "found id 0 twice"
     assert torch.equal(first, second)
+
+
+def test_train_refuses_a_cache_without_trained_positions(small_cache, student, tmp_path):
+    """A cache made before data without trained positions was refused: train would report a loss of 0.0."""
+    cache = copy_of(small_cache, tmp_path)
+    manifest = json.loads((cache / "manifest.json").read_text())
+    for shard in manifest["shards"]:
+        tensors = load_file(cache / shard["name"])
+        tensors["loss_mask"][:] = False
+        for name in ("topk_ids", "topk_logprobs", "tail_logmass"):
+            tensors[name] = tensors[name][:0].contiguous()
+        save_file(tensors, cache / shard["name"])
+        shard["sha256"], shard["bytes"] = sha256_file(cache / shard["name"]), (cache / shard["name"]).stat().st_size
+    (cache / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    out = tmp_path / "out"
+    result = destila(*train_command(student, cache, out, "--max_steps", "1"))
+    error_line(result, "train", 2, f"{cache}: the cache holds no trained position")
+    assert not out.exists()
