@@ -94,6 +94,16 @@ def test_generate_onto_a_read_only_disk_names_the_output(tiny_llama_dir, tmpfs, 
     assert ".tmp" not in line and ".lock" not in line
 
 
+def test_generate_onto_a_full_disk_names_the_output_and_leaves_no_temporary(tiny_llama_dir, tmpfs, tmp_path):
+    point = tmpfs.mount("1m")
+    out = point / "answers.jsonl"
+    tmpfs.fill(point, leave=0)
+    result = destila("generate", tiny_llama_dir, prompts_file(tmp_path), "-o", out, "--max-new-tokens", "2")
+    line = error_line(result, "generate", 1, f"no space left on device at {out}")
+    assert ".tmp" not in line and ".lock" not in line
+    assert sorted(p.name for p in point.iterdir()) == ["filler"]
+
+
 def test_a_read_only_destila_home_is_named_with_the_way_out(tmpfs, tmp_path):
     point = tmpfs.mount("1m", "home")
     tmpfs.read_only(point)

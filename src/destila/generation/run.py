@@ -191,7 +191,6 @@ def _generate_locked(teacher, items, out: Path, spec: GenerateSpec, gguf_file, b
                      progress) -> GenerateReport:
     from tqdm.auto import tqdm
 
-    from destila.generation.sampling import answer_batch
     from destila.models import load_causal_lm, load_tokenizer, resolve_source
 
     tokenizer = load_tokenizer(teacher, gguf_file)
@@ -209,6 +208,16 @@ def _generate_locked(teacher, items, out: Path, spec: GenerateSpec, gguf_file, b
         return report
     model = load_causal_lm(teacher, gguf_file=gguf_file, device=device)
     bar = tqdm(total=len(items), initial=len(done), unit="prompt", desc="generate", disable=not progress)
+    try:
+        _write_answers(model, tokenizer, items, out, spec, use_template, batch_size, done, report, bar)
+    except OSError as err:  # a full disk: os.write names no file, the user's output is the one to name
+        raise OSError(err.errno, err.strerror, err.filename or str(out)) from err
+    return report
+
+
+def _write_answers(model, tokenizer, items, out: Path, spec, use_template, batch_size, done, report, bar) -> None:
+    from destila.generation.sampling import answer_batch
+
     descriptor = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         for start in range(0, len(items), batch_size):
@@ -228,7 +237,6 @@ def _generate_locked(teacher, items, out: Path, spec: GenerateSpec, gguf_file, b
     finally:
         os.close(descriptor)
         bar.close()
-    return report
 
 
 def _use_chat_template(tokenizer, items: list[Prompt], choice: str) -> bool:
