@@ -89,6 +89,8 @@ def test_a_gguf_cut_inside_its_header_is_named(tmp_path):
     assert not (tmp_path / "student").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.real_model
 @requires_real_teacher
 def test_a_gguf_cut_inside_its_tensors_is_named(tmp_path):
     from destila.models import embedded_gguf_path
