@@ -80,8 +80,7 @@ def _check(file: Path) -> str | None:
         if suffix == ".json":
             json.loads(file.read_text(encoding="utf-8"))
         elif suffix == ".jsonl":
-            where = first_bad_json_line(file)
-            return where
+            return first_bad_json_line(file)
         elif suffix == ".safetensors":
             return _safetensors_fault(file)
         elif suffix == ".gguf":
