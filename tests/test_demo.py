@@ -7,10 +7,10 @@ from rich.console import Console
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from conftest import pydoc_texts
-from destila.budget import StepBudget, split_seconds, steps_that_fit, tokens_that_fit
+from destila.budget import StepBudget, plan_training, split_seconds, steps_that_fit
 from destila.demo import Demo, DemoSettings, split_documents, training_runs
 from destila.report import curves_figure, metrics_figure, verdict
-from destila.samples import distinct_words
+from destila.samples import degenerate, distinct_words
 
 
 def test_split_holds_out_every_fifth_document():
@@ -35,13 +35,33 @@ def test_budget_arithmetic():
     assert steps_that_fit(100, 3.0, cap=400) == 33
     assert steps_that_fit(100, 3.0, cap=20) == 20
     assert steps_that_fit(-5, 3.0, cap=20) == 1  # a stage always makes one step
-    assert tokens_that_fit(60, 300, cap=24576, multiple=256, floor=1024) == 17920  # 18000 rounded down
-    assert tokens_that_fit(600, 300, cap=24576, multiple=256, floor=1024) == 24576
-    assert tokens_that_fit(1, 300, cap=24576, multiple=256, floor=1024) == 1024
     assert split_seconds(660, 180, 2) == 240
     assert split_seconds(100, 180, 2) == 0
     with pytest.raises(ValueError, match="seconds_per_step"):
         steps_that_fit(10, 0, cap=5)
+
+
+def test_plan_sizes_cache_and_steps_from_measured_speeds_and_says_when_the_minimum_does_not_fit():
+    common = dict(teacher_tokens_per_second=256.0, step_tokens=1024, trainings=2, epochs=2.0, max_tokens=65536,
+                  min_steps=20, max_steps=400)
+    # 1024 tokens per step, 2 passes: a step costs 2 s of teacher pass (1024 / 2 / 256) + 2 trainings × 4 s.
+    plan = plan_training(600, step_seconds=4.0, **common)
+    assert plan == {"tokens": 30 * 1024, "steps": 60, "fits": True, "seconds_needed": 20 * 10.0}
+    # A capped cache: the time it leaves goes to more passes over it.
+    capped = plan_training(600, step_seconds=4.0, **{**common, "max_tokens": 8192})
+    assert capped["tokens"] == 8192 and capped["steps"] == (600 - 32) // 8
+    # Too slow: fewer than 20 steps, and what 20 would need.
+    slow = plan_training(150, step_seconds=4.0, **common)
+    assert slow["steps"] == 15 and not slow["fits"] and slow["seconds_needed"] == 200.0
+    with pytest.raises(ValueError, match="positive measured speeds"):
+        plan_training(150, step_seconds=0.0, **common)
+
+
+def test_degenerate_continuations_are_named():
+    assert degenerate("The Python 2.1, 200, 200, 200).") == "only 2 distinct words"
+    assert degenerate("Open the file in the mode you need: 200, 200, 200") == "repeats '200' 3 times in a row"
+    assert degenerate("a list of values and a list of values and") == "repeats 'a list of values and' 2 times in a row"
+    assert degenerate("Use open() with a mode, then read the file line by line.") is None
 
 
 class FakeClock:
@@ -185,15 +205,17 @@ def test_training_curves_put_held_out_beside_training_in_a_grid():
 def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
     settings = DemoSettings(
         teacher=str(tiny_llama_dir), seq_len=32, train_tokens=32 * 48, eval_tokens=32 * 8, top_k=8,
-        student_layers=[0, 3], batch_size=4, max_steps=6, minutes=30, new_tokens=4, eval_every=3,
+        student_layers=None, student_width={"intermediate_size": 32}, calibration_tokens=64, batch_size=4, max_steps=6,
+        minutes=30, new_tokens=4, eval_every=3, task_questions=4,
         eval_curve_sequences=2, eval_reserve_seconds=5,
     )
     console = Console(record=True, width=120)
     state = Demo(tmp_path, settings, texts=pydoc_texts(12), console=console).run()
-    assert list(state) == ["teacher", "cache", "student", "distilled", "baseline", "evaluate"]
+    assert list(state) == ["teacher", "heldout", "student", "plan", "cache", "distilled", "baseline", "evaluate"]
     assert state["distilled"]["steps"] == state["baseline"]["steps"] == 6
     assert state["distilled"]["tokens"] == 6 * 4 * 32
-    assert state["cache"]["train_tokens"] == 32 * 48 and state["cache"]["held_out_tokens"] == 32 * 8
+    assert state["cache"]["train_tokens"] == 32 * 48 and state["heldout"]["held_out_tokens"] == 32 * 8
+    assert state["plan"]["fits"] and state["plan"]["step_seconds"] > 0
     report = json.loads((tmp_path / "report.json").read_text())
     assert [r["model"] for r in report["results"]] == ["teacher", "distilled", "baseline"]
     teacher, distilled, baseline = report["results"]
@@ -214,7 +236,9 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
     markdown = (tmp_path / "report.md").read_text()
     assert markdown.split("\n\n")[1].startswith("**Verdict.** Distillation reached held-out perplexity")
     assert f"Scored on {distilled['tokens']:,} held-out tokens" in markdown
-    for section in ("Held-out comparison", "Training", "Generated text", "Time per stage", "Cache", "Settings"):
+    assert all(r["pydoc_cloze"]["questions"] == 4 for r in report["results"])
+    for section in ("Held-out comparison", "Task accuracy", "Training", "Generated text", "Time per stage", "Cache",
+                    "Settings"):
         assert f"## {section}" in markdown
     assert markdown.count("### Prompt") == 3 and markdown.count(", sampled:") == 9
     for plot in ("training_curves.png", "metrics.png"):
@@ -222,15 +246,21 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
     # A second run finds every stage done and only rewrites the report.
     console = Console(record=True, width=120)
     Demo(tmp_path, settings, texts=pydoc_texts(12), console=console).run()
-    assert console.export_text().count("done before") == 6
+    assert console.export_text().count("done before") == 8
 
 
 def test_layer_lists_on_the_command_line():
-    from destila.cli.demo import format_layer_list, parse_layer_list
+    from destila.student.layers import format_layer_list, parse_layer_list
 
     assert parse_layer_list("0-7,27-29") == [0, 1, 2, 3, 4, 5, 6, 7, 27, 28, 29]
     assert format_layer_list([29, 0, 1, 2, 14]) == "0-2,14,29"
-    assert parse_layer_list(format_layer_list(DemoSettings().student_layers)) == DemoSettings().student_layers
+    from destila.cli.demo import DemoRun
+
+    assert DemoRun().settings().student_layers is None  # the default student keeps every layer, pruned in width
+    assert DemoRun().settings().student_width == {"num_attention_heads": 6, "num_key_value_heads": 2,
+                                                  "intermediate_size": 409}
+    cut = DemoRun(layers="0-7,27-29", num_attention_heads=0, num_key_value_heads=0, intermediate_size=0).settings()
+    assert cut.student_layers == [*range(8), 27, 28, 29] and cut.student_width == {}
     with pytest.raises(ValueError, match="expected teacher layer indices like 0-7,27-29, found 'six'"):
         parse_layer_list("six")
 

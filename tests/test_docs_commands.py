@@ -1,4 +1,5 @@
-"""Every `destila …` command shown in README.md and docs/*.md is accepted by the real command-line parser.
+"""Every `destila …` command shown in README.md and docs/*.md is accepted by the real command-line parser,
+and so is every `python -m benchmarks.peers …` command (the peer comparisons beside the package).
 
 The commands are parsed, not run (running them is what the other tests and
 the benchmarks do): a flag renamed in the code and not in the docs, a wrong
@@ -24,10 +25,12 @@ _FENCE = re.compile(r"^\s*```(\w*)\s*$")
 # `torchrun … -m destila ARGS` runs the same command line as `destila ARGS`.
 # Output shown in a block ("destila cache: error: …") is not a command: the verb must be a plain word.
 _ENTRY = re.compile(r"^(?:torchrun\s.*?-m\s+destila|(?:\.venv/bin/)?destila|python\s+-m\s+destila)\s+([a-z][a-z-]*(?:\s.*)?)$")
+_PEERS = re.compile(r"^python\s+-m\s+benchmarks\.peers\s+([a-z][a-z0-9-]*(?:\s.*)?)$")
 
 
-def shown_commands(doc: Path) -> list[tuple[int, str]]:
-    """``(line, command)`` for each `destila` command line in the doc's bash/sh blocks (continuations joined)."""
+def shown_commands(doc: Path, entry: re.Pattern = _ENTRY) -> list[tuple[int, str]]:
+    """``(line, command)`` for each `destila` command line (``entry``) in the doc's bash/sh blocks (continuations
+    joined)."""
     found, fenced, language, pending, start = [], False, "", "", 0
     for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
         fence = _FENCE.match(line)
@@ -44,16 +47,17 @@ def shown_commands(doc: Path) -> list[tuple[int, str]]:
             continue
         for part in re.split(r"\s+(?:&&|;)\s+", pending):
             code = part.split(" #", 1)[0].strip()  # a trailing comment
-            match = _ENTRY.match(code)
+            match = entry.match(code)
             if match and not code.startswith("python -m destila."):
                 found.append((start, match.group(1)))
         pending = ""
     return found
 
 
-def all_commands() -> list[tuple[str, str]]:
+def all_commands(entry: re.Pattern = _ENTRY) -> list[tuple[str, str]]:
     docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    return [(f"{doc.relative_to(ROOT)}:{line}", command) for doc in docs for line, command in shown_commands(doc)]
+    return [(f"{doc.relative_to(ROOT)}:{line}", command) for doc in docs
+            for line, command in shown_commands(doc, entry)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -73,6 +77,7 @@ def parse(argv: list[str]) -> None:
 
 
 COMMANDS = all_commands()
+PEER_COMMANDS = all_commands(_PEERS)
 
 
 def test_the_docs_show_commands():
@@ -88,6 +93,23 @@ def test_shown_command_parses(where, command):
             parse(shlex.split(command))
     except SystemExit as exit_:
         pytest.fail(f"{where}: `destila {command}` is refused by the parser (exit {exit_.code}):\n"
+                    f"{stderr.getvalue()}")
+
+
+def test_the_docs_show_the_peer_comparisons():
+    assert {shlex.split(command)[0] for _, command in PEER_COMMANDS} == {"loss", "e2e"}
+
+
+@pytest.mark.parametrize("where, command", PEER_COMMANDS, ids=[where for where, _ in PEER_COMMANDS])
+def test_shown_peer_command_parses(where, command):
+    from benchmarks.peers.run import build_parser
+
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            build_parser().parse_args(shlex.split(command))
+    except SystemExit as exit_:
+        pytest.fail(f"{where}: `python -m benchmarks.peers {command}` is refused (exit {exit_.code}):\n"
                     f"{stderr.getvalue()}")
 
 

@@ -2,12 +2,12 @@
 # destila beside its peers on one GPU (Liger runs only here: its losses are Triton kernels).
 #
 #   1. the cross-check tests, Liger's included (they skip without a GPU elsewhere);
-#   2. `destila bench loss --peers` at the paper's head shape: hidden 4096, vocab 131072,
+#   2. `python -m benchmarks.peers loss` at the paper's head shape: hidden 4096, vocab 131072,
 #      8K / 16K / 32K rows, bfloat16 — destila fused and chunked beside torchtune, TRL (GKD's
 #      generalized JSD, DistillationTrainer's chunked loss) and Liger (fused linear JSD, and
 #      its fused linear distillation base). A configuration that does not fit is reported
 #      `oom` and the sweep goes on;
-#   3. `destila bench e2e --peers`: SmolLM2 -> 6-layer student, 2K tokens per sequence,
+#   3. `python -m benchmarks.peers e2e`: SmolLM2 -> 6-layer student, 2K tokens per sequence,
 #      TRL's GKD trainer (lmbda=0, beta=0) beside destila online and offline fused, bf16.
 #
 # Prerequisite: `make install` on the GPU machine (it installs destila[peers,peers-gpu] when
@@ -21,11 +21,11 @@ VENV=${VENV:-.venv}
 OUT=${OUT:-benchmarks/results/gpu}
 STEPS=${STEPS:-20}
 SEQ_LENS=${SEQ_LENS:-8K,16K,32K}
-DESTILA="$VENV/bin/destila"
+PEERS=("$VENV/bin/python" -m benchmarks.peers)
 
 if ! command -v nvidia-smi >/dev/null 2>&1; then
     echo "peers.sh: error: no nvidia-smi: this script measures on a CUDA GPU; on CPU run" \
-         "'destila bench loss --peers' and 'destila bench e2e --peers' instead" >&2
+         "'python -m benchmarks.peers loss' and 'python -m benchmarks.peers e2e' instead" >&2
     exit 2
 fi
 mkdir -p "$OUT"
@@ -41,12 +41,12 @@ echo "== cross-check: each peer's value equals destila's where both compute the 
     || echo "peers.sh: the cross-check FAILED (see $OUT/peers_crosscheck.txt); measuring anyway"
 
 echo "== loss: H 4096, V 131072, N $SEQ_LENS, bfloat16"
-"$DESTILA" bench loss --device cuda --dtype bfloat16 --hidden 4096 --vocab 131072 --top-k 100 \
-    --seq-lens "$SEQ_LENS" --impls fused,chunked --peers --repeats 5 --max-seconds 60 \
+"${PEERS[@]}" loss --device cuda --dtype bfloat16 --hidden 4096 --vocab 131072 --top-k 100 \
+    --seq-lens "$SEQ_LENS" --impls fused,chunked --repeats 5 --max-seconds 60 \
     --json "$OUT/loss_peers_gpu.jsonl" --csv "$OUT/loss_peers_gpu.csv" --plot "$OUT/loss_peers_gpu.png" \
     | tee "$OUT/loss_peers_gpu.txt"
 
 echo "== e2e: SmolLM2 -> 6-layer student, seq-len 2048, $STEPS steps, bfloat16"
-"$DESTILA" bench e2e --peers --device cuda --dtype bfloat16 --steps "$STEPS" --seq-len 2048 \
+"${PEERS[@]}" e2e --device cuda --dtype bfloat16 --steps "$STEPS" --seq-len 2048 \
     --workdir "${WORKDIR:-/tmp/destila-peers-e2e}" \
     --json "$OUT/e2e_peers_gpu.json" --csv "$OUT/e2e_peers_gpu.csv" | tee "$OUT/e2e_peers_gpu.txt"

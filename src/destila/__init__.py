@@ -5,6 +5,8 @@ Public names are loaded lazily so that ``destila --help`` does not import torch.
 
 from importlib import import_module
 
+from destila.quiet import quiet_library_noise
+
 __version__ = "0.1.0"
 
 _PUBLIC = {
@@ -15,6 +17,8 @@ _PUBLIC = {
 }
 
 __all__ = [*_PUBLIC, "__version__"]
+
+quiet_library_noise()  # before any optional engine is imported: its import-time warnings are the noise
 
 
 def __getattr__(name: str):

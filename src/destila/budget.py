@@ -4,9 +4,11 @@ The demo promises to finish in ``--minutes M``. Nothing about its speed is
 known in advance (the CPU may be shared), so every stage is sized from
 throughput measured in this run:
 
-- :func:`tokens_that_fit`: how many tokens the teacher pass may cache, from
-  the teacher's measured tokens/s;
 - :func:`split_seconds`: the training time left, shared between trainings;
+- :func:`measure_step_seconds`: what one optimizer step of a student costs on
+  this machine now, timed on a real batch before any time is committed;
+- :func:`plan_training`: the cache size and steps per student that fit, or
+  how many minutes the minimum would need;
 - :class:`StepBudget`: a ``transformers`` callback that measures the seconds
   per step as training goes, keeps the step target at what still fits before
   the stage's deadline (never more than the cap), stops there, and shows a
@@ -34,20 +36,64 @@ def steps_that_fit(seconds: float, seconds_per_step: float, cap: int) -> int:
     return max(1, min(cap, math.floor(max(seconds, 0.0) / seconds_per_step)))
 
 
-def tokens_that_fit(seconds: float, tokens_per_second: float, cap: int, multiple: int, floor: int) -> int:
-    """Tokens a pass at ``tokens_per_second`` covers in ``seconds``, rounded down to ``multiple``,
-    between ``floor`` and ``cap`` (both multiples of ``multiple``)."""
-    if tokens_per_second <= 0:
-        raise ValueError(f"tokens_per_second: expected a positive number, found {tokens_per_second}")
-    fit = math.floor(max(seconds, 0.0) * tokens_per_second / multiple) * multiple
-    return max(floor, min(cap, fit))
-
-
 def split_seconds(seconds_left: float, reserve: float, trainings: int) -> float:
     """Seconds for each of ``trainings`` equal trainings once ``reserve`` (evaluation, report) is set aside."""
     if trainings < 1:
         raise ValueError(f"trainings: expected a positive integer, found {trainings}")
     return max(0.0, seconds_left - reserve) / trainings
+
+
+def measure_step_seconds(model_path: str, input_ids, *, freeze_embeddings: bool, learning_rate: float,
+                         steps: int = 3, clock=time.monotonic) -> float:
+    """Seconds of one training step (forward, backward, AdamW) of ``model_path`` on ``input_ids [B, T]``.
+
+    The median of ``steps − 1`` timed steps after a first one that pays the one-time costs. The loss is
+    the next-token cross-entropy, which costs what the fused KD loss does (both need the full head).
+    Nothing is saved; the model is dropped afterwards.
+    """
+    import statistics
+
+    import torch
+
+    from destila.models import load_causal_lm
+
+    model = load_causal_lm(model_path).train()
+    if freeze_embeddings:
+        model.get_input_embeddings().weight.requires_grad_(False)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
+    seconds = []
+    for _ in range(max(2, steps)):
+        start = clock()
+        model(input_ids=input_ids, labels=input_ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        seconds.append(clock() - start)
+    return statistics.median(seconds[1:])
+
+
+def plan_training(seconds: float, *, teacher_tokens_per_second: float, step_seconds: float, step_tokens: int,
+                  trainings: int, epochs: float, max_tokens: int, min_steps: int, max_steps: int) -> dict:
+    """How to spend ``seconds`` on a teacher pass of ``T`` tokens then ``trainings`` trainings of ``S`` steps.
+
+    Each student should see the cache about ``epochs`` times (``S · step_tokens = epochs · T``), so
+    ``seconds = T / v + trainings · S · step_seconds`` gives ``S``; ``T`` is capped at ``max_tokens``
+    (the steps then grow, up to ``max_steps``). Returns ``{"tokens", "steps", "fits", "seconds_needed"}``:
+    ``fits`` is ``steps ≥ min(min_steps, max_steps)``; ``seconds_needed`` is what ``min_steps`` steps would take.
+    """
+    if teacher_tokens_per_second <= 0 or step_seconds <= 0:
+        raise ValueError("plan_training: expected positive measured speeds, found "
+                         f"{teacher_tokens_per_second} tokens/s and {step_seconds} s/step")
+    per_step = step_tokens / (epochs * teacher_tokens_per_second) + trainings * step_seconds
+    steps = math.floor(max(seconds, 0.0) / per_step)
+    tokens = min(max_tokens, math.ceil(steps * step_tokens / epochs / step_tokens) * step_tokens)
+    tokens = max(tokens, step_tokens)
+    if tokens == max_tokens:  # the cache is capped: the time it leaves goes to more passes over it
+        steps = math.floor(max(0.0, seconds - tokens / teacher_tokens_per_second) / (trainings * step_seconds))
+    steps = min(steps, max_steps)
+    min_steps = min(min_steps, max_steps)  # a cap below the minimum is the caller's choice, not a shortfall
+    minimum_tokens = min(max_tokens, math.ceil(min_steps / epochs) * step_tokens)
+    needed = minimum_tokens / teacher_tokens_per_second + trainings * min_steps * step_seconds
+    return {"tokens": tokens, "steps": steps, "fits": steps >= min_steps, "seconds_needed": needed}
 
 
 class StepBudget(TrainerCallback):

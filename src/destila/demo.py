@@ -21,6 +21,7 @@ cache build and training resume where they stopped).
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 import time
@@ -36,13 +37,18 @@ DEMO_PROMPTS = (
     "The `with` statement",
 )
 
-# Seconds of student training per cached token ÷ seconds of teacher pass per token, for a
-# student of about a third of the teacher's layers with its embedding frozen. Only the first
-# guess of the plan: training re-sizes itself from its own measured speed (docs/demo.md).
-STUDENT_STEP_COST = 1.3
 # The teacher's tokens/s (wall clock, loading included) on 2 quiet CPU cores; the evaluation
 # reserve is scaled by how much slower the teacher runs in this run (a loaded machine).
 QUIET_TEACHER_TOKENS_PER_SECOND = 300.0
+
+
+# Measured step time × this = a Trainer step's: data loading, logging and the held-out curve every
+# few steps come on top of the bare forward/backward/update the plan times.
+STEP_OVERHEAD = 1.15
+
+
+class DemoWontFit(ValueError):
+    """Fewer than ``min_steps`` training steps per student fit in the budget (raised before training)."""
 
 
 @dataclass
@@ -55,7 +61,15 @@ class DemoSettings:
     train_tokens: int = 24576  # at most this many cached training tokens (fewer when the budget is short)
     eval_tokens: int = 8192  # held-out tokens cached and scored; never reduced by the budget
     top_k: int = 100
-    student_layers: list[int] = field(default_factory=lambda: [*range(8), 27, 28, 29])
+    # The student: the teacher's layers kept (None: all of them), then pruned in width by activation
+    # importance on calibration text from the training documents (an empty dict: not pruned). All 30
+    # layers with 6 of 9 query heads, 2 of 3 key/value heads and 409 of 1536 MLP channels is 67.2 M
+    # parameters, under half the teacher's 134.5 M, and starts 3-20x lower in perplexity than the
+    # layer cuts of that size (docs/demo.md).
+    student_layers: list[int] | None = None
+    student_width: dict = field(default_factory=lambda: dict(
+        num_attention_heads=6, num_key_value_heads=2, intermediate_size=409))
+    calibration_tokens: int = 1024
     freeze_embeddings: bool = True
     batch_size: int = 4
     learning_rate: float = 1e-3
@@ -67,7 +81,10 @@ class DemoSettings:
     eval_every: int = 5  # held-out evaluation during training every this many steps
     eval_curve_sequences: int = 4  # held-out sequences scored during training (the final table scores all)
     seeds: int = 1  # with 2, every student is trained twice (seeds 0 and 1) and the report shows the spread
+    min_steps: int = 20  # fewer steps per student than this: refuse before training (a cut is not a result)
+    force: bool = False  # train anyway below min_steps; the report then says so first
     new_tokens: int = 32
+    task_questions: int = 32  # questions of the built-in pydoc_cloze task scored per model (0: none)
     cache_batch_size: int = 8
 
     def __post_init__(self):
@@ -75,8 +92,11 @@ class DemoSettings:
                      "eval_curve_sequences", "seeds", "new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected a positive integer, found {getattr(self, name)}")
-        if not self.student_layers:
-            raise ValueError("student_layers: expected at least one teacher layer index")
+        if self.student_layers is not None and not self.student_layers:
+            raise ValueError("student_layers: expected at least one teacher layer index, or None for all")
+        if self.student_layers is None and not self.student_width:
+            raise ValueError("student: expected teacher layers to keep or an intermediate size to prune to; "
+                             "with neither the student would be the teacher")
         for name in ("minutes", "epochs", "learning_rate"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: expected a positive number, found {getattr(self, name)}")
@@ -146,63 +166,117 @@ class Demo:
         from transformers import AutoConfig
 
         from destila.student import check_layer_indices
+        from destila.student.width import resolve_targets
 
+        s = self.settings
         try:
-            total = AutoConfig.from_pretrained(teacher).num_hidden_layers
+            config = AutoConfig.from_pretrained(teacher)
         except (OSError, ValueError, AttributeError):
             return  # not a plain HF folder (hub id, GGUF): the student stage checks
-        check_layer_indices(self.settings.student_layers, total)
+        if s.student_layers is not None:
+            check_layer_indices(s.student_layers, config.num_hidden_layers)
+        if s.student_width:
+            resolve_targets(config, **s.student_width)
 
-    def caches(self, teacher: str) -> dict:
-        """The held-out cache (fixed size), then a training cache sized from the teacher's measured speed."""
-        from destila.budget import split_seconds, tokens_that_fit
-        from destila.cache import BuildSpec, build_cache, inspect_cache, read_manifest
+    def describe_student(self) -> str:
+        s = self.settings
+        layers = "all the teacher's layers" if s.student_layers is None else f"teacher layers {s.student_layers}"
+        width = ", ".join(f"{key} {value}" for key, value in s.student_width.items())
+        return layers + (f", pruned by activation importance to {width}" if width else "")
+
+    def heldout(self, teacher: str) -> dict:
+        """The held-out cache (fixed size, never shrunk by the budget); its pass measures the teacher's speed."""
+        from destila.cache import BuildSpec, build_cache
+
+        s = self.settings
+        _, held = self._documents()
+        start = self.clock()
+        report = build_cache(BuildSpec(teacher, held, self.out / "cache-heldout", max_tokens=s.eval_tokens,
+                                       **self._cache_options()))
+        seconds = self.clock() - start
+        # Wall-clock speed (loading and tokenising included): what the plan must pay per token.
+        speed = report.tokens / max(seconds, 1e-6)
+        return {"held_out_tokens": report.tokens, "teacher_tokens_per_second": speed,
+                "documents_held_out": len(held),
+                "eval_reserve_seconds": s.eval_reserve_seconds * max(1.0, QUIET_TEACHER_TOKENS_PER_SECOND / speed)}
+
+    def _cache_options(self) -> dict:
         from destila.targets.spec import TargetSpec
 
         s = self.settings
-        train, held = self._documents()
-        common = dict(seq_len=s.seq_len, targets=TargetSpec(top_k=s.top_k), batch_size=s.cache_batch_size)
-        start = self.clock()
-        held_report = build_cache(BuildSpec(teacher, held, self.out / "cache-heldout", max_tokens=s.eval_tokens,
-                                            **common))
-        held_seconds = self.clock() - start
-        # Wall-clock speed (loading and tokenising included): what the plan must pay per token.
-        teacher_speed = held_report.tokens / max(held_seconds, 1e-6)
-        # Cache T tokens (T / v seconds), then 2·seeds trainings over epochs·T tokens each, at
-        # STUDENT_STEP_COST times the teacher's cost per token: the cache gets this share.
-        reserve = s.eval_reserve_seconds * max(1.0, QUIET_TEACHER_TOKENS_PER_SECOND / teacher_speed)
-        trainings = 2 * s.seeds
-        cache_share = 1.0 / (1.0 + trainings * s.epochs * STUDENT_STEP_COST)
-        seconds = split_seconds(self.seconds_left(), reserve, 1) * cache_share
-        minimum = s.seq_len * s.batch_size
-        planned = tokens_that_fit(seconds, teacher_speed, cap=s.train_tokens // s.seq_len * s.seq_len,
-                                  multiple=s.seq_len, floor=minimum)
+        return dict(seq_len=s.seq_len, targets=TargetSpec(top_k=s.top_k), batch_size=s.cache_batch_size)
+
+    def plan(self, student: str, heldout: dict) -> dict:
+        """Time one training step of the student here and now, then size the cache and the trainings.
+
+        Refuses (:class:`DemoWontFit`) before the training cache is built when fewer than ``min_steps``
+        steps per student fit, unless ``force``.
+        """
+        import torch
+
+        from destila.budget import measure_step_seconds, plan_training
+        from destila.cache import TopKCache
+
+        s = self.settings
+        held = TopKCache(self.out / "cache-heldout")
+        input_ids = torch.stack([held[i]["input_ids"] for i in range(min(s.batch_size, len(held)))])
+        step_seconds = measure_step_seconds(student, input_ids, freeze_embeddings=s.freeze_embeddings,
+                                            learning_rate=s.learning_rate) * STEP_OVERHEAD
+        reserve = heldout["eval_reserve_seconds"]
+        plan = plan_training(self.seconds_left() - reserve, teacher_tokens_per_second=heldout["teacher_tokens_per_second"],
+                             step_seconds=step_seconds, step_tokens=s.batch_size * s.seq_len,
+                             trainings=2 * s.seeds, epochs=s.epochs, max_tokens=s.train_tokens // s.seq_len * s.seq_len,
+                             min_steps=s.min_steps, max_steps=s.max_steps)
+        plan.update(step_seconds=step_seconds, eval_reserve_seconds=reserve)
+        if not plan["fits"]:
+            elapsed = self.clock() - self.started
+            minutes = math.ceil((elapsed + reserve + plan["seconds_needed"]) / 60)
+            message = (f"only {plan['steps']} training steps per student fit in --minutes {s.minutes:g} on this machine "
+                       f"now ({step_seconds:.1f} s/step measured, the teacher at "
+                       f"{heldout['teacher_tokens_per_second']:.0f} tokens/s); the demo needs at least {s.min_steps}, "
+                       f"about {minutes} minutes: rerun with --minutes {minutes}, on a quieter machine, or with --force")
+            if not s.force:
+                raise DemoWontFit(message)
+            self.console.print(f"[yellow]--force: {message}")
+            plan["steps"] = max(plan["steps"], 1)
+        return plan
+
+    def caches(self, teacher: str, plan: dict) -> dict:
+        """The training cache, of the planned size (kept when resuming an interrupted build)."""
+        from destila.cache import BuildSpec, build_cache, inspect_cache, read_manifest
+
+        train, _ = self._documents()
+        planned = plan["tokens"]
         try:  # resuming: keep the size the interrupted build was planned with
             planned = read_manifest(self.out / "cache").max_tokens or planned
         except (FileNotFoundError, ValueError):
             pass
-        report = build_cache(BuildSpec(teacher, train, self.out / "cache", max_tokens=planned, **common))
+        report = build_cache(BuildSpec(teacher, train, self.out / "cache", max_tokens=planned, **self._cache_options()))
         summary = inspect_cache(self.out / "cache")
         return {
             "train_tokens": summary["tokens"], "planned_train_tokens": planned,
-            "held_out_tokens": held_report.tokens, "bytes_per_token": summary["bytes_per_token"],
-            "cache_mb": summary["folder_bytes"] / 1e6, "teacher_tokens_per_second": teacher_speed,
-            "eval_reserve_seconds": reserve,
-            "teacher_pass_tokens_per_second": report.tokens_per_second,
-            "documents_train": len(train), "documents_held_out": len(held),
+            "bytes_per_token": summary["bytes_per_token"], "cache_mb": summary["folder_bytes"] / 1e6,
+            "teacher_pass_tokens_per_second": report.tokens_per_second, "documents_train": len(train),
         }
 
     def student(self, teacher: str) -> dict:
-        from destila.models import INIT_INCOMPLETE
+        from destila.models import INIT_INCOMPLETE, load_tokenizer
         from destila.student import init_student
+        from destila.student.calibration import from_texts
 
+        s = self.settings
         path = self.out / "student-init"
         if (path / "config.json").exists() and not (path / INIT_INCOMPLETE).exists():
             return {"path": str(path)}
-        summary = init_student(teacher, path, layer_indices=self.settings.student_layers)
+        train, _ = self._documents()
+        # Calibration text from the training documents only: the held-out ones stay unseen.
+        calibration = from_texts(train, load_tokenizer(teacher), s.calibration_tokens,
+                                 source="the demo's training documents")
+        summary = init_student(teacher, path, layers=s.student_layers, calibration=calibration, **s.student_width)
         return {"path": str(path), "kept_layers": summary["kept_layers"],
                 "student_parameters": summary["student_parameters"],
-                "teacher_parameters": summary["teacher_parameters"]}
+                "teacher_parameters": summary["teacher_parameters"],
+                "start_perplexity": summary["start_perplexity"], "teacher_perplexity": summary["teacher_perplexity"]}
 
     def train(self, student: str, kind: str, seed: int, cap: int, trainings_left: int, guess: int | None,
               reserve: float) -> dict:
@@ -236,7 +310,23 @@ class Demo:
                                         title="held-out comparison"))
         for result, model in zip(results, models):
             result["continuations"] = continuations(model, list(DEMO_PROMPTS), s.new_tokens)
+        if s.task_questions:
+            for result, scores in zip(results, self._task_scores(models)):
+                result["pydoc_cloze"] = scores
         return {"results": results}
+
+    def _task_scores(self, models: list[str]) -> list[dict | None]:
+        """The first ``task_questions`` questions of the built-in ``pydoc_cloze`` task per model (its
+        questions come from the held-out documents); ``None`` each when the ``eval`` extra is missing."""
+        from destila.eval.harness import require_harness
+        from destila.eval.tasks import pydoc_cloze_scores
+
+        try:
+            require_harness()
+        except ValueError as missing:
+            self.console.print(f"[yellow]task accuracy skipped: {missing}")
+            return [None] * len(models)
+        return pydoc_cloze_scores(models, limit=self.settings.task_questions, log=self.console.print)
 
     # -- the whole run ------------------------------------------------------------------
 
@@ -247,39 +337,46 @@ class Demo:
         self.out.mkdir(parents=True, exist_ok=True)
         teacher = self._stage("teacher", "teacher (converted once, then reused)", self.teacher)["path"]
         self._check_layers(teacher)  # before the teacher pass: a wrong --layers must not cost minutes
-        cache = self._stage("cache", "teacher pass: top-K cache of the held-out, then the training documents",
-                            lambda: self.caches(teacher))
-        student = self._stage("student", f"student: teacher layers {s.student_layers}",
+        heldout = self._stage("heldout", "teacher pass over the held-out documents (measures the teacher's speed)",
+                              lambda: self.heldout(teacher))
+        student = self._stage("student", f"student: {self.describe_student()}",
                               lambda: self.student(teacher))["path"]
+        plan = self._stage("plan", "plan: one training step timed, the cache and the steps sized to fit",
+                           lambda: self.plan(student, heldout))
+        self.console.print(f"plan: {plan['tokens']:,} training tokens, {plan['steps']} steps per student "
+                           f"({plan['step_seconds']:.1f} s/step measured)")
+        cache = {**heldout, **self._stage("cache", "teacher pass: top-K cache of the training documents",
+                                          lambda: self.caches(teacher, plan))}
         runs = training_runs(s.seeds)
         trained: dict[str, dict] = {}
-        # First guess of the steps that fit, from the teacher's measured speed; re-sized as training goes.
-        step_tokens = s.batch_size * s.seq_len
-        guess_seconds = step_tokens * STUDENT_STEP_COST / cache["teacher_tokens_per_second"]
-        cap = s.max_steps
-        reserve = cache["eval_reserve_seconds"]
+        cap, reserve = s.max_steps, plan["eval_reserve_seconds"]
         for number, (kind, seed) in enumerate(runs):
             name = run_name(kind, seed)
             left = len(runs) - number
             seconds = max(0.0, self.seconds_left() - reserve) / left
-            guess = max(1, min(cap, int(seconds / guess_seconds)))
+            guess = max(1, min(cap, plan["steps"]))
             what = "KL to the teacher's top-K" if kind == "distilled" else "cross-entropy only, no teacher"
             trained[name] = self._stage(
-                name, f"train {name} ({what}): {seconds / 60:.1f} min, first estimate {guess} steps (at most {cap})",
+                name, f"train {name} ({what}): {seconds / 60:.1f} min, planned {guess} steps (at most {cap})",
                 lambda kind=kind, seed=seed, cap=cap, left=left, guess=guess:
                     self.train(student, kind, seed, cap, left, guess, reserve),
             )
             # Every later student gets at most the steps of the first: same steps when there is time.
-            cap = min(cap, trained[run_name("distilled", 0)]["steps"])
-        names = ["teacher", *trained]
-        models = [teacher, *(info["path"] for info in trained.values())]
+            cap = max(1, min(cap, trained[run_name("distilled", 0)]["steps"]))
+        # A student that made no step is its initial cut, not a result: it is named, never scored.
+        untrained = [name for name, info in trained.items() if info["steps"] < 1]
+        for name in untrained:
+            self.console.print(f"[red]{name}: no training step fitted in the budget; left out of the comparison")
+        scored = {name: info for name, info in trained.items() if name not in untrained}
+        names = ["teacher", *scored]
+        models = [teacher, *(info["path"] for info in scored.values())]
         evaluation = self._stage("evaluate", "evaluation on held-out documents, continuations",
                                  lambda: self.evaluate(models, names))
         self.console.rule("[bold]report")
         state = self._state()
         write_demo_report(
             self.out, settings=asdict(s), stages={k: {"seconds": v["seconds"]} for k, v in state.items()},
-            cache=cache, trained=trained, results=evaluation["results"], names=names,
+            cache=cache, trained=scored, results=evaluation["results"], names=names, untrained=untrained,
             command=" ".join(shlex.quote(a) for a in ["destila", *sys.argv[1:]]) if sys.argv else "destila demo",
         )
         self.console.print(f"report: {self.out / 'report.md'} (plots: training_curves.png, metrics.png)")

@@ -11,6 +11,8 @@ its logits would be distilled against the wrong distribution.
 
 from __future__ import annotations
 
+import functools
+
 import hashlib
 import importlib.util
 import json
@@ -19,6 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from destila.io import as_os_error, publish_folder, try_lock
 from destila.user_files import reading
 
 EMBEDDED = "smollm2"
@@ -79,10 +82,10 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
         raise _home_error(err, target.parent) from err
     with lock:
         if ready():
-            if _try_lock(lock, blocking=False):  # nobody converting: leftovers are stale
+            if try_lock(lock, blocking=False):  # nobody converting: leftovers are stale
                 _remove_staging_leftovers(target)
             return target
-        _try_lock(lock, blocking=True)  # a concurrent conversion finishes first
+        try_lock(lock, blocking=True)  # a concurrent conversion finishes first
         _remove_staging_leftovers(target)
         if ready():
             return target
@@ -95,12 +98,10 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
             tokenizer.save_pretrained(staging)
             if target.exists():  # a stale partial folder from an older layout
                 shutil.rmtree(target)
-            os.replace(staging, target)
+            publish_folder(staging, target)
         except OSError as err:
             raise _home_error(err, target.parent) from err
         except Exception as err:  # torch / safetensors report a full disk under other types
-            from destila.fs_errors import as_os_error
-
             disguised = as_os_error(err, target.parent)
             if disguised is None:
                 raise
@@ -116,18 +117,6 @@ def _home_error(err: OSError, home: Path) -> OSError:
     what = os.strerror(err.errno).lower() if err.errno else str(err)
     return OSError(err.errno, f"{what} at {home}, where the embedded teacher is converted once (about 0.6 GB); "
                    "free space or fix permissions there, or set DESTILA_HOME to another folder")
-
-
-def _try_lock(handle, *, blocking: bool) -> bool:
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock, leftovers stay until removed by hand
-        return False
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-    except BlockingIOError:
-        return False
-    return True
 
 
 def _remove_staging_leftovers(target: Path) -> None:
@@ -183,13 +172,35 @@ def resolve_source(spec: str, gguf_file: str | None = None) -> tuple[str, str | 
         return str(path), None
     if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
         raise FileNotFoundError(f"model: no such file or folder: {spec}")
+    hub_unreachable()
     return spec, gguf_file
 
 
+@functools.lru_cache(maxsize=1)
+def hub_unreachable() -> str | None:
+    """Why the Hub cannot be reached (None when it can), probed once per process (≤ 3 s).
+
+    Unreachable: huggingface_hub is switched to offline mode, so a hub id is
+    looked up in the local cache at once instead of through a minute of
+    retries, and a model not in the cache fails in seconds.
+    """
+    import huggingface_hub.constants
+
+    from destila.data.sources import hub_offline_reason
+
+    reason = hub_offline_reason()
+    if reason is not None:
+        huggingface_hub.constants.HF_HUB_OFFLINE = True
+    return reason
+
+
 def _hub_error(spec: str, err: Exception) -> FileNotFoundError:
+    offline = hub_unreachable()
+    why = f"offline: {offline}; it is not in the local cache" if offline else (
+        f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
     return FileNotFoundError(
         f"could not load model {spec!r}: it is not a local folder or file, and the Hugging Face Hub "
-        f"could not provide it ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). "
+        f"could not provide it ({why}). "
         f"Without network access pass a folder saved with save_pretrained, a .gguf file, "
         f"or {EMBEDDED!r} for the embedded default teacher."
     )
@@ -226,7 +237,9 @@ def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cp
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from destila.placement import check_tensor_plan, load_options, resolve_device
+    from destila.quiet import apply_quiet_bars
 
+    apply_quiet_bars()
     placement = load_options(device_map, max_memory, offload_folder, tensor_parallel)
     source, gguf = resolve_source(spec, gguf_file)
     try:

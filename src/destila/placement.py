@@ -23,8 +23,30 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+@dataclass(kw_only=True)
+class PlacementSpec:
+    """Where a teacher's weights go: one device, or spread by a device map (GPUs, CPU memory, disk).
+
+    Declared once: :class:`~destila.cache.spec.BuildSpec` holds these fields
+    (``destila cache build --device-map auto``), and online ``destila train``
+    takes them for its teacher as ``--teacher-device-map`` and so on.
+    Naive equivalent: ``from_pretrained(..., device_map=…, max_memory=…, offload_folder=…)``.
+    """
+
+    device: str = field(default="auto", metadata={
+        "help": "auto (CUDA when present, else CPU), cpu, cuda, cuda:1, …; not used with a device map"})
+    device_map: str | None = field(default=None, metadata={
+        "help": "spread a teacher too large for one device: auto (GPUs in order, then CPU memory, then disk; "
+                "accelerate big-model inference)", "choices": list(DEVICE_MAPS)})
+    max_memory: str | None = field(default=None, metadata={
+        "help": "with a device map: memory per device, e.g. 0=20GiB,1=20GiB,cpu=64GiB; the rest goes to disk"})
+    offload_folder: str | None = field(default=None, metadata={
+        "help": "with a device map: folder for the layers offloaded to disk"})
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 
 

@@ -210,7 +210,7 @@ def _text_block(text: str) -> list[str]:
 
 def continuation_lines(results: list[dict], names: list[str]) -> list[str]:
     """Markdown: per prompt, each model's greedy and sampled continuation."""
-    from destila.samples import distinct_words
+    from destila.samples import degenerate, distinct_words
 
     lines = []
     prompts = [row["prompt"] for row in results[0].get("continuations", [])]
@@ -218,7 +218,9 @@ def continuation_lines(results: list[dict], names: list[str]) -> list[str]:
         lines += [f"### Prompt {number + 1}: `{prompt}`", ""]
         for name, result in zip(names, results):
             row = result["continuations"][number]
-            lines += [f"**{name}**, greedy ({distinct_words(row['greedy'])} distinct words):", "",
+            flaw = degenerate(row["greedy"])
+            flag = f"; **degenerate: {flaw}**" if flaw else ""
+            lines += [f"**{name}**, greedy ({distinct_words(row['greedy'])} distinct words{flag}):", "",
                       *_text_block(row["greedy"]), "", f"**{name}**, sampled:", "", *_text_block(row["sampled"]), ""]
     return lines
 
@@ -265,10 +267,52 @@ def write_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, 
     return report
 
 
+def degenerate_lines(results: list[dict], names: list[str]) -> list[str]:
+    """One sentence per model whose greedy continuations are degenerate (:func:`destila.samples.degenerate`)."""
+    from destila.samples import degenerate
+
+    lines = []
+    for name, result in zip(names, results):
+        flaws = [(row["prompt"], degenerate(row["greedy"])) for row in result.get("continuations", [])]
+        flaws = [(prompt, flaw) for prompt, flaw in flaws if flaw]
+        if flaws:
+            said = "; ".join(f"`{prompt}` {flaw}" for prompt, flaw in flaws)
+            lines.append(f"**Degenerate text from {name}**: its greedy continuation of {said}.")
+    return lines
+
+
+def task_lines(results: list[dict], names: list[str]) -> list[str]:
+    """Markdown: the built-in cloze task's accuracy per model (nothing when it was not run)."""
+    scored = [(name, r["pydoc_cloze"]) for name, r in zip(names, results) if r.get("pydoc_cloze")]
+    if not scored:
+        return []
+    first = scored[0][1]
+    lines = ["## Task accuracy", "",
+             f"`pydoc_cloze` through lm-evaluation-harness: the first {first['questions']} questions (a sentence of a "
+             f"held-out topic; which of 4 sentences comes next; chance {100 * first['chance']:.0f}%). `acc_norm` "
+             "normalises each choice's log-likelihood by its length; ± is the standard error.", "",
+             "| model | acc_norm | acc | seconds |", "|---|---:|---:|---:|"]
+    lines += [f"| {name} | {100 * r['acc_norm']:.1f}% ± {100 * r['acc_norm_stderr']:.1f} | "
+              f"{100 * r['acc']:.1f}% ± {100 * r['acc_stderr']:.1f} | {r['seconds']:.0f} |" for name, r in scored]
+    return lines + [""]
+
+
+def below_minimum_line(trained: dict[str, dict], min_steps: int) -> str | None:
+    """The report's first line when a student trained fewer than ``min_steps`` steps (``--force``)."""
+    short = [f"{name} {info['steps']}" for name, info in trained.items() if info["steps"] < min_steps]
+    if not short:
+        return None
+    return (f"**Below the minimum: these results come from fewer than {min_steps} training steps per student "
+            f"({', '.join(short)} steps; run with --force), too few to judge distillation by.**")
+
+
 def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, trained: dict[str, dict],
-                      results: list[dict], names: list[str], command: str) -> dict:
+                      results: list[dict], names: list[str], command: str, untrained: list[str] = ()) -> dict:
     """The demo's report: the verdict first, then as :func:`write_report` plus the training table and
-    greedy and sampled continuations of every prompt."""
+    greedy and sampled continuations of every prompt.
+
+    ``untrained``: students that made no training step; named, never scored (their numbers would be
+    the initial cut's). A student below ``settings["min_steps"]`` makes the report's first line say so."""
     out = Path(out)
     runs = {name: read_logs(Path(info["path"]) / "log.jsonl") for name, info in trained.items()}
     curve_tokens = settings["eval_curve_sequences"] * (settings["seq_len"] - 1)
@@ -277,8 +321,16 @@ def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: d
     named = [{**r, "model": name} for r, name in zip(results, names)]
     by_name = dict(zip(names, results))
     total = sum(info["seconds"] for info in stages.values())
-    summary = verdict(by_name, trained, held_out_documents=cache["documents_held_out"],
-                      cache_tokens=cache["train_tokens"], seconds=total, minutes=settings["minutes"])
+    if "distilled" in by_name and "baseline" in by_name:
+        summary = verdict(by_name, trained, held_out_documents=cache["documents_held_out"],
+                          cache_tokens=cache["train_tokens"], seconds=total, minutes=settings["minutes"])
+    else:
+        summary = "**No verdict**: a student made no training step, so there is nothing to compare."
+    minimum = min(settings.get("min_steps", 1), settings.get("max_steps", 1))  # a lower cap is the user's choice
+    first = [line for line in [below_minimum_line(trained, minimum)] if line]
+    first += [f"**Not trained**: {name} made no training step in the budget; it is left out of every table."
+              for name in untrained]
+    summary = "\n\n".join([*first, summary, *degenerate_lines(results, names)])
     report = {"command": command, "verdict": summary, "settings": settings, "stages": stages, "cache": cache,
               "trained": trained, "results": named,
               "training": {name: {"train": train, "held_out": held} for name, (train, held) in runs.items()}}
@@ -288,6 +340,7 @@ def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: d
              "Ratios are to the teacher. KL and agreement are measured against the teacher's cached top-K "
              "distributions on documents that training never saw.", "",
              markdown_table(named), "", f"![metrics]({metrics.name})", "",
+             *task_lines(results, names),
              "## Training", "",
              "| student | loss | steps | training tokens | step targets (at step → target) | seconds |",
              "|---|---|---:|---:|---|---:|"]

@@ -19,6 +19,33 @@ def distinct_words(text: str) -> int:
     return len({word.lower() for word in re.findall(r"[^\W\d_]\w*", text)})
 
 
+def degenerate(text: str, min_distinct: int = 5) -> str | None:
+    """Why ``text`` reads as a degenerate continuation, in words; ``None`` when it does not.
+
+    Degenerate: fewer than ``min_distinct`` distinct words, or one n-gram of words (numbers count)
+    repeated back to back: a 1- to 3-word n-gram three times running, a longer one (up to 10 words)
+    twice running. Ordinary prose repeats words, but not the same phrase immediately after itself.
+
+    >>> degenerate("The Python 2.1, 200, 200, 200).")
+    'only 2 distinct words'
+    >>> degenerate("Open the file in the mode you need: 200, 200, 200")
+    "repeats '200' 3 times in a row"
+    >>> degenerate("Use open() with a mode, then read the file line by line.") is None
+    True
+    """
+    distinct = distinct_words(text)
+    if distinct < min_distinct:
+        return f"only {distinct} distinct word{'s' * (distinct != 1)}"
+    words = [w.lower() for w in re.findall(r"\w+", text)]
+    for n in range(1, 11):
+        runs_needed = 3 if n <= 3 else 2
+        for start in range(len(words) - n * runs_needed + 1):
+            gram = words[start:start + n]
+            if all(words[start + k * n:start + (k + 1) * n] == gram for k in range(runs_needed)):
+                return f"repeats {' '.join(gram)!r} {runs_needed} times in a row"
+    return None
+
+
 def continuations(model_path: str, prompts: list[str], new_tokens: int, *, seed: int = 0,
                   temperature: float = 0.8, top_p: float = 0.95) -> list[dict]:
     """``[{"prompt", "greedy", "sampled"}]``: ``new_tokens`` new tokens per prompt, greedy and sampled.

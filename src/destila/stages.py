@@ -14,6 +14,8 @@ import json
 import time
 from pathlib import Path
 
+from destila.io import write_atomic
+
 
 class StageLog:
     """``OUT/stages.json``: which stages finished, with what result and in how many seconds."""
@@ -41,9 +43,7 @@ class StageLog:
         state = self.state()
         state[name] = info
         self.out.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.path)
+        write_atomic(self.path, json.dumps(state, indent=2))
         self.console.print(f"[green]✓[/green] {title}: {info['seconds']:.0f} s")
         return info
 

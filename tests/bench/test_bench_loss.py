@@ -79,3 +79,35 @@ def test_bad_arguments_are_errors(capsys):
     with pytest.raises(SystemExit) as done:
         main(["bench", "loss", "--impls", "fused,magic"])
     assert done.value.code == 2 and "impls" in capsys.readouterr().err
+
+
+def test_other_rows_join_the_sweep_measured_alike(monkeypatch):
+    """Rows from outside the package (the peers' losses) run after destila's at each N, through their own worker."""
+    import destila.bench.loss as loss
+
+    calls = []
+
+    def fake_run_isolated(target, kwargs, **_):
+        calls.append((target, kwargs.get("impl") or kwargs.get("name"), kwargs["seq_len"]))
+        return {"status": "ok", "peak_bytes": 1, "error": None, "wall_seconds": 0.1,
+                "result": {"seconds": 1.0, "times": [1.0], "repeats_done": 1, "floor_seconds": 0.5}}
+
+    class Others:
+        names, worker = ("toy", "absent"), "elsewhere:worker"
+
+        def configure(self, name, n, cfg):
+            if name == "absent":
+                return {"inputs": "none"}, None, "not installed"
+            return {"inputs": "logits"}, {"name": name, "seq_len": n}, None
+
+        def columns(self, impl):
+            return {"inputs": f"destila {impl}"}
+
+    monkeypatch.setattr(loss, "run_isolated", fake_run_isolated)
+    rows = loss.run_loss_sweep(loss.LossBenchConfig(hidden=8, vocab=64, top_k=2, seq_lens=(64,), impls=("fused",)),
+                               others=Others())
+    assert [(r["impl"], r["status"], r["inputs"]) for r in rows] == [
+        ("floor", "ok", "destila floor"), ("fused", "ok", "destila fused"), ("toy", "ok", "logits"),
+        ("absent", "unavailable", "none")]
+    assert calls[-1] == ("elsewhere:worker", "toy", 64) and rows[-1]["error"] == "not installed"
+    assert rows[2]["ratio_to_floor"] == 2.0

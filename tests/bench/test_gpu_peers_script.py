@@ -1,4 +1,4 @@
-"""benchmarks/gpu/peers.sh cannot run without a GPU: check its syntax and that every destila command in it parses."""
+"""benchmarks/gpu/peers.sh cannot run without a GPU: check its syntax and that every benchmark command in it parses."""
 
 import re
 import shlex
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from destila.cli.main import build_parser
+from benchmarks.peers.run import build_parser
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "peers.sh"
 
@@ -21,7 +21,7 @@ def test_the_script_is_valid_bash():
 def test_every_destila_command_in_the_script_parses():
     text = SCRIPT.read_text().replace("\\\n", " ")
     defaults = dict(re.findall(r"^(\w+)=\$\{\w+:-([^}]*)\}", text, flags=re.M))
-    commands = [line.split("|")[0] for line in text.splitlines() if line.startswith('"$DESTILA" ')]
+    commands = [line.split("|")[0] for line in text.splitlines() if line.startswith('"${PEERS[@]}" ')]
     assert len(commands) == 2
     for command in commands:
         for name, value in defaults.items():
@@ -29,4 +29,4 @@ def test_every_destila_command_in_the_script_parses():
         command = re.sub(r'"\$\{WORKDIR:-([^}]*)\}"', r"\1", command)
         argv = shlex.split(command)[1:]
         args = build_parser().parse_args(argv)  # exits 2 on an unknown option
-        assert args.device == "cuda" and args.dtype == "bfloat16" and args.peers is not None
+        assert args.device == "cuda" and args.dtype == "bfloat16" and args.peers

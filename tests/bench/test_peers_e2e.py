@@ -1,12 +1,12 @@
-"""`destila bench e2e --peers` on a tiny teacher: TRL's GKD trainer beside destila, same data, order and maths."""
+"""`python -m benchmarks.peers e2e` on a tiny teacher: TRL's GKD trainer beside destila, same data, order and maths."""
 
 import json
 
 import pytest
 
 from conftest import pydoc_texts
-from destila.bench.peers_e2e import compare_to, peer_trainer_unavailable
-from destila.cli.main import main as cli
+from benchmarks.peers.e2e import compare_to, peer_trainer_unavailable
+from benchmarks.peers.run import main as peers
 
 
 @pytest.mark.slow
@@ -18,7 +18,7 @@ def test_trl_gkd_follows_destila_online_step_for_step(tiny_llama_dir, tmp_path, 
     corpus.write_text(json.dumps({"text": "\n\n".join(pydoc_texts(12))}) + "\n")
     out = tmp_path / "e2e.json"
     with pytest.raises(SystemExit) as done:
-        cli(["bench", "e2e", "--peers", "--teacher", str(tiny_llama_dir), "--student-layers", "2",
+        peers(["e2e", "--teacher", str(tiny_llama_dir), "--student-layers", "2",
              "--data", str(corpus), "--seq-len", "32", "--batch-size", "2", "--steps", "3", "--top-k", "16",
              "--lr", "3e-3", "--heldout-tokens", "64", "--workdir", str(tmp_path / "work"), "--json", str(out),
              "--csv", str(tmp_path / "e2e.csv")])
@@ -50,7 +50,7 @@ def test_ratios_to_the_reference_row():
 
 
 def test_peers_refuses_what_it_would_ignore(capsys):
-    for extra, expected in ((["--peers", "--plot", "x.png"], "--plot"), (["--peers", "trl-gkd,magic"], "magic")):
+    for extra, expected in ((["--plot", "x.png"], "--plot"), (["--peers", "trl-gkd,magic"], "magic")):
         with pytest.raises(SystemExit) as done:
-            cli(["bench", "e2e", *extra])
+            peers(["e2e", *extra])
         assert done.value.code == 2 and expected in capsys.readouterr().err

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from destila import distill_loss
-from destila.bench.peers_loss import PEERS, make_teacher, peer_loss, unavailable_reason
+from benchmarks.peers.loss import PEERS, make_teacher, peer_loss, unavailable_reason
+from benchmarks.peers.run import main as peers
 
 N, H, V = 13, 8, 50
 
@@ -110,13 +111,20 @@ def test_liger_equals_destila_on_gpu(peer):
 
 
 def test_bad_peer_arguments_are_errors(capsys):
+    for extra, expected in ((["--peers", "torchtune,magic"], "magic"), (["--peer-beta", "2"], "[0, 1]"),
+                            (["--peer_bta", "0.5"], "did you mean --peer_beta?")):
+        with pytest.raises(SystemExit) as done:
+            peers(["loss", *extra])
+        assert done.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_destila_itself_has_no_peer_flags(capsys):
+    """The package measures destila alone; the peers' rows come from the script beside it."""
     from destila.cli.main import main
 
-    for extra, expected in ((["--peers", "torchtune,magic"], "magic"), (["--peer-beta", "0.5"], "--peers"),
-                            (["--peers", "--peer-beta", "2"], "[0, 1]")):
-        with pytest.raises(SystemExit) as done:
-            main(["bench", "loss", *extra])
-        assert done.value.code == 2 and expected in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        main(["bench", "loss", "--peers"])
+    assert done.value.code == 2 and "unrecognized arguments: --peers" in capsys.readouterr().err
 
 
 def test_unavailable_peers_say_why():
@@ -132,11 +140,9 @@ def test_unavailable_peers_say_why():
 def test_tiny_sweep_with_peers_through_the_cli(tmp_path, capsys):
     import json
 
-    from destila.cli.main import main
-
     out = {ext: tmp_path / f"peers.{ext}" for ext in ("jsonl", "png")}
     with pytest.raises(SystemExit) as done:
-        main(["bench", "loss", "--hidden", "32", "--vocab", "256", "--top-k", "4", "--chunk-size", "32",
+        peers(["loss", "--hidden", "32", "--vocab", "256", "--top-k", "4", "--chunk-size", "32",
               "--seq-lens", "128", "--impls", "fused", "--repeats", "1", "--peers", "torchtune,liger-fljsd",
               "--json", str(out["jsonl"]), "--plot", str(out["png"])])
     assert done.value.code == 0

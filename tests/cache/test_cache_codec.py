@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from destila.cache.codec import (
+from destila.cache.encodings.compact_blocks import (
     BlockError,
     CompactLayout,
     decode_sampled_row,

@@ -100,7 +100,7 @@ def test_spec_validation_names_the_problem():
         DataSpec("x.jsonl", prompt_field="q")
     with pytest.raises(ValueError, match="'assistant' needs --messages-field"):
         DataSpec("x.jsonl", loss_on="assistant")
-    with pytest.raises(ValueError, match="packing: expected one of documents, none"):
+    with pytest.raises(ValueError, match="packing: expected one of bfd, documents, none"):
         DataSpec("x.jsonl", packing="rows")
     with pytest.raises(ValueError, match="less than one sequence"):
         DataSpec("x.jsonl", seq_len=64, max_tokens=10)

@@ -129,13 +129,15 @@ def test_resume_refuses_another_cache_student_or_learning_rate(train_cache, stud
     shutil.copytree(student, other_student)
     cases = [
         (train_command(student, train_cache, out, "--max_steps", "3", "--resume", "--learning_rate", "1e-3"),
-         "learning_rate: the run has 0.003, this command 0.001"),
-        (train_command(student, small_cache, out, "--max_steps", "3", "--resume"), "cache: the run has"),
-        (train_command(other_student, train_cache, out, "--max_steps", "3", "--resume"), "student: the run has"),
+         "learning_rate 0.003 (recorded) vs 0.001 (given)"),
+        (train_command(student, small_cache, out, "--max_steps", "3", "--resume"),
+         f"cache {str(train_cache.resolve())!r} (recorded) vs {str(small_cache.resolve())!r} (given)"),
+        (train_command(other_student, train_cache, out, "--max_steps", "3", "--resume"),
+         f"student {str(student.resolve())!r} (recorded) vs {str(other_student.resolve())!r} (given)"),
     ]
     for command, needle in cases:
         result = destila(*command)
-        error_line(result, "train", 2, f"--resume would continue the run in {out} with other", needle, "--overwrite")
+        error_line(result, "train", 2, f"resume: the run in {out} was trained with other inputs", needle, "--overwrite")
         assert snapshot(out) == before
 
 

@@ -22,7 +22,7 @@ from fault_helpers import (  # noqa: F401 (fixtures)
     ENV, build_command, destila, error_line, snapshot, student, tmpfs, train_cache, train_command,
 )
 
-from destila.locks import exclusive_lock, output_lock
+from destila.io import exclusive_lock, output_lock
 
 
 def prompts_file(tmp_path, count: int = 3):

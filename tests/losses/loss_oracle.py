@@ -84,8 +84,10 @@ def _divergence(p, q, divergence, beta):
 
 
 def oracle(case: Case, *, divergence="forward_kl", beta=0.5, tail="bucket", temperature=1.0, soft_weight=1.0,
-           hard_weight=0.0, num_items=None, ignore_index=-100, dtype=torch.float64):
-    """``(loss, stats)`` by plain dense maths in ``dtype`` (float64 for the oracle; bf16 gives the naive baseline)."""
+           hard_weight=0.0, num_items=None, ignore_index=-100, dtype=torch.float64, formula=None):
+    """``(loss, stats)`` by plain dense maths in ``dtype`` (float64 for the oracle; bf16 gives the naive baseline).
+
+    ``formula(p, q)``: the per-bucket terms of a divergence the oracle does not know by name."""
     hidden, weight, bias = case.hidden, case.weight, case.bias
     z = hidden.to(dtype) @ weight.to(dtype).T
     if bias is not None:
@@ -117,7 +119,8 @@ def oracle(case: Case, *, divergence="forward_kl", beta=0.5, tail="bucket", temp
             p.append(lt.exp().to(dtype))
         if not p:  # no bucket at all: p = q = 1 contributes nothing
             p, q = [one], [one]
-        rows.append(_divergence(torch.stack(p), torch.stack(q), divergence, beta))
+        p, q = torch.stack(p), torch.stack(q)
+        rows.append(formula(p, q) if formula is not None else _divergence(p, q, divergence, beta))
     keep_t = torch.tensor(keep)
     # Σ|terms|: the scale against which a sum of terms that may cancel is accurate.
     soft_scale = sum(float(t.detach().abs().sum()) for t, k in zip(rows, keep) if k)

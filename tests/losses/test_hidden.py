@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-from destila.losses.hidden import HiddenStateLoss, fixed_projection, hidden_state_loss, parse_layer_map
+from destila.losses.hidden_state_loss import HiddenStateLoss, fixed_projection, hidden_state_loss
+from destila.training.hidden_distillation import parse_layer_map
 
 
-@pytest.mark.parametrize("kind", ["mse", "cosine"])
+@pytest.mark.parametrize("kind", ["nmse", "mse", "cosine"])
 def test_gradcheck_float64(kind):
     torch.manual_seed(0)
     student = torch.randn(2, 5, 7, dtype=torch.float64, requires_grad=True)
@@ -20,7 +21,7 @@ def test_gradcheck_float64(kind):
     assert torch.autograd.gradcheck(loss, (student, projection), eps=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("kind", ["mse", "cosine"])
+@pytest.mark.parametrize("kind", ["nmse", "mse", "cosine"])
 def test_module_equals_the_naive_formula(kind):
     torch.manual_seed(1)
     pairs = [(0, 1), (2, 5)]
@@ -32,7 +33,11 @@ def test_module_equals_the_naive_formula(kind):
     want = 0.0
     for projection, s, t in zip(module.projections, students, teachers):
         s = s @ projection.weight.T
-        if kind == "mse":
+        if kind == "nmse":
+            kept = t[mask]  # [N, D]: the teacher's variance per dimension over masked-in positions
+            variance = ((kept - kept.mean(0)) ** 2).mean(0)
+            rows = ((s - t) ** 2 / variance).mean(-1)
+        elif kind == "mse":
             rows = ((s - t) ** 2).mean(-1)
         else:
             rows = 1 - (s * t).sum(-1) / (s.norm(dim=-1) * t.norm(dim=-1))
@@ -67,3 +72,18 @@ def test_fixed_projection_is_seeded_and_orthonormal():
     assert torch.equal(fixed_projection(8, 8, "identity"), torch.eye(8))
     with pytest.raises(ValueError, match="identity projection keeps the width"):
         fixed_projection(8, 4, "identity")
+
+
+def test_nmse_is_scale_free_and_about_one_for_a_student_that_knows_nothing():
+    """nmse is the same whatever the states' scale, where mse grows with its square; a student that only
+    predicts the teacher's mean scores exactly 1."""
+    torch.manual_seed(2)
+    teacher = 40.0 * torch.randn(4, 16, 8, dtype=torch.float64) + 3.0
+    student = teacher + 25.0 * torch.randn(4, 16, 8, dtype=torch.float64)
+    for scale in (1e-3, 1.0, 1e3):
+        assert hidden_state_loss(scale * student, scale * teacher, "nmse").item() == pytest.approx(
+            hidden_state_loss(student, teacher, "nmse").item(), rel=1e-9)
+    assert hidden_state_loss(1e3 * student, 1e3 * teacher, "mse").item() == pytest.approx(
+        1e6 * hidden_state_loss(student, teacher, "mse").item(), rel=1e-9)
+    mean_only = teacher.reshape(-1, 8).mean(0).expand_as(teacher)
+    assert hidden_state_loss(mean_only, teacher, "nmse").item() == pytest.approx(1.0, rel=1e-9)

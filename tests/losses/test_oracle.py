@@ -127,7 +127,7 @@ def test_all_rows_dropped(impl, divergence, tail):
 @pytest.mark.parametrize("impl", ["chunked", "fused"])
 def test_cross_entropy_at_other_temperatures_in_row_blocks(impl, monkeypatch):
     """Hard CE at T ≠ 1 walks the buffer in row blocks; make the blocks 3 rows to cover the loop."""
-    import destila.losses.chunk as chunk
+    import destila.losses.chunk_math as chunk
 
     monkeypatch.setattr(chunk, "_BLOCK_ELEMENTS", 3 * 123)
     options = dict(divergence="reverse_kl", tail="bucket", temperature=0.7, hard_weight=0.5)

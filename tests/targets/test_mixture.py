@@ -2,11 +2,11 @@
 
 import pytest
 import torch
-from conftest import make_tiny_model
+from conftest import make_tiny_model, mixture_rows
 
 from destila.targets.head import teacher_topk
 from destila.models import decoder_of, output_head, tokenizer_fingerprint
-from destila.targets.mixture import check_shared_tokenizer, mixture_targets, mixture_topk
+from destila.targets.mixture import check_shared_tokenizer, mixture_topk
 
 
 def oracle(models, weights, input_ids, k, temperature=1.0):
@@ -36,14 +36,14 @@ def test_mixture_of_two_teachers_matches_float64(teachers, chunk_size):
     input_ids = torch.randint(1, 300, (1, 47))
     weights = [0.7, 0.3]
     want_ids, want_lp, want_tail = oracle(teachers, weights, input_ids, k=12)
-    got = mixture_targets(teachers, weights, input_ids, k=12, chunk_size=chunk_size)
-    ids, lp, tail = got["topk_ids"][0], got["topk_logprobs"][0], got["tail_logmass"][0]
+    got = mixture_rows(teachers, weights, input_ids, k=12, head_chunk_rows=chunk_size)
+    ids, lp, tail = got["ids"], got["logprobs"], got["tail"]
     assert torch.equal(ids, want_ids)
     assert torch.allclose(lp.double(), want_lp, atol=2e-6)
     assert torch.allclose(tail.double(), want_tail, atol=2e-5)
     # The two teachers really disagree, so this is not one teacher's top-K in disguise.
-    single = mixture_targets(teachers[:1], [1.0], input_ids, k=12)
-    assert not torch.equal(single["topk_ids"][0], ids)
+    single = mixture_rows(teachers[:1], [1.0], input_ids, k=12)
+    assert not torch.equal(single["ids"], ids)
 
 
 def test_weights_are_normalised_and_one_teacher_is_teacher_topk(teachers):
@@ -63,14 +63,13 @@ def test_temperature_and_k_equal_to_vocab(teachers):
     torch.manual_seed(2)
     input_ids = torch.randint(1, 300, (2, 9))
     vocab = output_head(teachers[0])[0].shape[0]
-    full = mixture_targets(teachers, [1, 1], input_ids, k=vocab, temperature=2.0)
-    assert torch.isinf(full["tail_logmass"]).all()
-    assert torch.allclose(full["topk_logprobs"].double().exp().sum(-1), torch.ones(2, 9, dtype=torch.float64),
-                          atol=1e-5)
+    full = mixture_rows(teachers, [1, 1], input_ids, k=vocab, temperature=2.0)
+    assert torch.isinf(full["tail"]).all()
+    assert torch.allclose(full["logprobs"].double().exp().sum(-1), torch.ones(18, dtype=torch.float64), atol=1e-5)
     _, want_lp, _ = oracle(teachers, [1, 1], input_ids, k=vocab, temperature=2.0)
-    assert torch.allclose(full["topk_logprobs"].flatten(0, 1).double(), want_lp, atol=2e-6)
-    cold = mixture_targets(teachers, [1, 1], input_ids, k=vocab)
-    assert not torch.allclose(full["topk_logprobs"], cold["topk_logprobs"], atol=1e-2)
+    assert torch.allclose(full["logprobs"].double(), want_lp, atol=2e-6)
+    cold = mixture_rows(teachers, [1, 1], input_ids, k=vocab)
+    assert not torch.allclose(full["logprobs"], cold["logprobs"], atol=1e-2)
 
 
 def test_refusals(tiny_tokenizer):

@@ -2,11 +2,11 @@
 
 import pytest
 import torch
-from conftest import make_tiny_model
+from conftest import make_tiny_model, mixture_rows
 
 from destila.models import decoder_of, output_head
 from destila.targets.head import teacher_topk
-from destila.targets.mixture import mixture_targets
+from destila.targets.mixture import mixture_topk
 from destila.targets.teachers import HiddenSpec, TeacherSet
 
 
@@ -18,14 +18,16 @@ def teachers(tiny_tokenizer):
 
 def test_one_teacher_and_a_mixture(teachers):
     ids = torch.randint(1, 300, (2, 13))
-    got = TeacherSet(teachers[:1], None, top_k=6).batch(ids)
-    hidden = decoder_of(teachers[0])(input_ids=ids).last_hidden_state.flatten(0, 1)
+    mask = torch.rand(2, 13) < 0.6
+    got = TeacherSet(teachers[:1], None, top_k=6).positions(ids, mask)
+    hidden = decoder_of(teachers[0])(input_ids=ids).last_hidden_state[mask]
     want = teacher_topk(hidden, *output_head(teachers[0]), 6)
-    assert torch.equal(got["topk_ids"].flatten(0, 1), want[0])
-    assert torch.equal(got["tail_logmass"].flatten(), want[2])
-    mixed = TeacherSet(teachers, [0.7, 0.3], top_k=6).batch(ids)
-    direct = mixture_targets(teachers, [0.7, 0.3], ids, k=6)
-    assert all(torch.equal(mixed[k], direct[k]) for k in direct)
+    assert torch.equal(got["ids"], want[0])
+    assert torch.equal(got["tail"], want[2])
+    mixed = TeacherSet(teachers, [0.7, 0.3], top_k=6).positions(ids, mask)
+    hiddens = [decoder_of(t)(input_ids=ids).last_hidden_state[mask] for t in teachers]
+    direct = mixture_topk(hiddens, [output_head(t) for t in teachers], [0.7, 0.3], 6)
+    assert all(torch.equal(a, b) for a, b in zip((mixed["ids"], mixed["logprobs"], mixed["tail"]), direct))
     with pytest.raises(ValueError, match="one weight per teacher"):
         TeacherSet(teachers, [1.0], top_k=6)
 
@@ -35,11 +37,11 @@ def test_hidden_states_are_projected_layer_outputs(teachers, dim, projection):
     spec = HiddenSpec.parse("0,2", dim)
     assert spec.projection == projection
     ids = torch.randint(1, 300, (2, 13))
-    got = TeacherSet(teachers[:1], None, top_k=6, hidden=spec).batch(ids)["teacher_hidden"]
+    got = mixture_rows(teachers[:1], None, ids, k=6, hidden=spec)["hidden"]
     states = teachers[0](input_ids=ids, output_hidden_states=True).hidden_states
     q = spec.matrix(32)
-    want = torch.stack([states[1] @ q, states[3] @ q], dim=2)
-    assert got.dtype == torch.float16 and got.shape == (2, 13, 2, dim or 32)
+    want = torch.stack([states[1] @ q, states[3] @ q], dim=2).flatten(0, 1)
+    assert got.dtype == torch.float16 and got.shape == (2 * 13, 2, dim or 32)
     assert torch.allclose(got.float(), want, atol=2e-3, rtol=1e-3)
     assert spec.record(32) == {"layers": [0, 2], "dim": dim or 32, "projection": projection, "seed": 0}
     with pytest.raises(ValueError, match="layers 0..3"):

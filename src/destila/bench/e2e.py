@@ -26,7 +26,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from destila.models import EMBEDDED
+from destila.bench.parsing import gib, int_list, name_list
+from destila.models import EMBEDDED, embedded_teacher_dir
 
 METHODS = ("online", "dense", "chunked", "fused")
 OFFLINE = ("dense", "chunked", "fused")
@@ -34,26 +35,33 @@ OFFLINE = ("dense", "chunked", "fused")
 
 @dataclass
 class E2EConfig:
-    """One end-to-end comparison; defaults finish in about 10 minutes on 2 CPU cores."""
+    """One end-to-end comparison; defaults finish in about 10 minutes on 2 CPU cores.
 
-    teacher: str = EMBEDDED
-    student: str | None = None  # None: cut ``student_layers`` evenly spaced layers from the teacher
-    student_layers: int = 6
-    data: str = "pydoc"
-    seq_len: int = 2048
-    batch_size: int = 1
-    steps: int = 6
-    warmup_steps: int = 1  # excluded from the median step time
-    methods: tuple[str, ...] = METHODS
-    top_k: int = 100
-    learning_rate: float = 1e-4
-    seed: int = 0
-    device: str = "cpu"
-    dtype: str = "float32"  # bfloat16: mixed precision (on GPU)
-    gradient_checkpointing: bool = False
-    workdir: str = "bench-e2e"
-    timeout: float = 3600.0
-    threads: int | None = None
+    Each field is a flag of ``destila bench e2e`` (its metadata: help, choices, how the text is read).
+    """
+
+    teacher: str = field(default=EMBEDDED, metadata={
+        "help": "teacher folder, .gguf file, or smollm2 (the embedded SmolLM2-135M)"})
+    student: str | None = field(default=None, metadata={
+        "help": "student folder; none: --student-layers cut from the teacher"})
+    student_layers: int = field(default=6, metadata={"help": "layers of the cut student"})
+    data: str = field(default="pydoc", metadata={"help": "text data, or pydoc"})
+    seq_len: int = field(default=2048, metadata={"help": "tokens per sequence"})
+    batch_size: int = field(default=1, metadata={"help": "sequences per step"})
+    steps: int = field(default=6, metadata={"help": "training steps per method"})
+    warmup_steps: int = field(default=1, metadata={"help": "first steps left out of the median step time"})
+    methods: tuple[str, ...] = field(default=METHODS, metadata={
+        "help": "comma-separated methods", "type": name_list})
+    top_k: int = field(default=100, metadata={"help": "teacher entries cached per position"})
+    learning_rate: float = field(default=1e-4, metadata={"help": "learning rate", "aliases": ["--lr"]})
+    seed: int = field(default=0, metadata={"help": "training seed (hence the data order)"})
+    device: str = field(default="cpu", metadata={"help": "cpu or cuda[:i]"})
+    dtype: str = field(default="float32", metadata={
+        "help": "bfloat16: mixed precision (on GPU)", "choices": ["float32", "bfloat16"]})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
+    workdir: str = field(default="bench-e2e", metadata={"help": "student, cache and runs are kept here"})
+    timeout: float = field(default=3600.0, metadata={"help": "seconds before a method's process is killed"})
+    threads: int | None = field(default=None, metadata={"help": "torch threads per process"})
 
     def __post_init__(self):
         unknown = sorted(set(self.methods) - set(METHODS))
@@ -72,19 +80,34 @@ class E2EConfig:
 
 @dataclass
 class LongContextConfig:
-    """One training step of the student alone per (loss impl, sequence length), under a memory budget."""
+    """One training step of the student alone per (loss impl, sequence length), under a memory budget.
+
+    ``seq_lens`` and ``memory_budget`` are flags of ``destila bench e2e --long-context``; the
+    rest comes from the :class:`E2EConfig` of the same command line.
+    """
 
     student: str
-    seq_lens: tuple[int, ...] = (2048, 4096, 8192, 16384, 32768)
+    seq_lens: tuple[int, ...] = field(default=(2048, 4096, 8192, 16384, 32768), metadata={
+        "help": "--long-context lengths", "type": int_list})
     impls: tuple[str, ...] = OFFLINE
     top_k: int = 100
-    memory_budget: int = 8 << 30
+    memory_budget: int = field(default=8 << 30, metadata={
+        "help": "--long-context: GiB a step may use above its baseline on CPU", "type": gib, "metavar": "GIB",
+        "default_text": "8"})
     device: str = "cpu"
     dtype: str = "float32"
     gradient_checkpointing: bool = True
     timeout: float = 1800.0
     threads: int | None = None
     notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def for_e2e(cls, e2e: E2EConfig, **options) -> LongContextConfig:
+        """The long-context sweep of ``e2e``'s student (cut from its teacher when it names none), on its
+        device, dtype and threads, with its top-K."""
+        teacher = str(embedded_teacher_dir()) if e2e.teacher == EMBEDDED else e2e.teacher
+        return cls(student=prepare_student(e2e, teacher), top_k=e2e.top_k, device=e2e.device, dtype=e2e.dtype,
+                   threads=e2e.threads, **options)
 
 
 # -- workers (each runs in its own process) --------------------------------------
@@ -208,7 +231,6 @@ def prepare_student(cfg: E2EConfig, teacher: str) -> str:
 def run_e2e(cfg: E2EConfig, on_row=None) -> dict:
     """Every method of ``cfg`` in its own process; ``{"cache": ..., "rows": [...], "break_even_runs": ...}``."""
     from destila.measure import run_isolated
-    from destila.models import embedded_teacher_dir
 
     workdir = Path(cfg.workdir)
     workdir.mkdir(parents=True, exist_ok=True)

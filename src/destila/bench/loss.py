@@ -28,12 +28,14 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from destila.losses.options import DEFAULT_LOSS_CHUNK_ROWS
+from destila.bench.parsing import gib, int_list, name_list
+from destila.losses.options import DEFAULT_CHUNK_SIZE
 from destila.measure import run_isolated
 
 WORKER = "destila.bench.loss:loss_worker"
-PEER_WORKER = "destila.bench.peers_worker:peer_worker"
+IMPLS = ("fused", "chunked", "dense")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Float32 [N, V] arrays' worth of memory at dense's peak (log-softmax, dense
 # teacher grid, masks, gradients), measured with this sweep on CPU: +1.28 GiB
@@ -43,48 +45,63 @@ DENSE_GRIDS = 5.2
 
 @dataclass
 class LossBenchConfig:
-    """One sweep: shapes, impls, and how to measure. Defaults fit a 2-core, 24 GiB CPU machine."""
+    """One sweep: shapes, impls, and how to measure. Defaults fit a 2-core, 24 GiB CPU machine.
 
-    hidden: int = 512
-    vocab: int = 32768
-    top_k: int = 100
-    seq_lens: tuple[int, ...] = (2048, 4096, 8192, 16384, 32768, 65536)
-    impls: tuple[str, ...] = ("fused", "chunked", "dense")
-    dtype: str = "float32"
-    device: str = "cpu"
-    chunk_size: int = DEFAULT_LOSS_CHUNK_ROWS
-    repeats: int = 3
-    max_seconds: float = 30.0
-    timeout: float = 1800.0
-    memory_budget: int | None = None
-    threads: int | None = None
-    seed: int = 0
-    peers: tuple[str, ...] = ()  # see destila.bench.peers_loss.PEERS
-    peer_beta: float = 0.0  # the peers' generalized-JSD β: 0 is the forward KL
-    extra: dict = field(default_factory=dict)
+    Each field is a flag of ``destila bench loss`` (its metadata: help, choices, how the text is read).
+    """
+
+    hidden: int = field(default=512, metadata={"help": "hidden size H"})
+    vocab: int = field(default=32768, metadata={"help": "vocabulary size V"})
+    top_k: int = field(default=100, metadata={"help": "teacher entries per row K"})
+    seq_lens: tuple[int, ...] = field(default=(2048, 4096, 8192, 16384, 32768, 65536), metadata={
+        "help": "comma-separated N", "type": int_list})
+    impls: tuple[str, ...] = field(default=IMPLS, metadata={
+        "help": "comma-separated impls (the floor always runs)", "type": name_list})
+    dtype: str = field(default="float32", metadata={"help": "inputs' dtype", "choices": list(DTYPE_BYTES)})
+    device: str = field(default="cpu", metadata={"help": "cpu or cuda[:i]"})
+    chunk_size: int = field(default=DEFAULT_CHUNK_SIZE, metadata={"help": "rows per chunk (fused, chunked, floor)"})
+    repeats: int = field(default=3, metadata={"help": "timed runs per configuration (median reported)"})
+    max_seconds: float = field(default=30.0, metadata={
+        "help": "stop repeating a configuration once its timed runs add up to this"})
+    timeout: float = field(default=1800.0, metadata={"help": "seconds before a configuration is killed"})
+    memory_budget: int | None = field(default=None, metadata={
+        "help": "GiB a configuration may use above baseline (predicted larger: skipped; larger in fact: oom); "
+                "default from the command line: on CPU 60%% of the memory available at start, on CUDA none",
+        "type": gib, "metavar": "GIB"})
+    threads: int | None = field(default=None, metadata={"help": "torch threads per configuration (default: torch's)"})
+    seed: int = field(default=0, metadata={"help": "seed of the random inputs"})
+    extra: dict = field(default_factory=dict)  # written into every row (the machine, the command)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"dtype: expected one of {sorted(DTYPE_BYTES)}, found {self.dtype!r}")
-        unknown = [i for i in self.impls if i not in ("fused", "chunked", "dense")]
+        unknown = [i for i in self.impls if i not in IMPLS]
         if unknown:
-            raise ValueError(f"impls: expected some of fused, chunked, dense, found {unknown}")
+            raise ValueError(f"impls: expected some of {', '.join(IMPLS)}, found {unknown}")
         for name in ("hidden", "vocab", "top_k", "chunk_size", "repeats"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected a positive integer, found {getattr(self, name)}")
-        from destila.bench.peers_loss import PEERS
-
-        unknown = [p for p in self.peers if p not in PEERS]
-        if unknown:
-            raise ValueError(f"peers: expected some of {', '.join(PEERS)}, found {unknown}")
-        if self.peer_beta != 0.0 and not self.peers:
-            raise ValueError(f"peer_beta: {self.peer_beta} applies to the peers' losses only; add --peers")
-        if not 0.0 <= self.peer_beta <= 1.0:
-            raise ValueError(f"peer_beta: expected a JSD β in [0, 1] (0: forward KL), found {self.peer_beta}")
         if self.top_k > self.vocab:
             raise ValueError(f"top_k: expected ≤ vocab = {self.vocab}, found {self.top_k}")
         if not self.seq_lens or min(self.seq_lens) < 1:
             raise ValueError(f"seq_lens: expected positive lengths, found {list(self.seq_lens)}")
+
+
+class OtherRows(Protocol):
+    """Rows beside destila's in the same sweep (the peers' losses, from ``benchmarks/peers``), measured alike.
+
+    ``names`` are the rows' ``impl`` values; ``worker`` is the ``"module:function"`` that
+    :func:`run_isolated` calls with the keyword arguments of :meth:`configure`.
+    """
+
+    names: tuple[str, ...]
+    worker: str
+
+    def configure(self, name: str, n: int, cfg: LossBenchConfig) -> tuple[dict, dict | None, str | None]:
+        """``(row fields, worker kwargs or None, why it cannot run or None)`` for row ``name`` at ``n`` rows."""
+
+    def columns(self, impl: str) -> dict:
+        """The descriptive columns of destila's own row ``impl`` (or ``floor``) in such a sweep."""
 
 
 def input_bytes(n: int, cfg: LossBenchConfig) -> int:
@@ -222,8 +239,10 @@ def time_against_floor(run, h, w, *, seq_len: int, chunk_size: int, repeats: int
             "threads": torch.get_num_threads(), "gpu": gpu}
 
 
-def run_loss_sweep(cfg: LossBenchConfig, on_row=None) -> list[dict]:
+def run_loss_sweep(cfg: LossBenchConfig, on_row=None, others: OtherRows | None = None) -> list[dict]:
     """Every (N, impl) configuration plus the floor, each in its own process. Rows as JSON-able dicts.
+
+    ``others``: further rows per N after destila's (see :class:`OtherRows`).
 
     ``floor_seconds`` of an impl's row is the floor timed in that impl's own
     process, interleaved with its runs; ``sweep_floor_seconds`` is the floor
@@ -233,8 +252,8 @@ def run_loss_sweep(cfg: LossBenchConfig, on_row=None) -> list[dict]:
     failed_at: dict[str, int] = {}
     for n in cfg.seq_lens:
         group = []
-        for impl in ("floor", *cfg.impls, *cfg.peers):
-            row = _run_one(impl, n, cfg, failed_at)
+        for impl in ("floor", *cfg.impls, *(others.names if others else ())):
+            row = _run_one(impl, n, cfg, failed_at, others)
             if row["status"] == "oom":
                 failed_at.setdefault(impl, n)
             group.append(row)
@@ -249,25 +268,22 @@ def run_loss_sweep(cfg: LossBenchConfig, on_row=None) -> list[dict]:
     return rows
 
 
-def _run_one(impl: str, n: int, cfg: LossBenchConfig, failed_at: dict) -> dict:
-    from destila.bench.peers_loss import DESTILA_DIVERGENCE, DESTILA_INPUTS, PEERS, peer_configuration
-
+def _run_one(impl: str, n: int, cfg: LossBenchConfig, failed_at: dict, others: OtherRows | None) -> dict:
+    other = others is not None and impl in others.names
     row = {"impl": impl, "seq_len": n, "hidden": cfg.hidden, "vocab": cfg.vocab, "top_k": cfg.top_k,
            "dtype": cfg.dtype, "device": cfg.device, "chunk_size": cfg.chunk_size, "status": None,
            "peak_bytes": None, "seconds": None, "times": None, "repeats_done": 0, "floor_seconds": None,
-           "floor_times": None, "predicted_bytes": predicted_bytes(impl, n, cfg) if impl not in PEERS else None,
+           "floor_times": None, "predicted_bytes": None if other else predicted_bytes(impl, n, cfg),
            "input_bytes": input_bytes(n, cfg), "error": None, **cfg.extra}
-    if cfg.peers:  # the columns that say what each row needs and computes
-        row.update(peer=f"destila: {impl}" if impl != "floor" else "lm_head GEMMs",
-                   inputs=DESTILA_INPUTS if impl != "floor" else "-",
-                   divergence=DESTILA_DIVERGENCE if impl != "floor" else "-")
     worker, kwargs = WORKER, None
-    if impl in PEERS:
-        fields, kwargs, reason = peer_configuration(impl, n, cfg)
+    if other:
+        fields, kwargs, reason = others.configure(impl, n, cfg)
         row.update(fields)
         if reason:
             return {**row, "status": "unavailable", "error": reason}
-        worker = PEER_WORKER
+        worker = others.worker
+    elif others is not None:  # the columns that say what each row needs and computes
+        row.update(others.columns(impl))
     if impl in failed_at:
         return {**row, "status": "skipped", "error": f"oom at seq_len={failed_at[impl]}"}
     if cfg.memory_budget is not None and row["predicted_bytes"] > cfg.memory_budget:
@@ -311,3 +327,11 @@ def summarise(rows: list[dict]) -> list[str]:
         lines.append(f"fused peak {first}→{fused_ns[-1]}: +{grew / 2**20:.1f} MiB; inputs+grads grow "
                      f"+{inputs / 2**20:.1f} MiB; one float32 N·V array would add {per_nv / 2**20:.0f} MiB")
     return lines
+
+
+def default_memory_budget(device: str) -> int | None:
+    """What ``destila bench loss`` allows a configuration when no budget is given: 60% of the memory available
+    now on CPU (so a sweep never pushes the machine into swap); none on CUDA (the card's own limit applies)."""
+    import psutil
+
+    return None if device.startswith("cuda") else int(0.6 * psutil.virtual_memory().available)

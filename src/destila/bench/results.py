@@ -12,6 +12,7 @@ import os
 import platform
 import shlex
 import sys
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -55,10 +56,6 @@ def write_jsonl(rows: list[dict], path: str | os.PathLike) -> None:
             f.write(json.dumps(row) + "\n")
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
 
 def write_csv(rows: list[dict], path: str | os.PathLike) -> None:
     """The same rows as CSV; columns in first-seen order, lists joined with ``;``."""
@@ -72,3 +69,12 @@ def write_csv(rows: list[dict], path: str | os.PathLike) -> None:
         for row in rows:
             writer.writerow({k: ";".join(f"{x:.6g}" for x in v) if isinstance(v, list) else v
                              for k, v in row.items()})
+
+
+@dataclass
+class OutputFiles:
+    """Where a benchmark writes its rows: JSON, CSV and a PNG plot (each optional)."""
+
+    json: str | None = field(default=None, metadata={"help": "write the rows as JSON", "metavar": "PATH"})
+    csv: str | None = field(default=None, metadata={"help": "write the same rows as CSV", "metavar": "PATH"})
+    plot: str | None = field(default=None, metadata={"help": "write a PNG plot", "metavar": "PATH"})

@@ -12,24 +12,15 @@ A cache is a folder::
 A shard is a safetensors file holding ``R`` consecutive rows (sequences) of
 length ``L``. Position t of a row holds the teacher's distribution of the
 token at t+1; only the ``P`` positions whose ``loss_mask`` is true (over the
-shard, row-major) carry targets. :func:`shard_schema` is the one declaration
-of what a shard holds, per encoding and target kind:
-
-every shard          ``sequence_index [R]`` int64, the global index of each row's sequence
-plain, per row       ``input_ids [R, L]`` int32, ``position_ids [R, L]`` int32 (restart at 0 per
-                     document), ``loss_mask [R, L]`` bool (true: the target at t is trained)
-plain, top-K         ``topk_ids [P, K]`` int32, ``topk_logprobs [P, K]`` float16/bfloat16/float32
-                     (log p over the full vocabulary, sorted descending), ``tail_logmass [P]``
-                     float32 (log of the mass outside the top-K, ``-inf`` when K = V)
-plain, sampled       ``sample_ids [P, S]`` int32, ``sample_counts [P, S]`` int32 (each position's
-                     distinct drawn ids by decreasing count, then padding with count 0)
-plain, hidden states ``teacher_hidden [P, n, D]`` float16 (with ``extras.hidden``: the teacher's
-                     outputs of n layers through the recorded projection; :mod:`destila.cache.extras`)
-compact              ``block_offsets [R+1]`` int64, ``blocks [bytes]`` uint8: row r is the zstd
-                     block ``blocks[offsets[r]:offsets[r+1]]`` (:mod:`destila.cache.codec`)
+shard, row-major) carry targets. Every shard holds ``sequence_index [R]``
+int64, the global index of each row's sequence; the rest is decided by the
+manifest's encoding (:mod:`destila.cache.encodings`: ``plain`` tensors or
+``compact`` zstd blocks) and target kind (:mod:`destila.cache.kinds`:
+``topk`` or ``sampled``); :func:`destila.cache.encodings.shard_schema` is the
+one declaration of a shard's tensors.
 
 Crash safety rests on three rules: a file is written under a temporary name,
-flushed, fsync'd and renamed (:func:`write_atomic`); the manifest is replaced
+flushed, fsync'd and renamed (:func:`destila.io.write_atomic`); the manifest is replaced
 the same way after every shard; and a shard file that the manifest does not
 name does not exist (the writer deletes such strays before resuming).
 """
@@ -39,9 +30,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from destila.io import write_atomic
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
@@ -49,11 +41,9 @@ TOKENIZER_DIR = "tokenizer"
 SHARD_PREFIX = "shard-"
 SHARD_SUFFIX = ".safetensors"
 PROGRESS_PREFIX = "progress-rank"
-TMP_MARK = ".tmp-"
 LOCK = ".lock"
 
 LOGPROB_DTYPES = ("float16", "bfloat16", "float32")
-ENCODINGS = ("plain", "compact")
 
 # safetensors' dtype codes, so that shard headers can be checked without torch.
 SAFETENSORS_DTYPES = {"int64": "I64", "int32": "I32", "bool": "BOOL", "uint8": "U8", "float16": "F16",
@@ -177,8 +167,8 @@ class Manifest:
         return float(self.targets["temperature"])
 
     def layout(self):
-        """The :class:`~destila.cache.codec.CompactLayout` of a compact cache."""
-        from destila.cache.codec import CompactLayout
+        """The :class:`~destila.cache.encodings.compact_blocks.CompactLayout` of a compact cache."""
+        from destila.cache.encodings.compact_blocks import CompactLayout  # the encodings import this module
 
         return CompactLayout(**self.compact)
 
@@ -209,33 +199,13 @@ class Manifest:
         return cls(**values)
 
 
-def shard_schema(manifest: Manifest, rows: int, positions: int | None = None,
-                 blob_bytes: int | None = None) -> dict[str, tuple[str, tuple]]:
-    """``{name: (dtype, shape)}`` of every tensor of a shard with ``rows`` rows (see the module docstring).
+class ShardFormatError(ValueError):
+    """A shard whose tensors do not have the names, dtypes or shapes its manifest implies."""
 
-    ``positions`` is the shard's number of trained positions ``P`` and
-    ``blob_bytes`` the length of a compact shard's ``blocks``; a ``None``
-    there leaves that dimension unchecked (``None`` in the shape).
-    """
-    length = manifest.seq_len
-    schema = {"sequence_index": ("int64", (rows,))}
-    if manifest.encoding == "compact":
-        schema["block_offsets"] = ("int64", (rows + 1,))
-        schema["blocks"] = ("uint8", (blob_bytes,))
-        return schema
-    schema.update(input_ids=("int32", (rows, length)), position_ids=("int32", (rows, length)),
-                  loss_mask=("bool", (rows, length)))
-    width = manifest.top_k
-    if manifest.target_kind == "topk":
-        schema.update(topk_ids=("int32", (positions, width)),
-                      topk_logprobs=(manifest.logprob_dtype, (positions, width)),
-                      tail_logmass=("float32", (positions,)))
-    else:
-        schema.update(sample_ids=("int32", (positions, width)), sample_counts=("int32", (positions, width)))
-    hidden = (manifest.extras or {}).get("hidden")
-    if hidden:
-        schema["teacher_hidden"] = ("float16", (positions, len(hidden["layers"]), hidden["dim"]))
-    return schema
+
+def row_index_schema(rows: int) -> dict[str, tuple[str, tuple]]:
+    """The tensor every shard holds, whatever its encoding: the global sequence index of each row."""
+    return {"sequence_index": ("int64", (rows,))}
 
 
 def schema_faults(found: dict[str, tuple[str, list]], schema: dict[str, tuple[str, tuple]]) -> list[str]:
@@ -303,10 +273,6 @@ def is_shard_file(name: str) -> bool:
     return name.startswith(SHARD_PREFIX) and name.endswith(SHARD_SUFFIX)
 
 
-def is_temporary(name: str) -> bool:
-    return TMP_MARK in name
-
-
 def encode_ranges(indices) -> list[list[int]]:
     """``[i0, i1, …]`` as ``[[start, stop, step], …]`` runs of constant step (greedy).
 
@@ -338,41 +304,3 @@ def sha256_file(path: Path, block: int = 1 << 22) -> str:
         while chunk := handle.read(block):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def fsync_dir(folder: Path) -> None:
-    """Make a rename inside ``folder`` durable (POSIX: the directory entry lives in the folder)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # some platforms cannot open directories; the rename is still atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the new one, never a mix.
-
-    The bytes go to a temporary file in the same folder, are fsync'd, then
-    renamed over ``path``. On failure (full disk, permissions) the temporary
-    file is removed and the old ``path`` is untouched.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-    fsync_dir(path.parent)

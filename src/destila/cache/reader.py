@@ -33,9 +33,10 @@ import numpy as np
 import torch
 
 from destila.cache.cheap_checks import check_manifest, order_fault, target_value_fault
-from destila.cache.codec import BlockError
-from destila.cache.format import MANIFEST, TOKENIZER_DIR, read_manifest, shard_file_fault
-from destila.cache.rows import ShardFormatError, ShardRows
+from destila.cache.encodings import encoding_of
+from destila.cache.encodings.compact_blocks import BlockError
+from destila.cache.format import MANIFEST, TOKENIZER_DIR, ShardFormatError, read_manifest, shard_file_fault
+from destila.cache.rows import ShardRows
 from destila.cache.tokenizer_files import check_tokenizer_files
 
 _VERIFY = ("first_touch", "open", "none")
@@ -75,8 +76,8 @@ class TopKCache(torch.utils.data.Dataset):
         hidden = (m.extras or {}).get("hidden") or {}
         # Teacher hidden states (``--hidden-layers``): which layers, at which stored width.
         self.hidden_layers, self.hidden_dim = hidden.get("layers"), hidden.get("dim")
-        plain_topk = m.encoding == "plain" and m.target_kind == "topk"
-        self.logprob_dtype = getattr(torch, m.logprob_dtype) if plain_topk else torch.float32
+        stored_dtype = encoding_of(m.encoding).stored_logprob_dtype(m)  # None: exact once decoded
+        self.logprob_dtype = getattr(torch, stored_dtype) if stored_dtype else torch.float32
         self.tokenizer_path = self.path / TOKENIZER_DIR
         self._shard_of = np.full(m.sequences, -1, dtype=np.int32)
         self._row_of = np.zeros(m.sequences, dtype=np.int64)

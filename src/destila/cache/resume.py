@@ -33,13 +33,11 @@ from destila.cache.format import (
     ShardInfo,
     Manifest,
     is_shard_file,
-    is_temporary,
     read_manifest,
     shard_file_fault,
-    write_atomic,
     write_manifest,
 )
-from destila.locks import exclusive_lock
+from destila.io import exclusive_lock, is_temporary, write_atomic
 
 log = logging.getLogger("destila.cache")
 
@@ -75,7 +73,7 @@ def release_folder(folder: Path, lock) -> None:
     """Close the lock of :func:`lock_folder`; a folder a refused build left holding only the lock loses it too.
 
     The lock file is deleted while still held, so no other build can be
-    holding it (:func:`destila.locks.exclusive_lock` rechecks the file it locked).
+    holding it (:func:`destila.io.exclusive_lock` rechecks the file it locked).
     """
     try:
         if [p.name for p in folder.iterdir()] == [LOCK]:

@@ -1,7 +1,8 @@
 """One shard's rows, decoded: stored fields (:meth:`ShardRows.stored`) and dense items (:meth:`ShardRows.item`).
 
 The reader, ``verify`` and ``inspect`` all go through this class, so every
-encoding and target kind is decoded in one place. A dense item of a row of
+encoding and target kind is decoded in one place (through their codecs,
+:mod:`destila.cache.encodings` and :mod:`destila.cache.kinds`). A dense item of a row of
 length ``L`` with ``W`` entries per position (K, or S for sampled targets)::
 
     input_ids      [L]     int64
@@ -25,13 +26,11 @@ import math
 import numpy as np
 import torch
 
-from destila.cache.codec import BlockError, decode_sampled_row, decode_topk_row
-from destila.cache.format import Manifest, ShardInfo, schema_faults, shard_schema
-from destila.losses.options import IGNORE_INDEX
-
-
-class ShardFormatError(ValueError):
-    """A shard whose tensors do not have the names, dtypes or shapes its manifest implies."""
+from destila.cache.encodings import encoding_of
+from destila.cache.encodings.compact_blocks import BlockError
+from destila.cache.format import Manifest, ShardFormatError, ShardInfo
+from destila.cache.kinds import kind_of
+from destila.constants import IGNORE_INDEX
 
 
 class ShardRows:
@@ -39,21 +38,10 @@ class ShardRows:
 
     def __init__(self, handle, manifest: Manifest, shard: ShardInfo):
         self.handle, self.manifest, self.shard = handle, manifest, shard
-        self.compact = manifest.encoding == "compact"
+        self.encoding = encoding_of(manifest.encoding)
         header = {name: (handle.get_slice(name).get_dtype(), handle.get_slice(name).get_shape())
                   for name in handle.keys()}
-        if self.compact:
-            self.offsets = handle.get_tensor("block_offsets").numpy() if "block_offsets" in header else None
-            blob = header.get("blocks", (None, [None]))[1][0]
-            faults = schema_faults(header, shard_schema(manifest, shard.rows, blob_bytes=blob))
-            if not faults and (self.offsets[0] != 0 or self.offsets[-1] != blob or np.any(np.diff(self.offsets) < 0)):
-                faults.append(f"block_offsets do not cut the {blob} bytes of blocks into {shard.rows} blocks")
-        else:
-            mask = handle.get_tensor("loss_mask") if "loss_mask" in header else None
-            positions = None if mask is None else int(mask.sum())
-            faults = schema_faults(header, shard_schema(manifest, shard.rows, positions))
-            if not faults:
-                self.offsets = np.concatenate([[0], np.cumsum(mask.sum(dim=1).numpy())])
+        self.offsets, faults = self.encoding.open(handle, header, manifest, shard)
         if faults:
             raise ShardFormatError("; ".join(faults))
 
@@ -61,33 +49,7 @@ class ShardRows:
         """Row ``row`` as stored (numpy): ``input_ids``, ``position_ids`` ``[L]``, ``loss_mask [L]`` bool, and
         for its P trained positions ``ids [P, W]`` with ``logprobs [P, W]`` + ``tail [P]`` (top-K) or
         ``counts [P, W]`` (sampled). Compact blocks decode to ids ascending per position."""
-        m = self.manifest
-        a, b = int(self.offsets[row]), int(self.offsets[row + 1])
-        if self.compact:
-            block = self.handle.get_slice("blocks")[a:b].numpy().tobytes()
-            if m.target_kind == "topk":
-                return decode_topk_row(block, m.seq_len, m.top_k, m.layout())
-            return decode_sampled_row(block, m.seq_len, m.top_k, m.layout())
-        get = self.handle.get_slice
-        fields = {
-            "input_ids": get("input_ids")[row].numpy().astype(np.int64),
-            "position_ids": get("position_ids")[row].numpy().astype(np.int64),
-            "loss_mask": get("loss_mask")[row].numpy(),
-        }
-        if m.target_kind == "topk":
-            lp = get("topk_logprobs")[a:b]
-            fields.update(ids=get("topk_ids")[a:b].numpy().astype(np.int64),
-                          logprobs=lp if lp.dtype == torch.bfloat16 else lp.numpy(),
-                          tail=get("tail_logmass")[a:b].numpy())
-        else:
-            fields.update(ids=get("sample_ids")[a:b].numpy().astype(np.int64),
-                          counts=get("sample_counts")[a:b].numpy().astype(np.int64))
-        if "teacher_hidden" in self.handle.keys():
-            fields["hidden"] = get("teacher_hidden")[a:b]
-        if int(fields["loss_mask"].sum()) != b - a:
-            raise ShardFormatError(f"row {row}: loss_mask has {int(fields['loss_mask'].sum())} trained positions, "
-                                   f"the shard stores {b - a}")
-        return fields
+        return self.encoding.stored(self.handle, self.manifest, self.offsets, row)
 
     def item(self, row: int) -> dict[str, torch.Tensor]:
         """Row ``row`` as a dense item (see the module docstring)."""
@@ -99,16 +61,7 @@ def dense_item(stored: dict, manifest: Manifest) -> dict[str, torch.Tensor]:
     mask = torch.from_numpy(np.asarray(stored["loss_mask"], dtype=bool))
     input_ids = torch.from_numpy(stored["input_ids"])
     length, width = mask.shape[0], manifest.top_k
-    ids = torch.from_numpy(stored["ids"])
-    if "counts" in stored:
-        counts = torch.from_numpy(stored["counts"])
-        logprobs = torch.where(counts > 0, counts.double().div(manifest.targets["samples"]).log(),
-                               -math.inf).float()
-        tail = torch.full((ids.shape[0],), -math.inf)
-    else:
-        logprobs = stored["logprobs"]
-        logprobs = logprobs if isinstance(logprobs, torch.Tensor) else torch.from_numpy(logprobs)
-        tail = torch.from_numpy(np.asarray(stored["tail"], dtype=np.float32))
+    ids, logprobs, tail = kind_of(manifest.target_kind).dense_targets(stored, manifest)
     # Entries by decreasing log-prob (ties: increasing id), whatever order the encoding stores.
     order = torch.sort(-logprobs.float(), dim=1, stable=True).indices
     ids, logprobs = ids.gather(1, order), logprobs.gather(1, order)

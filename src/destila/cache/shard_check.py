@@ -23,7 +23,8 @@ def open_checked_shard(folder: Path, manifest, shard, *, checksum: bool = True):
     from safetensors import safe_open
 
     from destila.cache.reader import CorruptShardError
-    from destila.cache.rows import ShardFormatError, ShardRows
+    from destila.cache.format import ShardFormatError
+    from destila.cache.rows import ShardRows
 
     file = Path(folder) / shard.name
     redo = (f"run `destila cache verify {folder}`, delete the damaged shard and run the same "

@@ -15,16 +15,21 @@ from pathlib import Path
 from typing import Sequence
 
 from destila.cache.extras import TeacherExtras
-from destila.cache.format import ENCODINGS, LOGPROB_DTYPES
-from destila.placement import DEVICE_MAPS
+from destila.cache.encodings import ENCODINGS, encoding_of
+from destila.cache.format import LOGPROB_DTYPES
+from destila.cache.kinds import kind_of
+from destila.placement import PlacementSpec
 from destila.targets.spec import TargetSpec
 
 TEACHER_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass
-class BuildSpec:
+class BuildSpec(PlacementSpec):
     """One teacher pass over ``data``, stored in the cache folder ``output``.
+
+    The teacher's placement (``device``, ``device_map``, ``max_memory``,
+    ``offload_folder``) is :class:`~destila.placement.PlacementSpec`'s, keyword-only.
 
     Only :data:`~destila.cache.format.CONTENT_FIELDS`-relevant fields
     (teacher, data, sequence length, targets, encoding, dtypes) change what
@@ -33,7 +38,8 @@ class BuildSpec:
     """
 
     teacher: str = field(metadata={
-        "help": "HF model folder, hub id, .gguf file, or 'smollm2'", "metavar": "TEACHER"})
+        "help": "HF model folder, hub id, .gguf file, or 'smollm2' (on the command line TEACHER may be repeated: "
+                "TEACHER1 TEACHER2 … DATA caches the mixture of those teachers)", "metavar": "TEACHER", "nargs": "+"})
     data: str | Path | Sequence[str] = field(metadata={
         "help": "'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder of them, or a folder datasets can load "
                 "(from Python also a list of documents)", "metavar": "DATA"})
@@ -49,18 +55,10 @@ class BuildSpec:
     encoding: str = field(default="plain", metadata={
         "help": "shard encoding: 'plain' (safetensors tensors any reader can load) or 'compact' (ids delta-coded, "
                 "log-probs quantised, zstd: a third of the bytes at K = 100; see docs/cache.md)",
-        "choices": ENCODINGS})
+        "choices": tuple(ENCODINGS)})
     logprob_dtype: str = field(default="float16", metadata={
         "help": "storage dtype of the top-K log-probs in the plain encoding", "choices": LOGPROB_DTYPES})
     batch_size: int = field(default=8, metadata={"help": "sequences per teacher forward"})
-    device: str = field(default="auto", metadata={"help": "auto (CUDA when present, else CPU), cpu, cuda, cuda:1, …"})
-    device_map: str | None = field(default=None, metadata={
-        "help": "spread a teacher too large for one device: auto (GPUs in order, then CPU memory, then disk; "
-                "accelerate big-model inference); --device is then ignored", "choices": list(DEVICE_MAPS)})
-    max_memory: str | None = field(default=None, metadata={
-        "help": "with --device-map: memory per device, e.g. 0=20GiB,1=20GiB,cpu=64GiB; the rest goes to disk"})
-    offload_folder: str | None = field(default=None, metadata={
-        "help": "with --device-map: folder for the layers offloaded to disk"})
     tensor_parallel: bool = field(default=False, metadata={
         "help": "under torchrun: shard the teacher across all the processes with transformers' tensor-parallel "
                 "plan (tp_plan=\"auto\"), for a teacher larger than one GPU; every process runs every sequence "
@@ -91,7 +89,7 @@ class BuildSpec:
         self.output = Path(self.output).expanduser()
         if not isinstance(self.extras, TeacherExtras):
             raise ValueError(f"extras: expected a TeacherExtras, found {type(self.extras).__name__}")
-        if self.extras.mixture and self.targets.kind != "topk":
+        if self.extras.mixture and not kind_of(self.targets.kind).supports_mixture:
             raise ValueError("teacher_weights: a mixture of teachers is stored as top-K targets; drop --kind sampled")
         if self.extras.hidden_layers is not None and self.targets.kind != "topk":
             raise ValueError("hidden_layers: teacher hidden states are stored beside top-K targets only; "
@@ -102,7 +100,7 @@ class BuildSpec:
         if self.tensor_parallel and self.extras.active:
             raise ValueError("tensor_parallel: runs one teacher without stored hidden states; drop --tensor-parallel "
                              "or the further teachers and --hidden-layers")
-        if self.extras.hidden_layers is not None and self.encoding != "plain":
+        if self.extras.hidden_layers is not None and not encoding_of(self.encoding).stores_hidden:
             raise ValueError("hidden_layers: teacher hidden states are stored in the plain encoding only; "
                              "drop --encoding compact")
 

@@ -17,15 +17,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import torch
+from safetensors import safe_open
+
 from destila.cache.cheap_checks import check_manifest, order_fault, target_value_fault
+from destila.cache.encodings import encoding_of
 from destila.cache.format import TOKENIZER_DIR, read_manifest
+from destila.cache.k_coverage import DEFAULT_COVERAGE, KCoverage, format_table, suggest_k
+from destila.cache.kinds import kind_of
+from destila.cache.reader import CorruptShardError
+from destila.cache.rows import ShardRows, dense_item
+from destila.cache.shard_check import open_checked_shard
 from destila.cache.tokenizer_files import check_tokenizer_files
-from destila.losses.options import IGNORE_INDEX
+from destila.constants import IGNORE_INDEX
 
 PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 
 
-def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
+def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: float = DEFAULT_COVERAGE) -> dict:
     """A JSON-ready summary of the cache at ``path`` (works on an incomplete cache too).
 
     ``bytes_per_token`` is shard bytes over stored tokens; ``bytes_per_entry``
@@ -33,15 +43,10 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
     top-K, or the distinct ids actually stored for sampled targets), counted
     over every shard. Every shard read for the statistics is first checked
     against the manifest (size, SHA-256, tensor shapes): a damaged one raises
-    ``ValueError`` naming it.
+    ``ValueError`` naming it. Top-K caches also get ``stats.k_coverage`` (per
+    K′ ≤ K, see :mod:`destila.cache.k_coverage`) and ``stats.k_suggestion``,
+    the smallest K′ whose mean covered mass reaches ``coverage``.
     """
-    import numpy as np
-    import torch
-
-    from destila.cache.reader import CorruptShardError
-    from destila.cache.rows import dense_item
-    from destila.cache.shard_check import open_checked_shard
-
     path = Path(path).expanduser()
     m = read_manifest(path)
     check_manifest(path, m)
@@ -87,11 +92,10 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
     hidden = (m.extras or {}).get("hidden")
     if m.extras:
         summary["extras"] = m.extras
-    if hidden and stored_tokens and m.target_kind == "topk":
-        # teacher_hidden is float16 [P, n, D]; P = the trained positions = stored entries / K.
-        positions = entries / m.top_k
-        summary["hidden_bytes_per_token"] = positions * len(hidden["layers"]) * hidden["dim"] * 2 / stored_tokens
+    if hidden and stored_tokens:  # teacher_hidden is float16 [P, n, D], P = the trained positions
+        summary["hidden_bytes_per_token"] = trained_count * len(hidden["layers"]) * hidden["dim"] * 2 / stored_tokens
     tails, masses, entropy_topk, entropy_bucket, taken = [], [], [], [], 0
+    k_table = KCoverage(m.top_k, m.vocab_size) if m.target_kind == "topk" else None
     for shard in m.shards:
         if max_sequences is not None and taken >= max_sequences:
             break
@@ -114,6 +118,8 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
         h_tail = torch.where(p_tail > 0, -p_tail * tail, torch.zeros_like(tail))
         masses.append(p.sum(-1).double().numpy())
         tails.append(tail.numpy())
+        if k_table is not None:
+            k_table.add(lp, tail)
         entropy_topk.append(h_topk.double().numpy())
         entropy_bucket.append((h_topk + h_tail).double().numpy())
         taken += rows
@@ -132,15 +138,14 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None) -> dict:
             "entropy_topk_mean": float(np.concatenate(entropy_topk).mean()),
             "entropy_bucket_mean": float(np.concatenate(entropy_bucket).mean()),
         }
+        if k_table is not None:
+            summary["stats"]["k_coverage"] = k_table.rows()
+            summary["stats"]["k_suggestion"] = suggest_k(k_table.rows(), coverage)
     return summary
 
 
 def _trained_positions(path: Path, m) -> int:
     """Positions with a target (the loss mask's count) over all stored shards."""
-    from safetensors import safe_open
-
-    from destila.cache.rows import ShardRows
-
     total = 0
     for shard in m.shards:
         with safe_open(str(path / shard.name), framework="pt") as handle:
@@ -154,22 +159,9 @@ def _trained_positions(path: Path, m) -> int:
 
 def _stored_entries(path: Path, m) -> int:
     """Target entries stored in all shards: trained positions × K, or the distinct ids of sampled targets."""
-    from destila.cache.shard_check import open_checked_shard
-
-    total = 0
-    for shard in m.shards:
-        reader = open_checked_shard(path, m, shard, checksum=False)  # size and schema; refuses a damaged shard
-        handle = reader.handle
-        if m.target_kind == "topk" and m.encoding == "plain":
-            total += handle.get_slice("topk_ids").get_shape()[0] * m.top_k
-            continue
-        if m.target_kind == "sampled" and m.encoding == "plain":
-            total += int((handle.get_tensor("sample_counts") > 0).sum())
-            continue
-        for r in range(shard.rows):
-            stored = reader.stored(r)
-            total += int((stored["counts"] > 0).sum()) if "counts" in stored else stored["ids"].size
-    return total
+    encoding = encoding_of(m.encoding)
+    # size and schema of each shard; refuses a damaged one
+    return sum(encoding.stored_entries(open_checked_shard(path, m, shard, checksum=False), m) for shard in m.shards)
 
 
 def _tokenizer_class(folder: Path) -> str | None:
@@ -181,10 +173,8 @@ def _tokenizer_class(folder: Path) -> str | None:
 
 def _targets_line(summary: dict) -> str:
     targets = summary["targets"]
-    if targets["kind"] == "sampled":
-        return f"S={targets['samples']} draws of V={summary['vocab_size']:,} (seed {targets['seed']})"
-    dtype = f", log-probs {summary['logprob_dtype']}" if summary["encoding"] == "plain" else ""
-    return f"top-K K={targets['top_k']} of V={summary['vocab_size']:,}{dtype}"
+    dtype = summary["logprob_dtype"] if encoding_of(summary["encoding"]).keeps_logprob_dtype else None
+    return kind_of(targets["kind"]).describe(targets, summary["vocab_size"], dtype)
 
 
 def _data_line(data: dict) -> str:
@@ -197,6 +187,14 @@ def _data_line(data: dict) -> str:
     return f"{', '.join(named)}, loss on {spec.get('loss_on')}, packing {spec.get('packing')}"
 
 
+def _size(count: int) -> str:
+    """``count`` bytes in the largest unit that keeps it ≥ 1 ("812 B", "3.4 KiB", "1.2 GiB")."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:,.1f} {unit}"
+    return f"{count} B"
+
+
 def format_summary(summary: dict) -> str:
     """The human-readable form printed by ``destila cache inspect``."""
     lines = [
@@ -205,7 +203,7 @@ def format_summary(summary: dict) -> str:
         f"= {summary['tokens']:,} tokens in {summary['shards']} shards",
         f"targets        {_targets_line(summary)}, {summary['encoding']} encoding, "
         f"temperature {summary['temperature']}",
-        f"disk           {summary['shard_bytes'] / 2**20:,.1f} MiB in shards"
+        f"disk           {_size(summary['shard_bytes'])} in shards"
         + (f", {summary['bytes_per_token']:.1f} bytes/token" if summary["bytes_per_token"] else "")
         + (f", {summary['bytes_per_entry']:.2f} bytes/entry" if summary["bytes_per_entry"] else ""),
         *([f"hidden states  layers {summary['extras']['hidden']['layers']} at D = "
@@ -233,4 +231,7 @@ def format_summary(summary: dict) -> str:
             f"entropy        top-K {stats['entropy_topk_mean']:.3f} nats, with tail bucket "
             f"{stats['entropy_bucket_mean']:.3f} nats (mean per position)"
         )
+        lines += format_table(stats.get("k_coverage") or [])
+        if stats.get("k_suggestion"):
+            lines.append(stats["k_suggestion"])
     return "\n".join(lines)

@@ -23,8 +23,8 @@ import os
 import shutil
 from pathlib import Path
 
-from destila.cache.format import TMP_MARK, TOKENIZER_DIR
-from destila.fs_errors import as_os_error
+from destila.cache.format import TOKENIZER_DIR
+from destila.io import TMP_MARK, as_os_error, publish_folder
 
 log = logging.getLogger("destila.cache")
 STAGING_PREFIX = f".{TOKENIZER_DIR}{TMP_MARK}"
@@ -94,7 +94,7 @@ def copy_tokenizer(tokenizer, output: Path, recorded: dict[str, str]) -> dict[st
         if target.exists():
             log.info("%s does not match the manifest's record: copied again from the teacher", target)
             shutil.rmtree(target)
-        os.replace(staging, target)
+        publish_folder(staging, target)
     except BaseException as err:
         shutil.rmtree(staging, ignore_errors=True)
         disguised = as_os_error(err, target) if isinstance(err, Exception) else None

@@ -2,7 +2,7 @@
 
 Checks, per shard: the file exists with the recorded size and SHA-256; it
 parses as safetensors with the tensors, dtypes and shapes the manifest
-implies (:func:`~destila.cache.format.shard_schema`); its ``sequence_index``
+implies (:func:`~destila.cache.encodings.shard_schema`); its ``sequence_index``
 equals the manifest's; every row decodes (each compact block is a zstd frame
 of exactly the bytes its loss mask implies). Per row: ids lie in
 ``[0, vocab)``, input ids too; each position's ids are distinct (compact:
@@ -21,23 +21,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import torch
+from safetensors import safe_open
+
 from destila.cache.format import (
     MANIFEST,
     TOKENIZER_DIR,
+    ShardFormatError,
     is_shard_file,
-    is_temporary,
     read_manifest,
     shard_file_fault,
 )
 from destila.cache.cheap_checks import manifest_faults
 from destila.cache.coverage import coverage_faults
+from destila.cache.encodings import encoding_of
+from destila.cache.encodings.compact_blocks import BlockError
+from destila.cache.kinds import kind_of
+from destila.cache.kinds.topk import MASS_TOLERANCE  # noqa: F401  (re-exported: what each storage dtype allows)
+from destila.cache.rows import ShardRows
 from destila.cache.tokenizer_files import tokenizer_faults
-
-# |log Σp| a position may show from rounding its K log-probs to the storage
-# dtype: about entropy × 2^-mantissa_bits (entropy ≤ ~10 nats), with margin.
-# Compact top-K and sampled targets are normalised exactly when decoded.
-MASS_TOLERANCE = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 1e-1, "exact": 1e-4}
-_SLACK = 1e-3  # log-probs are ≤ 0 up to float rounding of "top logit − logsumexp"
+from destila.io import is_temporary
 
 
 @dataclass
@@ -84,18 +88,7 @@ def verify_cache(path: str | Path) -> VerifyReport:
     return report
 
 
-def mass_tolerance(manifest) -> float:
-    plain_topk = manifest.encoding == "plain" and manifest.target_kind == "topk"
-    return MASS_TOLERANCE[manifest.logprob_dtype if plain_topk else "exact"]
-
-
 def _check_shard(path: Path, manifest, shard, report: VerifyReport) -> list[str]:
-    import numpy as np
-    from safetensors import safe_open
-
-    from destila.cache.codec import BlockError
-    from destila.cache.rows import ShardFormatError, ShardRows
-
     fault = shard_file_fault(path, shard)
     if fault is not None:
         return [fault]
@@ -120,60 +113,11 @@ def _check_shard(path: Path, manifest, shard, report: VerifyReport) -> list[str]
 
 
 def _check_row(stored: dict, manifest, report: VerifyReport) -> list[str]:
-    import numpy as np
-    import torch
-
     vocab, faults = manifest.vocab_size, []
-    ids, inputs = stored["ids"], stored["input_ids"]
-    hidden = stored.get("hidden")
+    inputs, hidden = stored["input_ids"], stored.get("hidden")
     if hidden is not None and not torch.isfinite(hidden).all():
         faults.append(f"{int((~torch.isfinite(hidden)).sum())} non-finite stored teacher hidden-state values")
     if inputs.min() < 0 or inputs.max() >= vocab:
         faults.append(f"input_ids outside [0, {vocab})")
-    if "counts" in stored:
-        counts = stored["counts"]
-        real = counts > 0
-        if (ids[real] < 0).any() or (ids[real] >= vocab).any():
-            faults.append(f"sample ids outside [0, {vocab})")
-        if (counts < 0).any() or (counts.sum(axis=1) != manifest.targets["samples"]).any():
-            faults.append(f"sample counts do not sum to S = {manifest.targets['samples']} at every position")
-        if _repeats(np.where(real, ids, -1 - np.arange(ids.shape[1])[None, :])):
-            faults.append("a position repeats a sampled id")
-        return faults
-    if ids.size and (ids.min() < 0 or ids.max() >= vocab):
-        faults.append(f"topk_ids outside [0, {vocab})")
-    if manifest.encoding == "compact":
-        if ids.shape[1] > 1 and (np.diff(ids, axis=1) <= 0).any():
-            faults.append("top-K ids not strictly ascending as the compact encoding stores them")
-    elif _repeats(ids):
-        faults.append("a position repeats a top-K id")
-    lp = stored["logprobs"]
-    lp = (lp if isinstance(lp, torch.Tensor) else torch.from_numpy(lp)).float()
-    tail = torch.from_numpy(np.asarray(stored["tail"]))
-    if not torch.isfinite(lp).all():
-        faults.append(f"{int((~torch.isfinite(lp)).sum())} non-finite top-K log-probs")
-    elif lp.numel() and lp.max() > _SLACK:
-        faults.append(f"top-K log-probs above 0 (max {lp.max().item():.3g})")
-    elif manifest.encoding == "plain" and (lp[:, 1:] > lp[:, :-1]).any():
-        faults.append("top-K log-probs not sorted in descending order")
-    bad_tail = ~torch.isfinite(tail)
-    if manifest.top_k == vocab:  # nothing is left out: the tail's log-mass is log 0
-        bad_tail &= ~torch.isneginf(tail)
-    if bad_tail.any():
-        faults.append(f"{int(bad_tail.sum())} non-finite tail log-masses")
-    elif tail.numel() and tail.max() > _SLACK:
-        faults.append(f"tail log-mass above 0 (max {tail.max().item():.3g})")
-    if not faults and lp.numel():
-        mass = torch.logsumexp(torch.cat([lp, tail[:, None]], dim=-1), dim=-1).abs().max().item()
-        report.max_mass_error = max(report.max_mass_error, mass)
-        tolerance = mass_tolerance(manifest)
-        if mass > tolerance:
-            faults.append(f"stored probabilities do not sum to 1: |log Σp| up to {mass:.3g} (> {tolerance})")
-    return faults
-
-
-def _repeats(ids) -> bool:
-    import numpy as np
-
-    ordered = np.sort(ids, axis=1)
-    return bool((ordered[:, 1:] == ordered[:, :-1]).any())
+    kind = kind_of(manifest.target_kind)
+    return faults + kind.check_row(stored, manifest, encoding_of(manifest.encoding), report)

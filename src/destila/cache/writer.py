@@ -34,6 +34,7 @@ from pathlib import Path
 
 from destila.cache import distributed
 from destila.cache.assemble import assemble_shard, write_shard
+from destila.cache.encodings import encoding_of
 from destila.cache.format import (
     FORMAT_VERSION,
     Manifest,
@@ -51,6 +52,7 @@ from destila.cache.resume import (
     refuse_different,
     write_progress,
 )
+from destila.cache.kinds import kind_of
 from destila.cache.spec import BuildSpec
 from destila.cache.tokenizer_files import copy_tokenizer
 from destila.placement import check_tensor_parallel, resolve_device
@@ -78,6 +80,8 @@ class BuildReport:
     rank: int = 0
     world_size: int = 1
     notes: list[str] = field(default_factory=list)
+    # Trained positions of the data no sequence trains, by reason (destila.data.PackedSource.dropped_positions).
+    dropped: dict = field(default_factory=dict)
 
     @property
     def pass_seconds(self) -> float:
@@ -115,7 +119,7 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
         _, manifest, source, model = _prepare(group, spec, device, held)
         report = BuildReport(
             output, manifest.sequences, manifest.tokens, manifest.complete,
-            rank=group.rank, world_size=group.world,
+            rank=group.rank, world_size=group.world, dropped=source.dropped_positions(),
         )
         if manifest.complete:
             report.nothing_to_do = True
@@ -157,13 +161,10 @@ def _content(spec: BuildSpec, tokenizer, source, data_fingerprint: str, vocab_si
     """The manifest fields a build decides before loading the teacher (its content, and the encoding's layout)."""
     from dataclasses import asdict
 
-    from destila.cache.codec import CompactLayout
     from destila.models import tokenizer_fingerprint
 
-    compact = None
-    if spec.encoding == "compact":
-        # ids of the tokenizer's range; the teacher's head is checked against it once loaded
-        compact = CompactLayout.for_vocab(vocab_size or max(len(tokenizer), 2)).to_dict()
+    # ids of the tokenizer's range; the teacher's head is checked against it once loaded
+    compact = encoding_of(spec.encoding).layout_record(vocab_size or max(len(tokenizer), 2))
     return dict(
         format_version=FORMAT_VERSION, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
         targets=asdict(spec.targets), encoding=spec.encoding, compact=compact, seq_len=spec.seq_len,
@@ -284,9 +285,7 @@ def _check_fits(model, source, spec: BuildSpec) -> None:
                 )
             break
     vocab = model.get_output_embeddings().weight.shape[0]
-    if spec.targets.kind == "topk" and spec.targets.top_k > vocab:
-        raise ValueError(f"top_k: {spec.targets.top_k} is larger than the teacher's vocabulary of {vocab}; "
-                         f"pass --top-k {vocab} or less")
+    kind_of(spec.targets.kind).check_vocab(spec.targets, vocab)
 
 
 def _teacher_pass(model, source, groups: list[list[int]], manifest, spec: BuildSpec, group, report) -> None:
@@ -367,27 +366,7 @@ def _teacher_pass(model, source, groups: list[list[int]], manifest, spec: BuildS
 
 def _head(hidden, weight, bias, manifest, spec: BuildSpec, sequences, mask) -> dict:
     """The targets of the trained positions ``hidden [P, H]`` of ``sequences`` (``mask [B, L]``), on the CPU."""
-    import torch
-
-    targets = spec.targets
-    if targets.kind == "sampled":
-        from destila.targets.sampled import position_keys, teacher_sample
-
-        rows, positions = mask.nonzero(as_tuple=True)
-        keys = position_keys(targets.seed, torch.tensor(sequences)[rows].numpy(), positions.numpy())
-        ids, counts = teacher_sample(hidden, weight, bias, keys, targets.samples, targets.temperature,
-                                     targets.head_chunk_rows)
-        return {"ids": ids.cpu(), "counts": counts.cpu()}
-    from destila.targets.head import teacher_topk
-
-    ids, logprobs, tail = teacher_topk(hidden, weight, bias, targets.top_k, targets.temperature,
-                                       targets.head_chunk_rows)
-    if not torch.isfinite(logprobs).all():
-        raise ValueError(
-            f"teacher: non-finite logits in the batch starting at sequence {sequences[0]} "
-            f"(teacher dtype {manifest.teacher_dtype}); try --dtype float32"
-        )
-    return {"ids": ids.cpu(), "logprobs": logprobs.cpu(), "tail": tail.cpu()}
+    return kind_of(spec.targets.kind).teacher_head(hidden, weight, bias, spec.targets, sequences, mask, manifest)
 
 
 def _split_rows(sequences, items, targets: dict) -> list[dict]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 
 from destila.cache.extras import TeacherExtras
 from destila.cache.spec import BuildSpec
@@ -12,6 +13,21 @@ from destila.targets.spec import TargetSpec
 
 # DataSpec fields that BuildSpec already declares (and the positional DATA).
 _BUILD_DATA_FIELDS = ("source", "text_field", "seq_len", "max_tokens")
+
+
+@dataclass
+class InspectRequest:
+    cache: str = field(metadata={"help": "the cache folder", "metavar": "CACHE"})
+    json: bool = field(default=False, metadata={"help": "print JSON instead of text"})
+    max_sequences: int | None = field(default=None, metadata={
+        "help": "compute the statistics on the first N sequences only"})
+    coverage: float = field(default=0.95, metadata={
+        "help": "suggest the smallest K′ whose mean covered teacher mass reaches this"})
+
+
+@dataclass
+class VerifyRequest:
+    cache: str = field(metadata={"help": "the cache folder", "metavar": "CACHE"})
 
 
 def register(subparsers) -> None:
@@ -32,18 +48,14 @@ def register(subparsers) -> None:
     add_fields(build.add_argument_group("targets (what the teacher provides per position)"), TargetSpec)
     add_fields(build.add_argument_group("several teachers, teacher hidden states"), TeacherExtras,
                exclude=("mixture_teachers",))
-    # TEACHER may be repeated (TEACHER1 TEACHER2 … DATA): the mixture of those teachers is cached.
-    next(a for a in build._actions if a.dest == "teacher").nargs = "+"
     build.set_defaults(func=_build)
 
     inspect = verbs.add_parser("inspect", help="counts, sizes and teacher-distribution statistics of a cache")
-    inspect.add_argument("cache", metavar="CACHE")
-    inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
-    inspect.add_argument("--max-sequences", type=int, help="compute the statistics on the first N sequences only")
+    add_fields(inspect, InspectRequest, positional=("cache",))
     inspect.set_defaults(func=_inspect)
 
     verify = verbs.add_parser("verify", help="check every shard's checksum, shapes and values; exit 1 if any fault")
-    verify.add_argument("cache", metavar="CACHE")
+    add_fields(verify, VerifyRequest, positional=("cache",))
     verify.set_defaults(func=_verify)
 
 
@@ -62,7 +74,7 @@ def _build(args) -> int:
     try:
         report = build_cache(spec)
     except Exception as err:  # a full disk reported by a Rust writer names no file: name the cache folder
-        from destila.fs_errors import as_os_error
+        from destila.io import as_os_error
 
         disguised = as_os_error(err, args.output)
         if disguised is None or disguised is err:
@@ -79,11 +91,29 @@ def _build(args) -> int:
         ranks = f" with the teacher split over {report.world_size} processes"
     print(
         f"{report.path}: wrote {report.written_sequences:,} sequences ({report.written_tokens:,} tokens){ranks} "
-        f"in {report.pass_seconds:.1f} s, {report.tokens_per_second:,.0f} tokens/s{resumed}; "
+        f"in {report.pass_seconds:.1f} s, {report.tokens_per_second:,.0f} tokens/s (every token the teacher read, "
+        f"trained or not){resumed}; "
         + ("cache complete" if report.complete else "cache INCOMPLETE: run the same command again")
         + f" ({report.sequences:,} sequences)"
     )
+    print(dropped_line(report.dropped))
     return 0 if report.complete else 1
+
+
+_DROP_REASONS = {
+    "row_seams": "at row seams (a document continuing in the next row has nothing before its first token there; "
+                 "--packing bfd never splits one)",
+    "after_the_last_row": "after the last row (the incomplete last row, or data past --max-tokens)",
+    "truncated": "beyond --seq-len in documents longer than a row",
+}
+
+
+def dropped_line(dropped: dict) -> str:
+    """One line naming the trained positions of the data the sequences leave out, and why."""
+    if not dropped:
+        return "dropped: no trained position of the data is left out"
+    parts = [f"{count:,} {_DROP_REASONS.get(reason, reason)}" for reason, count in dropped.items()]
+    return f"dropped {sum(dropped.values()):,} trained positions: " + "; ".join(parts)
 
 
 def _inspect(args) -> int:
@@ -91,7 +121,9 @@ def _inspect(args) -> int:
 
     from destila.cache.stats import format_summary, inspect_cache
 
-    summary = inspect_cache(args.cache, max_sequences=args.max_sequences)
+    if not 0.0 < args.coverage <= 1.0:
+        raise ValueError(f"--coverage: expected a fraction in (0, 1], found {args.coverage}")
+    summary = inspect_cache(args.cache, max_sequences=args.max_sequences, coverage=args.coverage)
     print(json.dumps(summary, indent=1) if args.json else format_summary(summary))
     return 0
 

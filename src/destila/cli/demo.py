@@ -2,59 +2,60 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 
-def parse_layer_list(text: str) -> list[int]:
-    """``"0-7,27-29"`` → ``[0, 1, ..., 7, 27, 28, 29]``; ValueError naming the expected form otherwise."""
-    kept = []
-    try:
-        for part in text.split(","):
-            low, dash, high = part.strip().partition("-")
-            kept += list(range(int(low), int(high) + 1)) if dash else [int(low)]
-    except ValueError:
-        raise ValueError(f"--layers: expected teacher layer indices like 0-7,27-29, found {text!r}") from None
-    return kept
+from destila.cli.fields import add_fields, values_of
+from destila.demo import DemoSettings  # light: no torch at import
+from destila.student.layers import parse_layer_list
 
 
-def format_layer_list(layers: list[int]) -> str:
-    """``[0, 1, ..., 7, 27, 28, 29]`` → ``"0-7,27-29"`` (the inverse of :func:`parse_layer_list`)."""
-    runs: list[list[int]] = []
-    for layer in sorted(layers):
-        if runs and layer == runs[-1][1] + 1:
-            runs[-1][1] = layer
-        else:
-            runs.append([layer, layer])
-    return ",".join(f"{low}-{high}" if high > low else str(low) for low, high in runs)
+@dataclass
+class DemoRun:
+    """The demo's flags: its output folder, and the settings a user may change (the rest are measured choices)."""
+
+    out: str = field(default="demo-out", metadata={"help": "output folder"})
+    minutes: float = field(default=DemoSettings.minutes, metadata={
+        "help": "wall-clock budget of the whole run; the cache size and the training steps are sized from "
+                "measured speed to fit it"})
+    layers: str = field(default="all", metadata={
+        "help": "teacher layers the student keeps: all, or indices and ranges such as 0-7,27-29"})
+    num_attention_heads: int = field(default=DemoSettings().student_width["num_attention_heads"], metadata={
+        "help": "query heads the student keeps, by activation importance (0: the teacher's)"})
+    num_key_value_heads: int = field(default=DemoSettings().student_width["num_key_value_heads"], metadata={
+        "help": "key/value heads the student keeps (0: the teacher's)"})
+    intermediate_size: int = field(default=DemoSettings().student_width["intermediate_size"], metadata={
+        "help": "MLP channels the student keeps, by activation importance (0: the teacher's)"})
+    train_tokens: int = field(default=DemoSettings.train_tokens, metadata={
+        "help": "at most this many cached training tokens"})
+    seeds: int = field(default=DemoSettings.seeds, metadata={
+        "help": "train every student with this many seeds and report the spread"})
+    teacher: str = field(default=DemoSettings.teacher, metadata={"help": "teacher (the embedded SmolLM2-135M)"})
+    force: bool = field(default=False, metadata={
+        "help": f"train even when fewer than {DemoSettings.min_steps} steps per student fit in --minutes (the demo "
+                "otherwise refuses before training); the report's first line then says so"})
+
+    def settings(self) -> DemoSettings:
+        layers = None if self.layers == "all" else parse_layer_list(self.layers)
+        width = {key: getattr(self, key) for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size")
+                 if getattr(self, key)}
+        return DemoSettings(teacher=self.teacher, minutes=self.minutes, student_layers=layers, student_width=width,
+                            train_tokens=self.train_tokens, seeds=self.seeds, force=self.force)
 
 
 def register(subparsers) -> None:
-    from destila.demo import DemoSettings  # light: no torch at import
-
-    defaults = DemoSettings()
-    layers = format_layer_list(defaults.student_layers)
     demo = subparsers.add_parser(
         "demo",
         help="distil the embedded SmolLM2-135M on Python's docs, end to end, and write a report",
         description="cache build → student init → offline fused distillation → cross-entropy-only baseline "
         "→ evaluation → report, all inside --minutes. Rerun to resume; finished stages are skipped.",
     )
-    demo.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
-    demo.add_argument("--minutes", type=float, default=defaults.minutes,
-                      help="wall-clock budget of the whole run; the cache size and the training steps are sized "
-                      f"from measured speed to fit it (default: {defaults.minutes:g})")
-    demo.add_argument("--layers", default=layers,
-                      help=f"teacher layers the student keeps, e.g. 0-5,29 (default: {layers})")
-    demo.add_argument("--train-tokens", type=int, default=defaults.train_tokens,
-                      help=f"at most this many cached training tokens (default: {defaults.train_tokens})")
-    demo.add_argument("--seeds", type=int, default=defaults.seeds,
-                      help="train every student with this many seeds and report the spread (default: 1)")
-    demo.add_argument("--teacher", default=defaults.teacher, help="teacher (default: the embedded SmolLM2-135M)")
+    add_fields(demo, DemoRun)
     demo.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from destila.demo import Demo, DemoSettings
+    from destila.demo import Demo
 
-    settings = DemoSettings(teacher=args.teacher, minutes=args.minutes, student_layers=parse_layer_list(args.layers),
-                            train_tokens=args.train_tokens, seeds=args.seeds)
-    Demo(args.out, settings).run()
+    request = DemoRun(**values_of(args, DemoRun))
+    Demo(request.out, request.settings()).run()
     return 0

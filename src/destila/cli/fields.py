@@ -11,7 +11,9 @@ an option is written here: each flag reads its field's metadata
 Naming: field ``seq_len`` is ``--seq-len`` (``--seq_len`` works too, as in
 ``destila train``). A bool field that defaults to True is turned off by
 ``--no-NAME`` (and by its aliases, e.g. ``--quiet``); one that defaults to
-False is turned on by ``--NAME``.
+False is turned on by ``--NAME``. Every command's parser is a
+:class:`destila.cli.parser.Parser`, which also accepts either spelling of a
+flag declared by hand and answers an unknown flag with "did you mean".
 """
 
 from __future__ import annotations
@@ -33,47 +35,65 @@ def _scalar_type(cls, name: str):
     return str
 
 
-def add_fields(parser: argparse.ArgumentParser, cls, *, positional=(), exclude=()) -> None:
-    """Add one argument per field of dataclass ``cls`` (minus ``exclude``) to ``parser``."""
-    for f in dataclasses.fields(cls):
-        if f.name in exclude:
-            continue
-        meta, kind = dict(f.metadata), _scalar_type(cls, f.name)
+def add_fields(parser, cls, *, positional=(), exclude=(), only=None, prefix: str = "", defaults=None) -> None:
+    """Add one argument per field of dataclass ``cls`` (minus ``exclude``; only ``only`` if given) to ``parser``.
+
+    ``prefix``: flags and destinations named ``prefix + field`` (``prefix="teacher_"``: field
+    ``device_map`` is ``--teacher-device-map``, read back by ``values_of(..., prefix="teacher_")``).
+    Metadata read besides ``help``: ``choices``, ``metavar``, ``aliases``, ``nargs`` and ``const``
+    (argparse's: several values, or a value that may be left out), ``type`` (a function reading the
+    flag's text, for a field that is not a plain bool/int/float/str) and ``default_text`` (the
+    default as the help shows it, when the value itself would not say it: bytes shown in GiB).
+    ``defaults``: ``{field: value}`` this command uses instead of the field's default.
+    """
+    for f in _selected(cls, exclude, only):
+        meta, kind = dict(f.metadata), f.metadata.get("type") or _scalar_type(cls, f.name)
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         default = f.default if f.default is not dataclasses.MISSING else None
+        if defaults and f.name in defaults:
+            default, has_default = defaults[f.name], True
+            meta.pop("default_text", None)
         help_text = meta.get("help", "")
+        dest = prefix + f.name
         if f.name in positional:
-            parser.add_argument(f.name, metavar=meta.get("metavar", f.name.upper()), help=help_text)
+            parser.add_argument(dest, metavar=meta.get("metavar", f.name.upper()), nargs=meta.get("nargs"),
+                                help=help_text)
             continue
-        dashed = "--" + f.name.replace("_", "-")
+        dashed = "--" + dest.replace("_", "-")
         names = [*(a for a in meta.get("aliases", []) if a.startswith("-") and len(a) == 2), dashed]
-        if "_" in f.name:
-            names.append("--" + f.name)
+        if "_" in dest:
+            names.append("--" + dest)
         long_aliases = [a for a in meta.get("aliases", []) if a not in names]
         if kind is bool:
             if default:
-                names = ["--no-" + f.name.replace("_", "-"), *long_aliases]
-                parser.add_argument(*names, dest=f.name, action="store_false", default=True, help=help_text)
+                names = ["--no-" + dest.replace("_", "-"), "--no_" + dest, *long_aliases]
+                parser.add_argument(*names, dest=dest, action="store_false", default=True, help=help_text)
             else:
-                parser.add_argument(*names, *long_aliases, dest=f.name, action="store_true", help=help_text)
+                parser.add_argument(*names, *long_aliases, dest=dest, action="store_true", help=help_text)
             continue
-        shown = f" (default: {default})" if default is not None else ""
+        shown = meta.get("default_text", ",".join(map(str, default)) if isinstance(default, tuple) else default)
+        shown = f" (default: {shown})" if shown is not None else ""
         parser.add_argument(
-            *names, *long_aliases, dest=f.name, type=kind, default=default, required=not has_default,
+            *names, *long_aliases, dest=dest, type=kind, default=default, required=not has_default,
             choices=meta.get("choices"), metavar=meta.get("metavar"), help=help_text + shown,
+            **{k: meta[k] for k in ("nargs", "const") if k in meta},
         )
 
 
-def values_of(args: argparse.Namespace, cls, *, exclude=()) -> dict:
-    """The parsed values of ``cls``'s fields (minus ``exclude``), ready for ``cls(**values)``."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.name not in exclude}
+def _selected(cls, exclude, only) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if f.name not in exclude and (only is None or f.name in only)]
 
 
-def given_flags(args: argparse.Namespace, cls, *, exclude=()) -> list[str]:
-    """The flags of ``cls``'s fields (minus ``exclude``) set to something other than their default."""
+def values_of(args: argparse.Namespace, cls, *, exclude=(), only=None, prefix: str = "") -> dict:
+    """The parsed values of ``cls``'s fields (as :func:`add_fields` selected them), ready for ``cls(**values)``."""
+    return {f.name: getattr(args, prefix + f.name) for f in _selected(cls, exclude, only)}
+
+
+def given_flags(args: argparse.Namespace, cls, *, exclude=(), only=None, prefix: str = "") -> list[str]:
+    """The flags of ``cls``'s fields (as :func:`add_fields` selected them) set to something other than their default."""
     given = []
-    for f in dataclasses.fields(cls):
+    for f in _selected(cls, exclude, only):
         default = f.default if f.default is not dataclasses.MISSING else None
-        if f.name not in exclude and getattr(args, f.name, default) != default:
-            given.append("--" + f.name.replace("_", "-"))
+        if getattr(args, prefix + f.name, default) != default:
+            given.append("--" + (prefix + f.name).replace("_", "-"))
     return given

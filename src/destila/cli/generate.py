@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from destila.cli.fields import add_fields, values_of
+
+
+@dataclass
+class GenerateInputs:
+    """The command's own flags, beside the sampling spec: what is read, where it is written, how it runs."""
+
+    teacher: str = field(metadata={"help": "HF model folder, hub id, .gguf file, or 'smollm2'", "metavar": "TEACHER"})
+    prompts: str = field(metadata={
+        "help": ".txt (one prompt per line), .jsonl, .json or .parquet", "metavar": "PROMPTS"})
+    output: str = field(metadata={
+        "help": "JSON-lines file (created, or resumed)", "metavar": "OUT", "aliases": ["-o"]})
+    prompt_field: str = field(default="prompt", metadata={"help": "field of text prompts"})
+    messages_field: str = field(default="messages", metadata={"help": "field of conversations"})
+    gguf_file: str | None = field(default=None, metadata={"help": "GGUF file name inside the TEACHER folder"})
+    batch_size: int = field(default=8, metadata={"help": "prompts per generate call"})
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, …"})
+    quiet: bool = field(default=False, metadata={"help": "no progress bar"})
 
 
 def register(subparsers) -> None:
@@ -16,16 +35,9 @@ def register(subparsers) -> None:
         '{"messages": [..., {"role": "assistant", ...}], "text": ...}. Killed at any point, the same command '
         "resumes; the finished file does not depend on where it was killed.",
     )
-    parser.add_argument("teacher", metavar="TEACHER", help="HF model folder, hub id, .gguf file, or 'smollm2'")
-    parser.add_argument("prompts", metavar="PROMPTS", help=".txt (one prompt per line), .jsonl, .json or .parquet")
-    parser.add_argument("-o", "--output", required=True, metavar="OUT", help="JSON-lines file (created, or resumed)")
+    add_fields(parser, GenerateInputs, positional=("teacher", "prompts"), only=("teacher", "prompts", "output"))
     add_fields(parser, GenerateSpec)
-    parser.add_argument("--prompt-field", default="prompt", help="field of text prompts (default: prompt)")
-    parser.add_argument("--messages-field", default="messages", help="field of conversations (default: messages)")
-    parser.add_argument("--gguf-file", help="GGUF file name inside the TEACHER folder")
-    parser.add_argument("--batch-size", type=int, default=8, help="prompts per generate call (default: 8)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, … (default: cpu)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_fields(parser, GenerateInputs, exclude=("teacher", "prompts", "output"))
     parser.set_defaults(func=run)
 
 

@@ -16,6 +16,7 @@ from importlib import import_module
 
 from destila.cli.errors import EXIT_ENVIRONMENT, EXIT_USER, USER_ERRORS, debug_requested, describe_os_error
 from destila.cli.errors import os_error_number
+from destila.cli.parser import Parser
 
 COMMANDS = ["cache", "student", "train", "eval", "bench", "demo", "generate", "recipe"]
 # Commands whose module parses the rest of the command line itself: ``run(argv)``.
@@ -29,7 +30,7 @@ class UserError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     from destila import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="destila",
         description="Knowledge distillation from a cached top-K teacher pass.",
     )
@@ -43,14 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _quiet_optional_engines() -> None:
-    """Drop DeepSpeed's import-time warning that a CPU machine has no GPU: users did not ask for it.
+    """Library noise off (see :mod:`destila.quiet`), and transformers' loading/writing bars off on the command line."""
+    from destila.quiet import quiet_library_noise, request_quiet_bars
 
-    DeepSpeed (an optional engine) is imported by accelerate whenever it is
-    installed; a logger filter survives DeepSpeed configuring its logger later.
-    """
-    import logging
-
-    logging.getLogger("DeepSpeed").addFilter(lambda record: "unable to detect it" not in record.getMessage())
+    quiet_library_noise()
+    request_quiet_bars()
 
 
 def main(argv: list[str] | None = None) -> None:

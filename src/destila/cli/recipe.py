@@ -2,7 +2,32 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from destila.cli.fields import add_fields, values_of
+
+_DATA_HELP = "'pydoc', a text file or folder (as for cache build)"
+
+
+@dataclass
+class ProgressiveRequest:
+    teacher: str = field(metadata={"help": "HF model folder, hub id, .gguf file, or 'smollm2'", "metavar": "TEACHER"})
+    data: str = field(metadata={"help": _DATA_HELP, "metavar": "DATA"})
+    stages: str = field(metadata={"help": "layer counts of the models in turn, e.g. 15,6"})
+
+
+@dataclass
+class SelfRequest:
+    model: str = field(metadata={
+        "help": "teacher or student: HF model folder, hub id, .gguf, 'smollm2'", "metavar": "MODEL"})
+    data: str = field(metadata={"help": _DATA_HELP, "metavar": "DATA"})
+    init: str = field(default="random", metadata={
+        "help": "weights the copy starts from (random: the born-again setting)", "choices": ["random", "copy"]})
+
+
+@dataclass
+class RecipeOutput:
+    out: str = field(metadata={"help": "output folder (created, or resumed)", "aliases": ["-o"]})
 
 
 def register(subparsers) -> None:
@@ -16,22 +41,17 @@ def register(subparsers) -> None:
         "model's top-K over DATA and distils from that cache; every model is then evaluated on held-out "
         "documents against the teacher. Rerun to resume; finished stages are skipped.",
     )
-    progressive.add_argument("teacher", metavar="TEACHER", help="HF model folder, hub id, .gguf file, or 'smollm2'")
-    progressive.add_argument("data", metavar="DATA", help="'pydoc', a text file or folder (as for cache build)")
-    progressive.add_argument("--stages", required=True, help="layer counts of the models in turn, e.g. 15,6")
+    add_fields(progressive, ProgressiveRequest, positional=("teacher", "data"))
     progressive.set_defaults(func=_progressive)
     self_ = verbs.add_parser(
         "self", help="a model distilled into a fresh copy of itself from its own cache (born-again)",
         description="Caches MODEL's top-K over DATA and distils it into a model of the same architecture, "
         "from random weights (born-again) or from its own weights (--init copy). Rerun to resume.",
     )
-    self_.add_argument("model", metavar="MODEL", help="teacher or student: HF model folder, hub id, .gguf, 'smollm2'")
-    self_.add_argument("data", metavar="DATA", help="'pydoc', a text file or folder (as for cache build)")
-    self_.add_argument("--init", default="random", choices=["random", "copy"],
-                       help="weights the copy starts from (default: random, the born-again setting)")
+    add_fields(self_, SelfRequest, positional=("model", "data"))
     self_.set_defaults(func=_self)
     for verb in (progressive, self_):
-        verb.add_argument("-o", "--out", required=True, help="output folder (created, or resumed)")
+        add_fields(verb, RecipeOutput)
         add_fields(verb, RecipeSettings)
 
 

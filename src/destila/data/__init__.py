@@ -3,10 +3,10 @@
     from destila.data import DataSpec, packed_source, collate
     spec = DataSpec("chat.jsonl", messages_field="messages", seq_len=1024)   # loss on assistant turns
     source = packed_source(spec, tokenizer)        # source[i]: input_ids, position_ids, loss_mask [L]
-    batch = collate([source[0], source[1]])        # + labels [B, L], position-aligned
+    batch = collate([source[0], source[1]])        # + labels [B, L], Hugging Face convention (unshifted)
 """
 
-from destila.data.collate import collate, next_token_labels, shift_labels
+from destila.data.collate import aligned_labels, collate, hf_labels, next_token_labels, shift_labels
 from destila.data.from_dataset import dataset_source
 from destila.data.loader import packed_source, texts_source
 from destila.data.naive import data_fingerprint, ids_fingerprint, pack_documents
@@ -16,7 +16,7 @@ from destila.data.spec import KINDS, LOSS_ON, PACKING, DataSpec
 from destila.data.store import TokenStore, build_store
 
 __all__ = [
-    "DataSpec", "dataset_source", "KINDS", "LOSS_ON", "PACKING", "PYDOC", "PackedSource", "TokenStore", "build_store", "collate",
+    "DataSpec", "aligned_labels", "dataset_source", "hf_labels", "KINDS", "LOSS_ON", "PACKING", "PYDOC", "PackedSource", "TokenStore", "build_store", "collate",
     "data_fingerprint", "ids_fingerprint", "load_records", "load_texts", "next_token_labels", "pack_documents",
     "packed_source", "pydoc_texts", "shift_labels", "texts_source",
 ]

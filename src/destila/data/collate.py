@@ -1,9 +1,13 @@
 """The one collate and the one label shift of the project.
 
 Every batch a model trains or is evaluated on goes through :func:`collate`.
-Labels come out aligned with positions: ``labels[b, t]`` is the token the
-model must predict at t (token t+1), or ``IGNORE_INDEX``; losses read them
-unshifted. Where the labels come from, in order:
+Its ``labels`` follow the Hugging Face convention: ``labels[b, t]`` is the
+token at t where it is a training target, else ``IGNORE_INDEX``, so
+``model(input_ids=..., labels=batch["labels"])`` computes the right
+cross-entropy (the model shifts them). The teacher's targets are aligned with
+positions (the distribution at t is for token t+1), so the losses read
+:func:`aligned_labels`: ``aligned[t] = labels[t+1]``, the token position t
+must predict. Which tokens are targets, in order (written here position-aligned):
 
 1. ``loss_mask`` (packed sources): ``labels[t] = input_ids[t+1]`` where ``loss_mask[t]``;
 2. cache items (they carry the teacher's ``topk_ids``): their ``labels`` are
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from destila.losses.options import IGNORE_INDEX
+from destila.constants import IGNORE_INDEX
 
 # Fields that are per-position and padded on the right; everything else is stacked as is.
 _PAD_VALUES = {"input_ids": None, "attention_mask": 0, "labels": IGNORE_INDEX, "loss_mask": False, "position_ids": 0}
@@ -45,6 +49,24 @@ def shift_labels(targets: torch.Tensor, valid: torch.Tensor | None = None) -> to
     if valid is not None:
         labels = labels.masked_fill(~valid, IGNORE_INDEX)
     return labels
+
+
+def aligned_labels(labels: torch.Tensor) -> torch.Tensor:
+    """Hugging Face-convention ``labels [..., T]`` to position-aligned ones: ``out[..., t] = labels[..., t+1]``.
+
+    Naive equivalent: ``[labels[t + 1] if t + 1 < T else -100 for t in range(T)]``.
+    """
+    return shift_labels(labels)
+
+
+def hf_labels(aligned: torch.Tensor) -> torch.Tensor:
+    """Position-aligned labels to the Hugging Face convention: ``out[..., t] = aligned[..., t-1]``, ``out[..., 0] = -100``.
+
+    The inverse of :func:`aligned_labels` (the last position never has a target).
+    """
+    out = torch.full_like(aligned, IGNORE_INDEX)
+    out[..., 1:] = aligned[..., :-1]
+    return out
 
 
 def next_token_labels(input_ids: torch.Tensor, loss_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -66,7 +88,7 @@ def collate(items: list[dict], pad_token_id: int = 0) -> dict[str, torch.Tensor]
     """Batch ``items`` (dicts of ``[T, ...]`` tensors or lists) into ``[B, T, ...]`` tensors with ``labels``.
 
     Returns the items' fields stacked (right-padded when lengths differ),
-    ``labels [B, T]`` as described in the module docstring, and
+    ``labels [B, T]`` in the Hugging Face convention (see the module docstring), and
     ``attention_mask [B, T]`` only when an item had one or padding was added:
     packed rows keep ``position_ids`` without an attention mask, which is what
     lets transformers build the per-document (block-diagonal) mask.
@@ -92,12 +114,13 @@ def collate(items: list[dict], pad_token_id: int = 0) -> dict[str, torch.Tensor]
     valid = real.clone()
     valid[..., :-1] &= real[..., 1:]
     if "loss_mask" in batch:
-        batch["labels"] = shift_labels(batch["input_ids"], valid & batch.pop("loss_mask").bool())
+        aligned = shift_labels(batch["input_ids"], valid & batch.pop("loss_mask").bool())
     elif "labels" in batch and "topk_ids" in batch:
-        batch["labels"] = batch["labels"].long().masked_fill(~real, IGNORE_INDEX)
+        aligned = batch["labels"].long().masked_fill(~real, IGNORE_INDEX)
     elif "labels" in batch:
         user = batch["labels"].long()
-        batch["labels"] = shift_labels(user, valid & (user != IGNORE_INDEX).roll(-1, dims=-1))
+        aligned = shift_labels(user, valid & (user != IGNORE_INDEX).roll(-1, dims=-1))
     else:
-        batch["labels"] = shift_labels(batch["input_ids"], valid)
+        aligned = shift_labels(batch["input_ids"], valid)
+    batch["labels"] = hf_labels(aligned)
     return batch

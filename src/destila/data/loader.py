@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from destila.data.formats import detect_format
 from destila.data.packed import PackedSource
 from destila.data.spec import DataSpec
 from destila.data.store import build_store, store_key, store_root
@@ -35,6 +36,7 @@ def packed_source(
     """
     from destila.models import tokenizer_fingerprint
 
+    spec = detect_format(spec)  # text, messages or prompt/completion, from the source's fields when none is named
     folder = Path(store_dir) if store_dir is not None else store_root() / store_key(spec, tokenizer_fingerprint(tokenizer))
     with (main_first or contextlib.nullcontext)():
         store = build_store(spec, tokenizer, folder)

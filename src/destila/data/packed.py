@@ -12,8 +12,15 @@
   transformers' packed-sequence masking makes each document attend only to
   itself; the position before a document start is not a target. A document
   cut by a row boundary continues in the next row from position 0.
+- ``packing="bfd"``: whole documents placed into rows by best-fit
+  decreasing (:mod:`destila.data.bfd`), never split; a document longer than
+  L is truncated to L. Each row is its documents end to end, positions
+  restarting at each, then padding.
 - ``packing="none"``: one document per row, truncated to L or padded with
   the pad (else EOS) token; padding is never a target.
+
+:meth:`PackedSource.dropped_positions` counts the trained positions a
+packing leaves out, and why.
 
 Naive equivalent of ``documents``::
 
@@ -33,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from destila.data.bfd import plan_bfd
 from destila.data.store import TokenStore
 
 
@@ -48,6 +56,9 @@ class PackedSource(torch.utils.data.Dataset):
         self.trim = trim and spec.packing == "none"
         if spec.packing == "documents":
             count = len(store.tokens) // self.seq_len  # the incomplete last row is dropped
+        elif spec.packing == "bfd":
+            self._row_offsets, self._row_documents = plan_bfd(np.diff(np.asarray(store.offsets)), self.seq_len)
+            count = len(self._row_offsets) - 1
         else:
             count = store.documents
         if spec.max_sequences is not None:
@@ -70,6 +81,8 @@ class PackedSource(torch.utils.data.Dataset):
         index %= self._count
         if self.spec.packing == "documents":
             ids, positions, mask = self._packed_row(index)
+        elif self.spec.packing == "bfd":
+            ids, positions, mask = self._bfd_row(index)
         else:
             ids, positions, mask = self._document_row(index)
             if self.trim:
@@ -108,6 +121,52 @@ class PackedSource(torch.utils.data.Dataset):
         positions = np.arange(self.seq_len)
         positions[used:] -= used
         return ids, positions, mask
+
+    def _bfd_row(self, index: int):
+        ids = np.full(self.seq_len, self.pad_token_id, dtype=np.int64)
+        positions = np.zeros(self.seq_len, dtype=np.int64)
+        mask = np.zeros(self.seq_len, dtype=bool)
+        at = 0
+        for document in self._row_documents[self._row_offsets[index] : self._row_offsets[index + 1]]:
+            begin, end = int(self.store.offsets[document]), int(self.store.offsets[document + 1])
+            used = min(end - begin, self.seq_len)
+            ids[at : at + used] = self.store.tokens[begin : begin + used]
+            positions[at : at + used] = np.arange(used)
+            mask[at : at + used - 1] = np.asarray(self.store.targets[begin + 1 : begin + used]).astype(bool)
+            at += used
+        positions[at:] = np.arange(self.seq_len - at)  # padding: its own block, as in _document_row
+        return ids, positions, mask
+
+    def dropped_positions(self) -> dict[str, int]:
+        """Trained positions of the store that no row trains, by reason (reasons with none left out).
+
+        - ``row_seams`` (documents): a document continuing past a row's end, whose next token is the
+          first of the next row, with nothing before it to predict it from;
+        - ``after_the_last_row``: the tokens past the last row (the incomplete last row of ``documents``,
+          or the rest of the data when ``max_tokens`` caps the rows);
+        - ``truncated``: the tokens of documents longer than ``seq_len`` beyond it (``bfd``, ``none``).
+        """
+        offsets = np.asarray(self.store.offsets)
+        targets = np.asarray(self.store.targets).astype(bool)  # a copy
+        targets[offsets[:-1][offsets[:-1] < len(targets)]] = False  # a document's first token: never a target
+        dropped = {}
+        if self.spec.packing == "documents":
+            used = self._count * self.seq_len
+            seams = np.arange(self.seq_len, used, self.seq_len)
+            opens = np.isin(seams, offsets)  # a row that starts a document loses nothing
+            dropped["row_seams"] = int(targets[seams[~opens]].sum())
+            dropped["after_the_last_row"] = int(targets[used:].sum())
+        else:
+            if self.spec.packing == "bfd":
+                documents = self._row_documents[: self._row_offsets[self._count]]
+            else:
+                documents = np.arange(self._count)
+            trained = np.concatenate([[0], np.cumsum(targets)])  # trained[i] = targets before token i
+            begins, ends = offsets[documents], offsets[documents + 1]
+            cut = np.minimum(ends, begins + self.seq_len)
+            dropped["truncated"] = int((trained[ends] - trained[cut]).sum())
+            dropped["after_the_last_row"] = int(targets.sum() - (trained[ends] - trained[begins]).sum())
+        return {reason: count for reason, count in dropped.items() if count}
 
     def rows(self, indices) -> dict[str, torch.Tensor]:
         """Items ``indices`` stacked: ``input_ids``, ``position_ids``, ``loss_mask`` ``[len(indices), L]``."""

@@ -14,7 +14,11 @@ at position j-1 counts). The packed source turns this into the per-position
   (``<|im_start|>assistant\\n`` in ChatML) through the turn's end marker
   (``<|im_end|>``), without the whitespace the template puts between turns.
 
-Assistant spans are found by rendering prefixes, which works with any
+A template with Hugging Face's ``{% generation %}`` markers says itself which
+tokens are the assistant's: its mask (``return_assistant_tokens_mask``, as
+TRL uses it) gives the targets, and templates that rewrite earlier turns
+(reasoning templates that drop past thoughts) work too. Without markers,
+assistant spans are found by rendering prefixes, which works with any
 template that renders a conversation as the concatenation of its turns::
 
     start = len(render(messages[:i], add_generation_prompt=True))
@@ -24,7 +28,17 @@ template that renders a conversation as the concatenation of its turns::
 
 from __future__ import annotations
 
+import re
 from typing import Callable
+
+# Hugging Face's assistant markers in a chat template: {% generation %} … {% endgeneration %}.
+_GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+def has_generation_markers(tokenizer) -> bool:
+    """True when the tokenizer's chat template marks assistant tokens with ``{% generation %}``."""
+    template = getattr(tokenizer, "chat_template", None)
+    return isinstance(template, str) and bool(_GENERATION_MARKER.search(template))
 
 
 def encoder(spec, tokenizer) -> Callable[[dict], dict]:
@@ -33,18 +47,23 @@ def encoder(spec, tokenizer) -> Callable[[dict], dict]:
         raise ValueError(
             f"tokenizer: {type(tokenizer).__name__} has no EOS token to end documents; set tokenizer.eos_token"
         )
-    if spec.kind == "messages":
-        if not getattr(tokenizer, "chat_template", None):
-            raise ValueError(
-                "tokenizer: has no chat template, so conversations cannot be rendered; use a teacher whose "
-                "tokenizer has one (an instruct model), or give plain text with --text-field"
-            )
-        if spec.loss_on == "assistant" and not getattr(tokenizer, "is_fast", False):
-            raise ValueError("tokenizer: assistant masks need a fast tokenizer (character offsets); pass --loss-on all")
-        return lambda batch: _encode_messages(batch[spec.messages_field], tokenizer, spec)
-    if spec.kind == "prompt_completion":
-        return lambda batch: _encode_pairs(batch[spec.prompt_field], batch[spec.completion_field], tokenizer, spec)
-    return lambda batch: _encode_text(batch[spec.text_field], tokenizer, spec)
+    check, encode = _KINDS[spec.kind]
+    check(tokenizer, spec)
+    return lambda batch: encode(*(batch[column] for column in spec.columns), tokenizer, spec)
+
+
+def _check_chat_tokenizer(tokenizer, spec) -> None:
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "tokenizer: has no chat template, so conversations cannot be rendered; use a teacher whose "
+            "tokenizer has one (an instruct model), or give plain text with --text-field"
+        )
+    if spec.loss_on == "assistant" and not getattr(tokenizer, "is_fast", False):
+        raise ValueError("tokenizer: assistant masks need a fast tokenizer (character offsets); pass --loss-on all")
+
+
+def _any_tokenizer(tokenizer, spec) -> None:
+    """Plain text and prompt/completion pairs need nothing beyond an EOS token."""
 
 
 def _tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
@@ -118,8 +137,8 @@ def assistant_spans(tokenizer, messages: list[dict]) -> tuple[str, list[tuple[in
         if not (upto.startswith(before) and text.startswith(upto)):
             raise ValueError(
                 "tokenizer: its chat template does not render a conversation as the concatenation of its turns "
-                f"(turn {i} changes the text before it), so assistant positions cannot be located; pass "
-                "--loss-on all"
+                f"(turn {i} changes the text before it), so assistant positions cannot be located; mark the "
+                "assistant's tokens in the template with {% generation %} … {% endgeneration %}, or pass --loss-on all"
             )
         end = len(upto.rstrip())
         spans.append((len(before), max(end, len(before))))
@@ -133,6 +152,12 @@ def _encode_messages(values, tokenizer, spec) -> dict:
         if not messages:
             ids.append([]), targets.append([])
             continue
+        if spec.loss_on == "assistant" and has_generation_markers(tokenizer):
+            encoded = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                                    return_assistant_tokens_mask=True)
+            ids.append(list(encoded["input_ids"]))
+            targets.append([bool(m) for m in encoded["assistant_masks"]])
+            continue
         if spec.loss_on == "all":
             text, spans = _render(tokenizer, messages), None
         else:
@@ -144,3 +169,11 @@ def _encode_messages(values, tokenizer, spec) -> dict:
             continue
         targets.append([any(start <= first < end for start, end in spans) for first, _ in encoded["offset_mapping"]])
     return {"input_ids": ids, "targets": targets}
+
+
+# Each kind of input (DataSpec.kind): the check of the tokenizer, then the batched encoder of its columns.
+_KINDS = {
+    "text": (_any_tokenizer, _encode_text),
+    "prompt_completion": (_any_tokenizer, _encode_pairs),
+    "messages": (_check_chat_tokenizer, _encode_messages),
+}

@@ -15,8 +15,15 @@ from dataclasses import dataclass, field, fields, replace
 
 KINDS = ("text", "messages", "prompt_completion")
 LOSS_ON = ("all", "assistant", "completion")
-PACKING = ("documents", "none")
+PACKING = ("bfd", "documents", "none")
 DEFAULT_LOSS_ON = {"text": "all", "messages": "assistant", "prompt_completion": "completion"}
+# Conversations and pairs are packed whole (a half conversation would be scored without its question).
+DEFAULT_PACKING = {"text": "documents", "messages": "bfd", "prompt_completion": "bfd"}
+
+
+# Each kind of input and the spec fields naming the source columns it reads.
+_KIND_FIELDS = {"text": ("text_field",), "messages": ("messages_field",),
+                "prompt_completion": ("prompt_field", "completion_field")}
 
 
 @dataclass(frozen=True)
@@ -49,10 +56,12 @@ class DataSpec:
                   "default: assistant for conversations, completion for pairs, all for text",
                   "choices": LOSS_ON},
     )
-    packing: str = field(
-        default="documents",
-        metadata={"help": "documents (concatenate; each document attends only to itself) or none "
-                  "(one document per row, truncated or padded)", "choices": PACKING},
+    packing: str | None = field(
+        default=None,
+        metadata={"help": "bfd (whole documents into rows, best-fit decreasing, never split; a document longer "
+                  "than --seq-len is truncated), documents (concatenate and cut every --seq-len tokens; each "
+                  "document attends only to itself) or none (one document per row, truncated or padded); "
+                  "default: bfd for conversations and pairs, documents for text", "choices": PACKING},
     )
     seq_len: int = field(default=512, metadata={"help": "tokens per sequence (default: 512)"})
     max_tokens: int | None = field(default=None, metadata={"help": "stop after this many tokens (whole sequences)"})
@@ -84,6 +93,8 @@ class DataSpec:
             flag = "--messages-field" if wanted == "messages" else "--prompt-field and --completion-field"
             raise ValueError(f"loss_on: {self.loss_on!r} needs {flag}; this source is read as {self.kind}; "
                              "pass --loss-on all or the fields")
+        if self.packing is None:
+            object.__setattr__(self, "packing", DEFAULT_PACKING[self.kind])
         if self.packing not in PACKING:
             raise ValueError(f"packing: expected one of {', '.join(PACKING)}, found {self.packing!r}")
         if self.seq_len < 2:
@@ -113,11 +124,7 @@ class DataSpec:
     @property
     def columns(self) -> tuple[str, ...]:
         """The source fields this spec reads."""
-        if self.kind == "messages":
-            return (self.messages_field,)
-        if self.kind == "prompt_completion":
-            return (self.prompt_field, self.completion_field)
-        return (self.text_field,)
+        return tuple(getattr(self, name) for name in _KIND_FIELDS[self.kind])
 
     @property
     def max_sequences(self) -> int | None:

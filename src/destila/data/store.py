@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from destila.io import publish_folder
+
 STORE_VERSION = 1
 _META = "store.json"
 _BATCH = 512  # documents per tokenizer call: enough for the fast tokenizer's batching, little memory
@@ -171,7 +173,7 @@ def _publish(staging: Path, folder: Path) -> None:
         return
     shutil.rmtree(folder, ignore_errors=True)
     try:
-        os.replace(staging, folder)
+        publish_folder(staging, folder)
     except OSError:
         if not (folder / _META).is_file():
             raise

@@ -6,31 +6,35 @@ import math
 
 import torch
 
+from destila.data.collate import aligned_labels
 from destila.losses import IGNORE_INDEX, distill_loss
-from destila.losses.options import DEFAULT_LOSS_CHUNK_ROWS
+from destila.losses.options import DEFAULT_CHUNK_SIZE
 from destila.models import decoder_of, output_head
-from destila.targets.online import full_vocab_divergence
+from destila.losses.divergences import full_vocab_divergence, get_divergence
 
 
 @torch.no_grad()
-def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_LOSS_CHUNK_ROWS) -> dict:
+def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                 divergence: str = "forward_kl", on_batch=None) -> dict:
     """Sums over the rows with a label, for ``batches`` of ``input_ids [B, L]`` and ``labels [B, L]``
     (plus the cache's top-K fields when evaluating against a cache).
 
     Returns ``rows``, ``nll`` (Σ −log q(label)), ``correct`` (argmax = label)
-    and, against a teacher or a cache, ``kl`` (Σ forward KL: over the full
-    vocabulary when ``teacher`` is given, else over the cache's top-K
-    buckets) and ``agree`` (argmax = teacher's top-1). Naive
+    and, against a teacher or a cache, the ``divergence``'s sum under its
+    metric name (``kl`` for forward KL; over the full vocabulary when
+    ``teacher`` is given, else over the cache's top-K buckets) and ``agree``
+    (argmax = teacher's top-1). Naive
     equivalent: full ``[N, V]`` logits of both models; here only
-    ``chunk_size × V`` at a time.
+    ``chunk_size × V`` at a time. ``on_batch(done, total)`` is called after each batch.
     """
     weight, bias = output_head(model)
+    metric = get_divergence(divergence).metric
     sums = {"rows": 0.0, "nll": 0.0, "correct": 0.0}
     if teacher is not None or "topk_ids" in batches[0]:
-        sums.update(kl=0.0, agree=0.0)
-    for batch in batches:
+        sums.update({metric: 0.0, "agree": 0.0})
+    for number, batch in enumerate(batches, start=1):
         input_ids = batch["input_ids"]
-        labels = batch["labels"].flatten()  # next tokens; IGNORE_INDEX where nothing is scored
+        labels = aligned_labels(batch["labels"]).flatten()  # next tokens; IGNORE_INDEX where nothing is scored
         # Position ids restart per packed document; an attention mask marks padding.
         layout = {k: batch[k] for k in ("position_ids", "attention_mask") if k in batch}
         hidden = decoder_of(model)(input_ids=input_ids, use_cache=False, **layout).last_hidden_state.flatten(0, 1)
@@ -38,9 +42,9 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_LOSS_CH
             _, stats = distill_loss(
                 hidden, weight, batch["topk_ids"].flatten(0, 1), batch["topk_logprobs"].flatten(0, 1),
                 batch["tail_logmass"].flatten(), labels,
-                bias=bias, chunk_size=chunk_size, return_stats=True,
+                bias=bias, chunk_size=chunk_size, divergence=divergence, return_stats=True,
             )
-            sums["kl"] += stats["soft"].item()
+            sums[metric] += stats["soft"].item()
             sums["agree"] += stats["agree"].item()
         if teacher is not None:
             t_weight, t_bias = output_head(teacher)
@@ -55,8 +59,10 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_LOSS_CH
             sums["correct"] += float((logits.argmax(-1) == target).sum())
             if teacher is not None:
                 t_logits = _logits(t_hidden[rows], t_weight, t_bias)[valid]
-                sums["kl"] += full_vocab_divergence(logits, t_logits, "forward_kl").sum().item()
+                sums[metric] += full_vocab_divergence(logits, t_logits, divergence).sum().item()
                 sums["agree"] += float((logits.argmax(-1) == t_logits.argmax(-1)).sum())
+        if on_batch is not None:
+            on_batch(number, len(batches))
     return sums
 
 
@@ -69,8 +75,9 @@ def metrics_from_sums(sums: dict) -> dict:
     rows = max(sums["rows"], 1.0)
     metrics = {"tokens": int(sums["rows"]), "perplexity": math.exp(sums["nll"] / rows),
                "cross_entropy": sums["nll"] / rows, "accuracy": sums["correct"] / rows}
-    if "kl" in sums:
-        metrics.update(kl_to_teacher=sums["kl"] / rows, top1_agreement=sums["agree"] / rows)
+    if "agree" in sums:  # against a teacher: its divergence (``kl_to_teacher`` for forward KL) and agreement
+        metric = next(k for k in sums if k not in ("rows", "nll", "correct", "agree"))
+        metrics.update({f"{metric}_to_teacher": sums[metric] / rows, "top1_agreement": sums["agree"] / rows})
     return metrics
 
 

@@ -26,9 +26,13 @@ def forward_tokens_per_second(model, input_ids, repeats: int = 3) -> float:
 
 
 @torch.no_grad()
-def generate(model, tokenizer, prompt: str, new_tokens: int) -> tuple[str, float]:
-    """Greedy continuation of ``prompt`` and the generation speed in new tokens/s."""
-    inputs = tokenizer(prompt, return_tensors="pt").to(model.device)
+def generate(model, tokenizer, prompt: str, new_tokens: int, templated: bool = False) -> tuple[str, float]:
+    """Greedy continuation of ``prompt`` and the generation speed in new tokens/s.
+
+    ``templated``: ``prompt`` is already rendered by the chat template, which
+    placed its own special tokens, so the tokenizer adds none.
+    """
+    inputs = tokenizer(prompt, return_tensors="pt", add_special_tokens=not templated).to(model.device)
     options = dict(do_sample=False, pad_token_id=tokenizer.eos_token_id)
     model.generate(**inputs, max_new_tokens=2, **options)  # warm-up
     start = time.perf_counter()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 METRICS = (  # key, label, format, show the ratio to the first model
+    ("tokens", "tokens scored", "{:,.0f}", False),
+    ("documents", "documents scored", "{:,.0f}", False),
     ("perplexity", "perplexity", "{:.2f}", True),
     ("accuracy", "next-token accuracy", "{:.1%}", True),
     # Against itself the teacher's KL is 0 (up to float16 rounding): no ratio.
@@ -40,11 +42,21 @@ def comparison_rows(results: list[dict]) -> list[tuple[str, list[str]]]:
     return rows
 
 
+_SCORED = {"all": None, "assistant": "scored: assistant turns only (the positions trained on)",
+           "completion": "scored: completions only (the positions trained on)"}
+
+
+def scored_note(results: list[dict]) -> str | None:
+    """One line saying which positions were scored, when not all of them (assistant turns, completions)."""
+    kinds = {r.get("scored_positions") or "all" for r in results}
+    return "; ".join(_SCORED.get(k) or f"scored: {k}" for k in sorted(kinds) if _SCORED.get(k, k)) or None
+
+
 def render_table(results: list[dict], title: str = "destila eval"):
     """A ``rich`` table: metrics as rows, models as columns, ratios to the first model."""
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=title, caption=scored_note(results))
     table.add_column("metric")
     for result in results:
         table.add_column(Path(result["model"]).name or result["model"], justify="right")
@@ -58,4 +70,5 @@ def markdown_table(results: list[dict]) -> str:
     names = [Path(r["model"]).name or r["model"] for r in results]
     lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in comparison_rows(results)]
-    return "\n".join(lines)
+    note = scored_note(results)
+    return "\n".join(lines + ([f"\n{note.capitalize()}."] if note else []))

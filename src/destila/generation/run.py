@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from destila.generation.prompts import Prompt, load_prompts
-from destila.locks import output_lock
+from destila.io import output_lock, write_atomic
 
 
 @dataclass(frozen=True)
@@ -114,12 +114,9 @@ def _agree_with_sidecar(out: Path, record: dict) -> None:
                 "command to resume it, or choose another -o"
             )
         return
-    tmp = side.with_name(side.name + ".tmp")
     try:
-        tmp.write_text(json.dumps(record, indent=2))
-        os.replace(tmp, side)
+        write_atomic(side, json.dumps(record, indent=2))
     except OSError as err:  # name the user's output, not the sidecar's temporary
-        tmp.unlink(missing_ok=True)
         raise OSError(err.errno, err.strerror, str(out)) from err
 
 

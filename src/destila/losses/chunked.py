@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from destila.losses.chunk import ChunkSums, chunk_loss_, teacher_buckets, total_loss
+from destila.losses.chunk_math import ChunkSums, chunk_loss_, teacher_buckets, total_loss
 from destila.losses.inputs import Batch, promoted_dtype
 from destila.losses.options import LossOptions
 

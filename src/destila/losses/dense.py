@@ -4,8 +4,10 @@ This is the paper's correctness baseline: the student's log-probabilities over
 the whole vocabulary, and a dense teacher grid rebuilt from the top-K (zero
 outside it), compared token by token. With ``tail="bucket"`` the teacher's
 rest mass is compared with the student's mass on the same tokens as one more
-term. Written independently of :mod:`destila.losses.chunk` (no shared
-maths), so the two check each other. Memory: several ``N × V`` tensors.
+term. It shares only the divergence's per-bucket terms with
+:mod:`destila.losses.chunk_math` (:mod:`destila.losses.divergences`), not their
+gradient weights: autograd differentiates the terms here, so the two check
+each other. Memory: several ``N × V`` tensors.
 
 Naive equivalent, forward KL, one row::
 
@@ -15,35 +17,14 @@ Naive equivalent, forward KL, one row::
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from destila.losses.chunk import ChunkSums, total_loss
+from destila.losses.chunk_math import ChunkSums, total_loss
+from destila.losses.divergences import get_divergence
 from destila.losses.inputs import Batch, promoted_dtype
 from destila.losses.options import LossOptions
-
-
-def _terms(p: Tensor, log_p: Tensor, log_q: Tensor, mask: Tensor, divergence: str, beta: float) -> Tensor:
-    """Elementwise divergence terms over matching teacher/student entries, 0 where ``mask`` is False.
-
-    Off the mask ``p`` must be 0 and ``log_p`` finite, so that no NaN reaches autograd.
-    """
-    q = log_q.exp()
-    if divergence == "forward_kl":
-        term = p * (log_p - log_q)
-    elif divergence == "reverse_kl":
-        term = q * (log_q - log_p)
-    elif divergence == "jsd":
-        log_m = torch.logaddexp(log_p + math.log(beta), log_q + math.log1p(-beta))
-        term = beta * p * (log_p - log_m) + (1.0 - beta) * q * (log_q - log_m)
-    elif divergence == "tvd":
-        term = 0.5 * (p - q).abs()
-    else:
-        raise ValueError(f"divergence: expected forward_kl, reverse_kl, jsd or tvd, found {divergence!r}")
-    return torch.where(mask, term, 0.0)
 
 
 def dense_loss(batch: Batch, options: LossOptions, want_hard: bool) -> tuple[Tensor, ChunkSums]:
@@ -68,12 +49,12 @@ def dense_loss(batch: Batch, options: LossOptions, want_hard: bool) -> tuple[Ten
     member = torch.zeros(log_q.shape, dtype=torch.uint8, device=log_q.device)
     member = member.scatter_add_(1, t.ids, t.valid.to(torch.uint8)).bool()
     p = torch.zeros_like(log_q).scatter_add_(1, t.ids, torch.where(t.valid, topk_lp.exp(), 0.0))
-    if options.divergence == "forward_kl":
-        # Σ p log p − Σ p log q: the textbook KL against the dense grid, two reductions, no log-p grid.
-        per_row = torch.xlogy(p, p).sum(dim=1) - (p * log_q).sum(dim=1)
+    divergence = get_divergence(options.divergence)
+    if divergence.dense_row_sums is not None:  # no log-p grid: one [N, V] tensor less
+        per_row = divergence.dense_row_sums(p, log_q)
     else:
         log_p = torch.zeros_like(log_q).scatter_add_(1, t.ids, torch.where(t.valid, topk_lp, 0.0))
-        per_row = _terms(p, log_p, log_q, member, options.divergence, options.beta).sum(dim=1)
+        per_row = divergence.terms(p, log_p, log_q.exp(), log_q, member, options.beta).sum(dim=1)
         del log_p
     del p
 
@@ -85,7 +66,7 @@ def dense_loss(batch: Batch, options: LossOptions, want_hard: bool) -> tuple[Ten
         rest_log_q = torch.log(torch.where(rest, rest_q, 1.0))
         rest_log_p = torch.where(rest, t.tail_logmass, 0.0)
         rest_p = torch.where(rest, rest_log_p.exp(), 0.0)
-        per_row = per_row + _terms(rest_p, rest_log_p, rest_log_q, rest, options.divergence, options.beta)
+        per_row = per_row + divergence.terms(rest_p, rest_log_p, rest_log_q.exp(), rest_log_q, rest, options.beta)
 
     soft = torch.where(t.keep, per_row, 0.0).sum()
     sums = ChunkSums(soft, hard, agree)

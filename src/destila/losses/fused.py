@@ -34,7 +34,7 @@ import contextlib
 import torch
 from torch import Tensor
 
-from destila.losses.chunk import ChunkSums, chunk_loss_, teacher_buckets, total_loss
+from destila.losses.chunk_math import ChunkSums, chunk_loss_, teacher_buckets, total_loss
 from destila.losses.inputs import Batch
 from destila.losses.options import LossOptions
 

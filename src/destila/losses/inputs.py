@@ -242,32 +242,32 @@ def _check_values(batch: Batch, options: LossOptions) -> None:
         return
     for start in blocks:  # only on failure: find the first offender and say what it is
         found = _problems(batch, start, min(start + _CHECK_BLOCK, batch.rows), options)
-        for kind, mask in found.items():
+        for problem, mask in found.items():
             if mask.any():
                 where = tuple(int(i) for i in mask.nonzero()[0])
-                _raise(kind, (start + where[0], *where[1:]), batch, options)
+                _raise(problem, (start + where[0], *where[1:]), batch, options)
 
 
-def _raise(kind: str, at: tuple[int, ...], batch: Batch, options: LossOptions) -> None:
+def _raise(problem: str, at: tuple[int, ...], batch: Batch, options: LossOptions) -> None:
     r = at[0]
     vocab = batch.weight.shape[0]
-    if kind == "logprob":
+    if problem == "logprob":
         raise ValueError(f"topk_logprobs: expected log-probabilities (≤ 0, or -inf for padding), found "
                          f"{batch.topk_logprobs[at].item()!r} at row {r}, entry {at[1]}; "
                          f"pass log_softmax values, not logits")
-    if kind == "id":
+    if problem == "id":
         raise ValueError(f"topk_ids: expected ids in [0, V) = [0, {vocab}) where topk_logprobs > -inf, "
                          f"found {batch.topk_ids[at].item()} at row {r}, entry {at[1]}; "
                          f"is the cache from another vocabulary?")
-    if kind == "repeat":
+    if problem == "repeat":
         row = [i for i, lp in zip(batch.topk_ids[r].tolist(), batch.topk_logprobs[r].tolist()) if lp > float("-inf")]
         repeated = next(i for i in row if row.count(i) > 1)
         raise ValueError(f"topk_ids: expected distinct ids in each row, found id {repeated} twice in row {r}; "
                          f"mark a repeated entry as padding with log-prob -inf")
-    if kind == "label":
+    if problem == "label":
         raise ValueError(f"labels: expected ids in [0, {vocab}) or ignore_index={options.ignore_index}, "
                          f"found {batch.labels[r].item()} at row {r}")
-    if kind == "tail":
+    if problem == "tail":
         raise ValueError(f"tail_logmass: expected a log-mass ≤ 0 (or -inf), found {batch.tail_logmass[r].item()!r} "
                          f"at row {r}")
     real = batch.topk_logprobs[r].double()

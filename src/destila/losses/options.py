@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-DIVERGENCES = ("forward_kl", "reverse_kl", "jsd", "tvd")
+from destila.constants import IGNORE_INDEX
+from destila.losses.divergences import divergence_help, divergence_names, get_divergence
+
+DIVERGENCES = divergence_names()  # the built-in ones; the registry may hold more
 TAILS = ("bucket", "renorm", "none")
 IMPLS = ("fused", "chunked", "dense")
-# Label value that leaves a row out of the loss (PyTorch's and transformers' convention).
-IGNORE_INDEX = -100
-DEFAULT_LOSS_CHUNK_ROWS = 2048
+DEFAULT_CHUNK_SIZE = 2048
 
 
 def _choice(name: str, value, allowed: tuple[str, ...]) -> None:
@@ -48,8 +49,7 @@ class LossOptions:
 
     divergence: str = field(default="forward_kl", metadata={
         "choices": list(DIVERGENCES),
-        "help": "forward_kl Σ p log(p/q); reverse_kl Σ q log(q/p); jsd β·KL(p‖m)+(1−β)·KL(q‖m) "
-                "with m = βp+(1−β)q; tvd ½ Σ |p−q|. All over the buckets chosen by `tail`."})
+        "help": divergence_help() + ". All over the buckets chosen by `tail`."})
     beta: float = field(default=0.5, metadata={"help": "JSD mixing weight β in (0, 1); ignored otherwise."})
     tail: str = field(default="bucket", metadata={
         "choices": list(TAILS),
@@ -68,12 +68,12 @@ class LossOptions:
         "choices": list(IMPLS),
         "help": "fused: lm_head inside the loss, [chunk, V] memory; chunked: full logits once, loss "
                 "over row chunks; dense: full [N, V] grids through autograd (the reference)."})
-    chunk_size: int = field(default=DEFAULT_LOSS_CHUNK_ROWS, metadata={
+    chunk_size: int = field(default=DEFAULT_CHUNK_SIZE, metadata={
         "help": "Rows per chunk for fused and chunked: the [chunk, V] float32 buffer is their "
                 "largest allocation. Ignored by dense."})
 
     def __post_init__(self) -> None:
-        _choice("divergence", self.divergence, DIVERGENCES)
+        get_divergence(self.divergence)  # a registered name, or the error listing them
         _choice("tail", self.tail, TAILS)
         _choice("impl", self.impl, IMPLS)
         # frozen dataclass: normalise ints to floats through object.__setattr__
@@ -90,5 +90,5 @@ class LossOptions:
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
             raise ValueError(
                 f"chunk_size: expected a positive int (rows per chunk), found {self.chunk_size!r}; "
-                f"{DEFAULT_LOSS_CHUNK_ROWS} (the default) was fastest on a 2-core CPU; smaller saves memory"
+                f"{DEFAULT_CHUNK_SIZE} (the default) was fastest on a 2-core CPU; smaller saves memory"
             )

@@ -13,7 +13,7 @@ Naive equivalent (builds ``[N, V]`` grids for every teacher at once)::
     topk_logprobs, topk_ids = log_m.topk(k, -1)
     tail_logmass = log_m.scatter(-1, topk_ids, -inf).logsumexp(-1)
 
-Here rows go ``chunk_size`` at a time through two float32 ``[C, V]`` buffers
+Here rows go ``head_chunk_rows`` at a time through two float32 ``[C, V]`` buffers
 (the running mixture and one teacher's log-probs), whatever the number of
 teachers. Teachers must share the tokenizer: token j must mean the same
 string to all of them, or the mixture mixes unrelated tokens.
@@ -25,6 +25,8 @@ import math
 from typing import Sequence
 
 import torch
+
+from destila.targets.spec import DEFAULT_HEAD_CHUNK_ROWS
 
 
 def normalised_weights(weights: Sequence[float], teachers: int) -> list[float]:
@@ -63,7 +65,7 @@ def mixture_topk(
     weights: Sequence[float],
     k: int,
     temperature: float = 1.0,
-    chunk_size: int = 1024,
+    head_chunk_rows: int = DEFAULT_HEAD_CHUNK_ROWS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Top-K of the weighted mixture of the teachers' distributions and its exact tail log-mass.
 
@@ -88,16 +90,17 @@ def mixture_topk(
             )
     if not 1 <= k <= vocab:
         raise ValueError(f"mixture_topk: k must be in [1, vocab size {vocab}], found {k}")
-    if not temperature > 0 or chunk_size < 1:
-        raise ValueError(f"mixture_topk: expected temperature > 0 and chunk_size ≥ 1, found {temperature}, {chunk_size}")
+    if not temperature > 0 or head_chunk_rows < 1:
+        raise ValueError(f"mixture_topk: expected temperature > 0 and head_chunk_rows ≥ 1, found {temperature}, "
+                         f"{head_chunk_rows}")
     device = hiddens[0].device
     log_weights = [math.log(w) for w in weights]
     topk_ids = torch.empty(rows, k, dtype=torch.int64, device=device)
     topk_logprobs = torch.empty(rows, k, dtype=torch.float32, device=device)
     tail_logmass = torch.empty(rows, dtype=torch.float32, device=device)
     with torch.no_grad():
-        for start in range(0, rows, chunk_size):
-            stop = min(start + chunk_size, rows)
+        for start in range(0, rows, head_chunk_rows):
+            stop = min(start + head_chunk_rows, rows)
             mixed = None
             for hidden, (weight, bias), log_w in zip(hiddens, heads, log_weights):
                 logits = hidden[start:stop].float() @ weight.float().T
@@ -120,18 +123,3 @@ def mixture_topk(
             topk_logprobs[start:stop] = values - total[:, None]
             tail_logmass[start:stop] = tail - total
     return topk_ids, topk_logprobs, tail_logmass
-
-
-def mixture_targets(models: Sequence, weights: Sequence[float], input_ids: torch.Tensor, k: int,
-                    temperature: float = 1.0, chunk_size: int = 1024, **forward) -> dict:
-    """The cache fields of the teachers' mixture for ``input_ids [B, T]``: ``topk_ids [B, T, K]``,
-    ``topk_logprobs [B, T, K]`` and ``tail_logmass [B, T]``; each teacher runs its decoder once."""
-    from destila.models import decoder_of, output_head
-
-    batch, length = input_ids.shape
-    with torch.no_grad():
-        hiddens = [decoder_of(m)(input_ids=input_ids, use_cache=False, **forward).last_hidden_state.reshape(batch * length, -1)
-                   for m in models]
-    ids, logprobs, tail = mixture_topk(hiddens, [output_head(m) for m in models], weights, k, temperature, chunk_size)
-    return {"topk_ids": ids.reshape(batch, length, k), "topk_logprobs": logprobs.reshape(batch, length, k),
-            "tail_logmass": tail.reshape(batch, length)}

@@ -13,36 +13,11 @@ import torch
 import torch.nn.functional as F
 
 from destila.targets.head import teacher_topk
-from destila.losses.options import IGNORE_INDEX
+from destila.constants import IGNORE_INDEX
+from destila.losses.divergences import full_vocab_divergence
 from destila.models import check_plain_head, decoder_of
 from destila.placement import head_weights, input_device
 from destila.targets.spec import TargetSpec
-
-
-def full_vocab_divergence(student_logits, teacher_logits, divergence: str, beta: float = 0.5, temperature: float = 1.0):
-    """Per-row divergence ``D(p‖q)`` over the whole vocabulary, ``[N, V] × [N, V] -> [N]``.
-
-    ``p = softmax(teacher_logits / T)``, ``q = softmax(student_logits / T)``,
-    both in float32. The same definitions as the bucket divergences of
-    :mod:`destila.losses`, applied to every token instead of K+1 buckets.
-    """
-    log_q = F.log_softmax(student_logits.float() / temperature, dim=-1)
-    log_p = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
-    p, q = log_p.exp(), log_q.exp()
-
-    def kl(probs, log_a, log_b):  # Σ a·(log a − log b), with 0·log 0 = 0
-        return torch.where(probs > 0, probs * (log_a - log_b), 0.0).sum(-1)
-
-    if divergence == "forward_kl":
-        return kl(p, log_p, log_q)
-    if divergence == "reverse_kl":
-        return kl(q, log_q, log_p)
-    if divergence == "jsd":
-        log_m = torch.logaddexp(log_p + torch.log(torch.tensor(beta)), log_q + torch.log(torch.tensor(1 - beta)))
-        return beta * kl(p, log_p, log_m) + (1 - beta) * kl(q, log_q, log_m)
-    if divergence == "tvd":
-        return 0.5 * (p - q).abs().sum(-1)
-    raise ValueError(f"divergence: expected forward_kl, reverse_kl, jsd or tvd, found {divergence!r}")
 
 
 def dense_online_loss(

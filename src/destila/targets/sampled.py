@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from destila.targets.spec import DEFAULT_HEAD_CHUNK_ROWS
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -64,7 +66,7 @@ def teacher_sample(
     keys: np.ndarray,
     samples: int,
     temperature: float = 1.0,
-    chunk_size: int = 1024,
+    head_chunk_rows: int = DEFAULT_HEAD_CHUNK_ROWS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``samples`` draws per row from ``softmax((hidden @ weight.T + bias) / temperature)``.
 
@@ -77,7 +79,7 @@ def teacher_sample(
         p = torch.softmax((hidden.double() @ weight.double().T + bias) / temperature, -1)
         draws = torch.multinomial(p, samples, replacement=True)
 
-    Per chunk of ``chunk_size`` rows one float32 ``[C, V]`` buffer holds the
+    Per chunk of ``head_chunk_rows`` rows one float32 ``[C, V]`` buffer holds the
     logits, then (in place) the probabilities and their running sum; each
     draw is the first id whose running sum exceeds ``u · total`` (inverse
     CDF). The running sum is float32: an id's chance is off by at most about
@@ -94,10 +96,10 @@ def teacher_sample(
     b32 = None if bias is None else bias.float() / temperature
     ids = torch.empty(rows, samples, dtype=torch.int64, device=device)
     counts = torch.empty(rows, samples, dtype=torch.int64, device=device)
-    full = torch.empty(min(chunk_size, rows), vocab, dtype=torch.float32, device=device)
+    full = torch.empty(min(head_chunk_rows, rows), vocab, dtype=torch.float32, device=device)
     with torch.no_grad():
-        for start in range(0, rows, chunk_size):
-            stop = min(start + chunk_size, rows)
+        for start in range(0, rows, head_chunk_rows):
+            stop = min(start + head_chunk_rows, rows)
             h = hidden[start:stop].float() / temperature
             buffer = full[: stop - start]
             if b32 is None:

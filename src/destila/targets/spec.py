@@ -14,7 +14,9 @@ import math
 from dataclasses import asdict, dataclass, field
 
 DEFAULT_HEAD_CHUNK_ROWS = 1024
-TARGET_KINDS = ("topk", "sampled")
+# Each kind and the fields that belong to it (the first is the entries a position holds).
+_KIND_FIELDS = {"topk": ("top_k",), "sampled": ("samples", "seed")}
+TARGET_KINDS = tuple(_KIND_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -66,13 +68,14 @@ class TargetSpec:
     @property
     def width(self) -> int:
         """Entries per position a reader returns: K for top-K, S (the most distinct ids) for sampled."""
-        return self.top_k if self.kind == "topk" else self.samples
+        return getattr(self, _KIND_FIELDS[self.kind][0])
 
     def content(self) -> dict:
         """The fields that change stored values (``head_chunk_rows`` does not, nor those of the other kind)."""
         values = asdict(self)
         values.pop("head_chunk_rows")
-        for name in ("samples", "seed") if self.kind == "topk" else ("top_k",):
+        own = _KIND_FIELDS[self.kind]
+        for name in {name for names in _KIND_FIELDS.values() for name in names} - set(own):
             values.pop(name)
         return values
 

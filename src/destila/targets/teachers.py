@@ -1,14 +1,15 @@
 """What a teacher pass computes per batch: one teacher's or a mixture's top-K, and optionally the
 teacher's chosen layer outputs through a fixed, recorded projection.
 
-The cache writer calls :meth:`TeacherSet.batch` on each micro-batch; the
-result holds the shard tensors for those sequences:
+The cache writer calls :meth:`TeacherSet.positions` on each micro-batch with
+its loss mask; the result holds, for the ``P`` trained positions, the rows
+the shard stores:
 
-- ``topk_ids [B, T, K]``, ``topk_logprobs [B, T, K]``, ``tail_logmass [B, T]``
-  (float32): :func:`~destila.targets.head.teacher_topk` for one teacher,
+- ``ids [P, K]``, ``logprobs [P, K]``, ``tail [P]`` (float32):
+  :func:`~destila.targets.head.teacher_topk` for one teacher,
   :func:`~destila.targets.mixture.mixture_topk` for several;
-- with a :class:`HiddenSpec`, ``teacher_hidden [B, T, n, D]`` float16: the
-  first teacher's outputs of layers ``spec.layers`` (see
+- with a :class:`HiddenSpec`, ``hidden [P, n, D]`` float16: the first
+  teacher's outputs of layers ``spec.layers`` (see
   :mod:`destila.targets.layers`) times the ``[H, D]`` projection.
 
 Naive equivalent::
@@ -24,10 +25,11 @@ from typing import Sequence
 
 import torch
 
-from destila.losses.hidden import fixed_projection
+from destila.losses.hidden_state_loss import fixed_projection
 from destila.targets.head import teacher_topk
 from destila.targets.layers import capture_layer_outputs, layer_count
 from destila.targets.mixture import mixture_topk
+from destila.targets.spec import DEFAULT_HEAD_CHUNK_ROWS
 
 HIDDEN_DTYPE = torch.float16
 PROJECTIONS = ("orthogonal", "identity")
@@ -80,7 +82,7 @@ class TeacherSet:
     """One teacher (``weights=None``) or several mixed with ``weights``, and an optional hidden-state spec."""
 
     def __init__(self, models: Sequence, weights: Sequence[float] | None, top_k: int, temperature: float = 1.0,
-                 chunk_rows: int = 1024, hidden: HiddenSpec | None = None):
+                 head_chunk_rows: int = DEFAULT_HEAD_CHUNK_ROWS, hidden: HiddenSpec | None = None):
         from destila.models import check_plain_head, decoder_of, output_head
 
         self.models = list(models)
@@ -90,7 +92,7 @@ class TeacherSet:
         for model in self.models:
             check_plain_head(model)
         self.weights = list(weights) if weights is not None else [1.0]
-        self.top_k, self.temperature, self.chunk_rows = top_k, temperature, chunk_rows
+        self.top_k, self.temperature, self.head_chunk_rows = top_k, temperature, head_chunk_rows
         self.decoders = [decoder_of(m) for m in self.models]
         self.heads = [output_head(m) for m in self.models]
         self.hidden = hidden
@@ -116,8 +118,8 @@ class TeacherSet:
     def _head(self, hiddens):
         if len(hiddens) == 1:
             weight, bias = self.heads[0]
-            return teacher_topk(hiddens[0], weight, bias, self.top_k, self.temperature, self.chunk_rows)
-        return mixture_topk(hiddens, self.heads, self.weights, self.top_k, self.temperature, self.chunk_rows)
+            return teacher_topk(hiddens[0], weight, bias, self.top_k, self.temperature, self.head_chunk_rows)
+        return mixture_topk(hiddens, self.heads, self.weights, self.top_k, self.temperature, self.head_chunk_rows)
 
     def _project(self, captured, rows=None):
         """``[N, n, D]`` float16: the captured layers (rows ``rows`` of the flattened ``[B·T]``) projected."""
@@ -126,18 +128,6 @@ class TeacherSet:
             states = [s[rows] for s in states]
         # Projected in float32, rounded to float16 once, for storage.
         return torch.stack([s.float() @ self.projection for s in states], dim=1).to(HIDDEN_DTYPE)
-
-    @torch.no_grad()
-    def batch(self, input_ids: torch.Tensor, **forward) -> dict:
-        """The targets of every position of ``input_ids [B, T]`` (see the module docstring)."""
-        batch, length = input_ids.shape
-        hiddens, captured = self._forward(input_ids, **forward)
-        ids, logprobs, tail = self._head(hiddens)
-        result = {"topk_ids": ids.view(batch, length, -1), "topk_logprobs": logprobs.view(batch, length, -1),
-                  "tail_logmass": tail.view(batch, length)}
-        if self.hidden is not None:
-            result["teacher_hidden"] = self._project(captured).view(batch, length, len(self.hidden.layers), -1)
-        return result
 
     @torch.no_grad()
     def positions(self, input_ids: torch.Tensor, mask: torch.Tensor, **forward) -> dict:

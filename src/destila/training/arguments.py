@@ -25,15 +25,17 @@ from transformers import TrainingArguments
 
 from destila.losses.options import LossOptions
 from destila.targets.spec import TargetSpec
-from destila.training.hidden import HiddenLossOptions
+from destila.training.hidden_distillation import HiddenLossOptions
 from destila.training.engines import check_engine, choose_device
+from destila.training.peft_student import LoraArguments
 
 ONLINE_LOSSES = ("dense", "topk")
 # ignore_index is the data path's business (every collate writes IGNORE_INDEX).
 _LOSS_FIELDS_LEFT_OUT = ("ignore_index",)
 # The online teacher computes top-K targets; temperature is shared with
 # LossOptions, and sampled targets (with their own seed) exist only in caches.
-ONLINE_TARGET_FIELDS = ("top_k", "head_chunk_rows")
+# top_k is declared below: it serves the cache too (K′ ≤ the cache's K).
+ONLINE_TARGET_FIELDS = ("head_chunk_rows",)
 
 # Trainer defaults that differ from TrainingArguments'. A student cut from its
 # teacher starts far from it: 5e-5 with linear decay barely moves it in the few
@@ -62,6 +64,10 @@ def _spec_fields(spec, keep, prefix: str = "") -> list[tuple]:
 
 def _own_fields() -> list[tuple]:
     return [
+        ("top_k", typing.Optional[int], field(default=None, metadata={
+            "help": "Teacher tokens per position the loss compares. From a cache: K′ ≤ the cache's K, read as its "
+                    "first K′ entries with the exact mass of the rest (default: the cache's K). Online: the "
+                    f"teacher's top-K (default: {TargetSpec.top_k})."})),
         ("eval_fraction", float, field(default=0.0, metadata={
             "help": "Fraction of the sequences held out for evaluation (0 disables)."})),
         ("online_loss", str, field(default="dense", metadata={
@@ -105,6 +111,7 @@ def _post_init(self) -> None:
     self.loss_options()  # validates every loss option, with LossOptions' messages
     self.target_spec()
     self.hidden_options()
+    self.lora_arguments()
     _check_reporters(self.report_to)
     choose_device(self)  # CPU-only machines: use_cpu, so torchrun gives DDP over gloo and bf16 is accepted
     TrainingArguments.__post_init__(self)
@@ -132,7 +139,14 @@ def _loss_options(self) -> LossOptions:
 
 def _target_spec(self) -> TargetSpec:
     """The :class:`TargetSpec` of the online teacher (temperature shared with the student's)."""
-    return TargetSpec(temperature=self.temperature, **{name: getattr(self, name) for name in ONLINE_TARGET_FIELDS})
+    top_k = {"top_k": self.top_k} if self.top_k is not None else {}
+    return TargetSpec(temperature=self.temperature, **top_k,
+                      **{name: getattr(self, name) for name in ONLINE_TARGET_FIELDS})
+
+
+def _lora_arguments(self) -> LoraArguments:
+    """The LoRA options (validated); ``lora_r = 0`` means a full student, no adapters."""
+    return LoraArguments(**{f.name: getattr(self, f.name) for f in dataclasses.fields(LoraArguments)})
 
 
 def _hidden_options(self) -> HiddenLossOptions:
@@ -147,6 +161,7 @@ DistillationArguments = dataclasses.make_dataclass(
         *_spec_fields(TargetSpec, lambda name: name in ONLINE_TARGET_FIELDS, prefix="Online only: "),
         *_own_fields(),
         *_spec_fields(HiddenLossOptions, lambda name: True),
+        *_spec_fields(LoraArguments, lambda name: True),
         *_changed_defaults(),
     ],
     bases=(TrainingArguments,),
@@ -155,12 +170,14 @@ DistillationArguments = dataclasses.make_dataclass(
         "loss_options": _loss_options,
         "target_spec": _target_spec,
         "hidden_options": _hidden_options,
+        "lora_arguments": _lora_arguments,
         "__doc__": "Training arguments for distillation from a top-K cache or an online teacher.\n\n"
                    "Every ``transformers.TrainingArguments`` field, plus the fields of "
-                   ":class:`destila.losses.LossOptions` (except ``ignore_index``), ``top_k`` and "
-                   "``head_chunk_rows`` of :class:`destila.targets.TargetSpec` for an online teacher, "
-                   "``eval_fraction``, ``online_loss``, ``allow_tokenizer_mismatch`` and the hidden-state "
-                   "options of :class:`destila.training.hidden.HiddenLossOptions`.",
+                   ":class:`destila.losses.LossOptions` (except ``ignore_index``), ``top_k`` (K′ from a cache, "
+                   "K online), ``head_chunk_rows`` of :class:`destila.targets.TargetSpec` for an online teacher, "
+                   "``eval_fraction``, ``online_loss``, ``allow_tokenizer_mismatch``, the hidden-state "
+                   "options of :class:`destila.training.hidden_distillation.HiddenLossOptions` and the LoRA options of "
+                   ":class:`destila.training.peft_student.LoraArguments` (``lora_r``, ...).",
     },
 )
 DistillationArguments.__module__ = __name__

@@ -38,9 +38,9 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from destila.cache.format import write_atomic
-from destila.locks import exclusive_lock
+from destila.io import exclusive_lock, write_atomic
 from destila.permissions import readable_by_all
+from destila.training.objective import check_resumed
 
 RUN_FILE = "destila_run.json"
 LOCK_FILE = ".lock"
@@ -61,6 +61,7 @@ class OutputClaim:
     resumed_steps: int = 0
     notes: list[str] = field(default_factory=list)
     lock: object = None
+    objective: dict | None = None  # what the resumed run recorded (see destila.training.objective)
 
     def release(self) -> None:
         if self.lock is not None:
@@ -69,13 +70,15 @@ class OutputClaim:
 
 
 def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, overwrite: bool = False,
-                     is_main: bool = True, identity: dict | None = None) -> OutputClaim:
+                     is_main: bool = True, objective: dict | None = None) -> OutputClaim:
     """Make ``out`` ready for a run: lock it, refuse another run's folder, pick the checkpoint to resume.
 
     ``resume``: True (the newest checkpoint of this folder's run) or a
-    checkpoint path. Raises ``ValueError``/``FileExistsError`` with the fix
-    when ``out`` cannot be used as asked. ``identity`` (:func:`run_identity`)
-    is recorded with a new run; a resume that would change it is refused.
+    checkpoint path. ``objective`` (:func:`destila.training.objective.objective_of`)
+    is recorded with a new run; a resume that would change it is refused
+    before anything in ``out`` changes, and a resumed claim carries the
+    recorded one in ``claim.objective``. Raises ``ValueError``/``FileExistsError``
+    with the fix when ``out`` cannot be used as asked.
     """
     out = Path(out)
     if resume and overwrite:
@@ -94,7 +97,7 @@ def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, over
     out.mkdir(parents=True, exist_ok=True)
     lock = _lock(out)
     try:
-        claim = _decide(out, resume, overwrite, identity or {})
+        claim = _decide(out, resume, overwrite, objective)
     except BaseException:
         lock.close()
         raise
@@ -102,16 +105,16 @@ def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, over
     return claim
 
 
-def _decide(out: Path, resume, overwrite: bool, identity: dict) -> OutputClaim:
+def _decide(out: Path, resume, overwrite: bool, objective: dict | None) -> OutputClaim:
     record = read_run_record(out)
     if overwrite:
         for item in out.iterdir():
             if item.name != LOCK_FILE:
                 shutil.rmtree(item) if item.is_dir() else item.unlink()
-        return _new_run(out, [f"train: deleted the previous run in {out} (--overwrite)"], identity)
+        return _new_run(out, [f"train: deleted the previous run in {out} (--overwrite)"], objective)
     if not _holds_run(out):
         return _new_run(out, [f"train: no run to resume in {out}; starting from the beginning"] if resume else [],
-                        identity)
+                        objective)
     if not resume:
         raise FileExistsError(
             f"train: the output folder already holds a training run at {out} ({_describe_run(out)}); "
@@ -122,7 +125,8 @@ def _decide(out: Path, resume, overwrite: bool, identity: dict) -> OutputClaim:
             f"train: the run in {out} has no {RUN_FILE} (written by an older destila), so its checkpoints cannot "
             "be told from another run's; pass --overwrite to start again, or resume with --resume CHECKPOINT"
         )
-    _refuse_changed(out, record.get("identity") or {}, identity)
+    if objective is not None:  # before the log is cut back to the checkpoint: a refused resume changes nothing
+        check_resumed(record.get("objective"), objective, out)
     run_id = record["run_id"]
     if resume is True:
         checkpoint = newest_checkpoint(out, run_id)
@@ -133,7 +137,7 @@ def _decide(out: Path, resume, overwrite: bool, identity: dict) -> OutputClaim:
     steps = _step_of(Path(checkpoint)) if checkpoint else 0
     cut_log(out / LOG_FILE, steps)
     notes = [] if checkpoint else [f"train: no complete checkpoint in {out}; starting from the beginning"]
-    return OutputClaim(out, run_id, checkpoint, steps, notes)
+    return OutputClaim(out, run_id, checkpoint, steps, notes, objective=record.get("objective"))
 
 
 def _follow(out: Path, resume) -> OutputClaim:
@@ -156,45 +160,10 @@ def _lock(out: Path):
     )
 
 
-def _new_run(out: Path, notes: list[str], identity: dict) -> OutputClaim:
+def _new_run(out: Path, notes: list[str], objective: dict | None = None) -> OutputClaim:
     run_id = uuid.uuid4().hex
-    write_run_record(out, run_id, identity=identity)
+    write_run_record(out, run_id, **({"objective": objective} if objective is not None else {}))
     return OutputClaim(out, run_id, None, 0, notes)
-
-
-# Besides its student and its data, what decides a run's trajectory: a resume must not change any of them.
-_TRAJECTORY_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps", "warmup_ratio", "weight_decay",
-                      "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "optim",
-                      "per_device_train_batch_size", "gradient_accumulation_steps", "seed")
-
-
-def run_identity(args, **sources) -> dict:
-    """What a run is made of: ``sources`` (student, cache, teacher, data, …) and the trajectory's arguments.
-
-    ``args``: the run's :class:`~destila.training.DistillationArguments`; every loss option counts too.
-    """
-    import dataclasses
-
-    from destila.losses.options import LossOptions
-
-    # impl and chunk_size change how the loss is computed, not its value: a resume may pick others (memory).
-    names = _TRAJECTORY_FIELDS + tuple(f.name for f in dataclasses.fields(LossOptions)
-                                       if f.name not in ("impl", "chunk_size"))
-    plain = lambda value: getattr(value, "value", value)  # noqa: E731  (enums such as SchedulerType)
-    settings = {name: plain(getattr(args, name)) for name in names if hasattr(args, name)}
-    return {**{k: v for k, v in sources.items() if v is not None}, **settings}
-
-
-def _refuse_changed(out: Path, recorded: dict, identity: dict) -> None:
-    """Refuse to resume the run in ``out`` with anything ``identity`` says differently from its record."""
-    changed = [f"{key}: the run has {recorded[key]!r}, this command {identity[key]!r}"
-               for key in recorded if key in identity and json.dumps(recorded[key], default=str)
-               != json.dumps(identity[key], default=str)]
-    if changed:
-        raise ValueError(
-            f"train: --resume would continue the run in {out} with other inputs or settings ({'; '.join(changed)}); "
-            "give the run's own, --overwrite to start again, or choose another -o"
-        )
 
 
 def write_run_record(folder: Path, run_id: str, **extra) -> None:

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from destila.fs_errors import as_os_error
+from destila.io import as_os_error
 from destila.models import SAVE_INCOMPLETE, load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
 from destila.permissions import readable_by_all
 from destila.targets.spec import check_training_temperature
 from destila.training.arguments import DistillationArguments
-from destila.training.hidden import hidden_term
+from destila.training.hidden_distillation import hidden_term
 from destila.training.callbacks import EngineReport, JsonlLogCallback
 from destila.data import DataSpec, collate, packed_source, texts_source
-from destila.training.datasets import Subset, split_indices
+from destila.training.datasets import Subset
+from destila.targets.truncate import check_top_k
+from destila.training.objective import objective_of
 from destila.training.peft_student import MERGED_DIR, LoraArguments, merge_adapter, with_adapters
-from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir, run_identity, write_failure
+from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir, write_failure
 
 
 def context_length(model) -> int | None:
@@ -72,7 +74,9 @@ def train_student(
 ) -> dict:
     """Train ``student`` from ``cache`` (offline) or from ``teacher`` on ``data`` (online).
 
-    Writes checkpoints and ``log.jsonl`` into ``out`` and, at the end, the
+    Writes checkpoints and ``log.jsonl`` into ``out`` and, at the end,
+    ``trainer_state.json``, ``train_results.json``, ``all_results.json``
+    (and ``eval_results.json``) as ``Trainer.save_state``/``save_metrics`` do, and the
     student (safetensors, config, tokenizer) loadable with
     ``AutoModelForCausalLM.from_pretrained(out)``; with ``lora`` adapters
     enabled, the adapter instead (``PeftModel.from_pretrained``), and with
@@ -105,17 +109,22 @@ def train_student(
         raise ValueError(f"train: args.output_dir is {args.output_dir} but out is {out}; they must agree")
     if eval_cache is not None and (args.eval_fraction > 0 or cache is None):
         raise ValueError("train: an eval cache goes with offline training (a cache) and eval_fraction 0")
+    if lora is None:
+        lora = args.lora_arguments()
+    elif args.lora_r and lora != args.lora_arguments():
+        raise ValueError("train: lora and the LoRA fields of args (lora_r, ...) disagree; give them in one place")
     model = load_causal_lm(student)
     if args.freeze_embeddings:
         model.get_input_embeddings().requires_grad_(False)
         output_head(model)[0].requires_grad_(False)
-    online = None
+    online, spec = None, None
     if cache is not None:
         from destila.cache import TopKCache
 
         source = TopKCache(cache)
         tokenizer = AutoTokenizer.from_pretrained(source.tokenizer_path)
         check_training_temperature(args.temperature, source.manifest.temperature, f"the cache {cache}")
+        check_top_k(args.top_k, source)
         check_student(
             model, student, vocab_size=source.vocab_size, fingerprint=source.manifest.tokenizer_fingerprint,
             seq_len=source.seq_len, allow_tokenizer_mismatch=args.allow_tokenizer_mismatch,
@@ -142,8 +151,7 @@ def train_student(
         model = with_adapters(model, lora)
     hidden = hidden_term(args.hidden_options(), model, teacher_model=online.model if online else None,
                          source=source)
-    train_ids, eval_ids = split_indices(len(source), args.eval_fraction)
-    eval_dataset = Subset(source, eval_ids) if eval_ids else None
+    eval_dataset = None  # with args.eval_fraction, the trainer holds out its split of the source
     if eval_cache is not None:
         from destila.cache import TopKCache
 
@@ -152,20 +160,18 @@ def train_student(
             raise ValueError(f"train: the eval cache {eval_cache} was built with another tokenizer than the "
                              "training cache; build both with the same teacher")
         eval_dataset = Subset(held_out, range(min(len(held_out), eval_sequences or len(held_out))))
+    objective = objective_of(args, cache=cache, teacher=teacher, data=spec, student=student,
+                             cache_content=source.manifest.ids_fingerprint if cache is not None else None)
     with args.main_process_first(desc="claiming the output folder"):
-        identity = run_identity(
-            args, student=_where(student), cache=_where(cache), teacher=_where(teacher),
-            cache_content=source.manifest.ids_fingerprint if cache is not None else None,
-            data=str(getattr(data, "source", data)) if isinstance(data, (str, Path, DataSpec)) else None)
         claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0,
-                                 identity=identity)
+                                 objective=objective)
     try:
         for note in claim.notes:
             print(note)
         trainer = DistillationTrainer(
             model=model,
             args=args,
-            train_dataset=Subset(source, train_ids),
+            train_dataset=source,
             eval_dataset=eval_dataset,
             data_collator=collate,
             processing_class=tokenizer,
@@ -183,11 +189,16 @@ def train_student(
         engine = EngineReport(trainer, out / LOG_FILE)
         trainer.add_callback(engine)
         result = trainer.train(resume_from_checkpoint=claim.checkpoint)
-        metrics = trainer.evaluate() if eval_dataset is not None else {}
+        metrics = trainer.evaluate() if trainer.eval_dataset is not None else {}
         flag = out / SAVE_INCOMPLETE  # until the last file is written, the folder is refused as a model
         if trainer.is_world_process_zero():
             flag.write_text("written by `destila train`; removed when the final save is complete\n")
         trainer.save_model(str(out))  # weights (or the adapter), config and (processing_class) tokenizer
+        # The files a Trainer script leaves: trainer_state.json, train_results.json, eval_results.json, all_results.json.
+        trainer.save_state()
+        trainer.save_metrics("train", result.metrics)
+        if metrics:
+            trainer.save_metrics("eval", metrics)
         if trainer.is_world_process_zero():
             readable_by_all(out)
             flag.unlink()
@@ -206,11 +217,3 @@ def train_student(
         claim.release()
     return {"train": result.metrics, "steps": result.global_step, "eval": metrics, "engine": engine.engine,
             "merged": str(merged) if merged else None}
-
-
-def _where(path) -> str | None:
-    """A model or cache argument as recorded with a run: an absolute path, or the name given (hub id, smollm2)."""
-    if path is None:
-        return None
-    local = Path(str(path)).expanduser()
-    return str(local.resolve()) if local.exists() else str(path)

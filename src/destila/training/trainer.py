@@ -22,12 +22,17 @@ from pathlib import Path
 import torch
 from transformers import Trainer
 
-from destila.losses.options import IGNORE_INDEX
+from destila.constants import IGNORE_INDEX
+from destila.data.collate import aligned_labels
+from destila.losses.divergences import get_divergence
 from destila.models import check_plain_head
 from destila.targets.online import OnlineTeacher, dense_online_loss
 from destila.training.engines import enable_cpu_fsdp
 from destila.training.head_loss import distill_through_forward
-from destila.training.hidden import HiddenDistillation, hidden_term
+from destila.training.datasets import Subset, split_indices
+from destila.training.hidden_distillation import HiddenDistillation, hidden_term
+from destila.training.student_model import student_model as _student
+from destila.targets.truncate import check_top_k, with_top_k
 
 _STATS = ("soft", "hard", "rows", "agree")
 
@@ -37,8 +42,9 @@ def _layout(inputs: dict) -> dict:
     return {key: inputs[key] for key in ("position_ids", "attention_mask") if key in inputs}
 
 
-def _with_data(kwargs: dict, cache, data_spec, model) -> dict:
-    """Trainer keyword arguments with the cache as training set, raw datasets tokenised and the default collator."""
+def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool) -> dict:
+    """Trainer keyword arguments with the cache as training set, raw datasets tokenised, the held-out
+    split of ``args.eval_fraction`` taken and the default collator."""
     import functools
 
     import datasets
@@ -58,6 +64,10 @@ def _with_data(kwargs: dict, cache, data_spec, model) -> dict:
     for key in ("train_dataset", "eval_dataset"):
         dataset = kwargs.get(key)
         if isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
+            if not has_teacher:
+                raise ValueError(f"DistillationTrainer: {key} is a datasets.Dataset, which holds no teacher targets, "
+                                 "and no teacher_model is given; pass a held-out cache (TopKCache) as eval_dataset, "
+                                 "or eval_fraction to hold out part of the cache, or teacher_model= to score it online")
             if tokenizer is None:
                 raise ValueError(f"DistillationTrainer: {key} is a datasets.Dataset; pass processing_class="
                                  "the teacher's tokenizer so it can be tokenised")
@@ -66,10 +76,34 @@ def _with_data(kwargs: dict, cache, data_spec, model) -> dict:
             else:
                 context = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 1024
                 kwargs[key] = dataset_source(dataset, tokenizer, seq_len=min(1024, context))
+    kwargs.update(_held_out(kwargs.get("train_dataset"), kwargs.get("eval_dataset"), args.eval_fraction))
     if kwargs.get("data_collator") is None:
         pad = getattr(tokenizer, "pad_token_id", None)
         kwargs["data_collator"] = functools.partial(collate, pad_token_id=pad if pad is not None else 0)
     return kwargs
+
+
+def _held_out(train, held, eval_fraction: float) -> dict:
+    """``{"train_dataset", "eval_dataset"}`` split by :func:`split_indices` (the split ``destila eval
+    --eval-fraction`` scores), or ``{}`` when ``eval_fraction`` is 0."""
+    if eval_fraction <= 0:
+        return {}
+    if held is not None:
+        raise ValueError(f"eval_fraction: {eval_fraction} holds out part of the training data, and an eval_dataset "
+                         "is given too; give one of them")
+    if train is None or not hasattr(train, "__len__"):
+        raise ValueError("eval_fraction: needs a training set of known length (a cache, or a datasets.Dataset "
+                         "that is not streamed); pass eval_dataset instead")
+    train_ids, eval_ids = split_indices(len(train), eval_fraction)
+    return {"train_dataset": Subset(train, train_ids), "eval_dataset": Subset(train, eval_ids)}
+
+
+def _cache_of(dataset):
+    """The :class:`~destila.cache.TopKCache` behind ``dataset`` (itself or a :class:`Subset` of it), else None."""
+    from destila.cache import TopKCache
+
+    dataset = getattr(dataset, "source", dataset) if isinstance(dataset, Subset) else dataset
+    return dataset if isinstance(dataset, TopKCache) else None
 
 
 class DistillationTrainer(Trainer):
@@ -96,9 +130,19 @@ class DistillationTrainer(Trainer):
                  data_spec=None, hidden: HiddenDistillation | None = None, **kwargs):
         if sum(x is not None for x in (teacher, teacher_model, cache)) > 1:
             raise ValueError("DistillationTrainer: give one source of targets: teacher_model, teacher or cache")
-        kwargs = _with_data(kwargs, cache, data_spec, args[0] if args else kwargs.get("model"))
-        super().__init__(*args, **kwargs)
+        if len(args) > 2:
+            raise TypeError("DistillationTrainer: pass model and args positionally, everything else by name")
+        model, arguments = (list(args) + [None, None])[:2]
+        model, arguments = kwargs.pop("model", model), kwargs.pop("args", arguments)
+        if arguments is None:
+            raise ValueError("DistillationTrainer: args= is required (a DistillationArguments)")
+        model, kwargs = _student(model, arguments, kwargs)
+        has_teacher = teacher is not None or teacher_model is not None
+        kwargs = _with_data(kwargs, cache, data_spec, model, arguments, has_teacher)
+        super().__init__(model, arguments, **kwargs)
         check_plain_head(self.model)
+        if _cache_of(self.train_dataset) is not None:
+            check_top_k(self.args.top_k, _cache_of(self.train_dataset))
         if teacher_model is not None:
             teacher = OnlineTeacher(teacher_model, self.args.online_loss, self.args.target_spec())
         self.teacher = teacher.to(self.args.device) if teacher is not None else None
@@ -113,9 +157,9 @@ class DistillationTrainer(Trainer):
         self.hidden = hidden.to(self.args.device) if hidden is not None else None
         self._hidden_window = torch.zeros(2, dtype=torch.float64)
         # Count valid labels for num_items_in_batch (the Trainer only does so
-        # for models that "accept loss kwargs"); our labels are already shifted.
+        # for models that "accept loss kwargs"); the labels are unshifted, as a causal LM's.
         self.model_accepts_loss_kwargs = True
-        self._loss_shifts_labels = False
+        self._loss_shifts_labels = True
         self._window = torch.zeros(len(_STATS), dtype=torch.float64)
 
     def create_accelerator_and_postprocess(self):
@@ -134,7 +178,8 @@ class DistillationTrainer(Trainer):
 
     def _distill(self, model, inputs: dict, num_items=None, **overrides):
         """``(loss, stats)`` for one batch, plus the hidden-state term when training with one."""
-        inputs = self._targets(inputs)
+        # Batches carry Hugging Face-convention labels; the targets at t are for token t+1.
+        inputs = {**self._targets(inputs), "labels": aligned_labels(inputs["labels"])}
         if self.hidden is None or overrides:  # evaluation measures the KL alone
             return self._kd(model, inputs, num_items, **overrides)
         with self.hidden.capture(model) as captured:
@@ -159,6 +204,9 @@ class DistillationTrainer(Trainer):
         return distill_through_forward(model, inputs, options, num_items, **_layout(inputs))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # Training reads K′ entries of a larger cache; evaluation keeps the cache's K, a yardstick
+        # shared by runs of any K′.
+        inputs = with_top_k(inputs, self.args.top_k)
         loss, stats = self._distill(model, inputs, num_items_in_batch)
         if model.training:
             self._window += torch.stack([stats[k].double().cpu() for k in _STATS])
@@ -201,21 +249,21 @@ class DistillationTrainer(Trainer):
         return sums
 
     @staticmethod
-    def _metrics(sums: torch.Tensor, prefix: str = "") -> dict:
+    def _metrics(sums: torch.Tensor, prefix: str = "", divergence: str = "forward_kl") -> dict:
         soft, hard, rows, agree = sums.tolist()
         rows = max(rows, 1.0)
         ce = hard / rows
         return {
-            f"{prefix}kl": soft / rows,
+            f"{prefix}{get_divergence(divergence).metric}": soft / rows,  # "kl" for forward KL, "jsd" for JSD
             f"{prefix}ce": ce,
             f"{prefix}ppl": math.exp(min(ce, 50.0)),
             f"{prefix}top1_agreement": agree / rows,
         }
 
     def log(self, logs: dict, *args, **kwargs) -> None:
-        """Add the training window's KL, CE, perplexity and top-1 agreement to each training log."""
+        """Add the training window's divergence, CE, perplexity and top-1 agreement to each training log."""
         if "loss" in logs and self._window[2] > 0:
-            logs = {**logs, **self._metrics(self._reduce(self._window))}
+            logs = {**logs, **self._metrics(self._reduce(self._window), divergence=self.args.divergence)}
             self._window.zero_()
         if "loss" in logs and self._hidden_window[1] > 0:
             # Each micro-batch's term is its share of its step's (÷ the whole accumulated batch's positions).

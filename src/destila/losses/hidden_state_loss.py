@@ -1,18 +1,21 @@
 """Hidden-state distillation: pull chosen student layers towards chosen teacher layers.
 
 Layer ``i`` means the output of decoder layer ``i`` (0-based, before the
-final norm; see :mod:`destila.targets.layers`). A layer map pairs student layers with teacher layers:
-``"auto"`` pairs student layer ``j`` of ``S`` with teacher layer
-``evenly_spaced_layers(T, S)[j]`` (the layers ``destila student init`` keeps,
-so a cut student starts close to its targets), and ``"s0:t0,s1:t6"`` names
-pairs explicitly.
+final norm; see :mod:`destila.targets.layers`). Which student layer meets
+which teacher layer (the layer map) is decided by the trainer
+(:func:`destila.training.hidden_distillation.parse_layer_map`).
 
 Per pair, the student's ``[B, L, H_s]`` states go through a learned linear
 projection to the teacher's width ``D`` (the teacher's ``H_t``, or the
 cache's recorded ``D``; no projection when the widths agree) and are compared
 per position:
 
-- ``mse``: ``mean_d (P s − t)²``;
+- ``nmse`` (the recommended choice): ``mean_d (P s − t)² / var_d(t)``, the
+  squared error in units of the teacher's own per-dimension variance over
+  the batch's masked-in positions, so the term is about 1 for a student
+  that knows nothing and is on the KL's scale whatever the model's width or
+  activation size (a raw ``mse`` on SmolLM2's layers is in the thousands);
+- ``mse``: ``mean_d (P s − t)²``, in the model's own units;
 - ``cosine``: ``1 − cos(P s, t)``.
 
 The loss is the mean over masked-in positions and over pairs. The
@@ -33,36 +36,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-HIDDEN_LOSSES = ("mse", "cosine")
+# Per-position distance of student states to teacher states, [..., D] × [..., D] (× mask [...]) → [...].
+_DISTANCES = {
+    "nmse": lambda s, t, mask: ((s - t).pow(2) / _teacher_variance(t, mask)).mean(-1),
+    "mse": lambda s, t, mask: (s - t).pow(2).mean(-1),
+    "cosine": lambda s, t, mask: 1.0 - F.cosine_similarity(s, t, dim=-1, eps=1e-8),
+}
+HIDDEN_LOSSES = tuple(_DISTANCES)
+# The teacher variance floor of ``nmse``: a dimension that never moves must not blow the term up.
+NMSE_VARIANCE_FLOOR = 1e-6
 
 
-def parse_layer_map(spec: str, student_layers: int, teacher_layers: int) -> list[tuple[int, int]]:
-    """``[(student_layer, teacher_layer), ...]`` from ``"auto"`` or ``"s0:t0,s1:t6"`` (also ``"0:0,1:6"``)."""
-    from destila.student import evenly_spaced_layers
-
-    if spec == "auto":
-        return list(enumerate(evenly_spaced_layers(teacher_layers, student_layers)))
-    pairs = []
-    for item in spec.split(","):
-        try:
-            left, right = item.strip().split(":")
-            pair = (int(left.strip().removeprefix("s")), int(right.strip().removeprefix("t")))
-        except ValueError:
-            raise ValueError(
-                f"layer_map: expected 'auto' or pairs like 's0:t0,s1:t6', found {item.strip()!r} in {spec!r}"
-            ) from None
-        if not (0 <= pair[0] < student_layers and 0 <= pair[1] < teacher_layers):
-            raise ValueError(
-                f"layer_map: pair {item.strip()!r} is out of range; the student has layers 0..{student_layers - 1} "
-                f"and the teacher 0..{teacher_layers - 1}"
-            )
-        pairs.append(pair)
-    if len({s for s, _ in pairs}) != len(pairs):
-        raise ValueError(f"layer_map: a student layer appears twice in {spec!r}; give each at most one target")
-    return pairs
-
-
-def hidden_state_loss(student: torch.Tensor, teacher: torch.Tensor, kind: str = "mse",
+def hidden_state_loss(student: torch.Tensor, teacher: torch.Tensor, kind: str = "nmse",
                       mask: torch.Tensor | None = None) -> torch.Tensor:
     """Mean per-position distance of ``student [..., D]`` to ``teacher [..., D]`` over ``mask [...]`` (bool).
 
@@ -74,16 +59,27 @@ def hidden_state_loss(student: torch.Tensor, teacher: torch.Tensor, kind: str = 
                          f"{tuple(teacher.shape)}")
     dtype = torch.float64 if student.dtype == torch.float64 else torch.float32
     s, t = student.to(dtype), teacher.detach().to(dtype)
-    if kind == "mse":
-        per_position = (s - t).pow(2).mean(-1)
-    elif kind == "cosine":
-        per_position = 1.0 - F.cosine_similarity(s, t, dim=-1, eps=1e-8)
-    else:
+    if kind not in _DISTANCES:
         raise ValueError(f"hidden_loss: expected one of {', '.join(HIDDEN_LOSSES)}, found {kind!r}")
+    per_position = _DISTANCES[kind](s, t, mask)
     if mask is None:
         return per_position.mean()
     mask = mask.to(torch.bool)
     return (per_position * mask).sum() / mask.sum().clamp_min(1)
+
+
+def _teacher_variance(teacher: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``[D]``: the variance of each dimension of ``teacher [..., D]`` over the masked-in positions.
+
+    Fewer than two positions have no spread; their mean square stands in (all masked out: ones, which
+    the empty mask then multiplies by zero)."""
+    flat = teacher.reshape(-1, teacher.shape[-1])
+    if mask is not None:
+        flat = flat[mask.reshape(-1).to(torch.bool)]
+    if flat.shape[0] == 0:
+        return torch.ones(teacher.shape[-1], dtype=teacher.dtype, device=teacher.device)
+    spread = flat.var(0, unbiased=False) if flat.shape[0] > 1 else flat.pow(2).mean(0)
+    return spread.clamp_min(NMSE_VARIANCE_FLOOR)
 
 
 class HiddenStateLoss(nn.Module):
@@ -94,7 +90,7 @@ class HiddenStateLoss(nn.Module):
     teacher (in the order of ``pairs``).
     """
 
-    def __init__(self, pairs: Sequence[tuple[int, int]], student_width: int, target_width: int, kind: str = "mse"):
+    def __init__(self, pairs: Sequence[tuple[int, int]], student_width: int, target_width: int, kind: str = "nmse"):
         super().__init__()
         if kind not in HIDDEN_LOSSES:
             raise ValueError(f"hidden_loss: expected one of {', '.join(HIDDEN_LOSSES)}, found {kind!r}")
@@ -129,19 +125,19 @@ class HiddenStateLoss(nn.Module):
         return total / len(self.pairs)
 
 
-def fixed_projection(width: int, dim: int, kind: str = "orthogonal", seed: int = 0) -> torch.Tensor:
+def fixed_projection(width: int, dim: int, projection: str = "orthogonal", seed: int = 0) -> torch.Tensor:
     """The recorded ``[width, dim]`` projection of teacher states stored in a cache.
 
     ``orthogonal``: the Q factor of a seeded Gaussian matrix (orthonormal
     columns, so distances within the kept subspace are preserved);
     ``identity``: ``dim`` must equal ``width``, states are stored as they are.
     """
-    if kind == "identity":
+    if projection not in ("orthogonal", "identity"):
+        raise ValueError(f"hidden_projection: expected orthogonal or identity, found {projection!r}")
+    if projection == "identity":
         if dim != width:
             raise ValueError(f"hidden_dim: the identity projection keeps the width {width}, found {dim}")
         return torch.eye(width)
-    if kind != "orthogonal":
-        raise ValueError(f"hidden_projection: expected orthogonal or identity, found {kind!r}")
     if not 1 <= dim <= width:
         raise ValueError(f"hidden_dim: expected 1 ≤ D ≤ the teacher's width {width}, found {dim}")
     generator = torch.Generator().manual_seed(seed)

@@ -1,7 +1,7 @@
 """The output-head benchmark's peer rows: the losses users would pick instead of destila's, as they ship.
 
-``destila bench loss --peers`` adds one row per peer to the sweep of
-:mod:`destila.bench.loss`, measured the same way (a fresh process per
+``python -m benchmarks.peers loss`` adds one row per peer to the sweep of
+:mod:`destila.bench.loss` (through its ``others`` rows), measured the same way (a fresh process per
 configuration, peak memory above the process baseline with inputs included,
 the median fwd+bwd time, the floor timed in the same process after each
 run). The peers' own code is imported and called; only the student's head
@@ -35,6 +35,9 @@ is the cross-entropy to the teacher, ``−Σ p log q``: the forward KL plus the
 teacher's entropy, the same gradient. ``tests/bench/test_peers_loss.py``
 checks each value against destila's on a small case where both compute the
 same quantity (K = V).
+
+This module and its neighbours are the only code that imports trl,
+torchtune or liger-kernel; the ``destila`` package never does.
 """
 
 from __future__ import annotations
@@ -42,7 +45,11 @@ from __future__ import annotations
 import importlib.util
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from destila.bench.loss import DTYPE_BYTES, LossBenchConfig
+from destila.bench.parsing import name_list
 
 
 @dataclass(frozen=True)
@@ -174,23 +181,48 @@ def peer_loss(peer: str, hidden, weight, teacher: dict, labels, *, beta: float =
     raise ValueError(f"peer: expected one of {', '.join(PEERS)}, found {peer!r}")
 
 
-def peer_configuration(peer: str, n: int, cfg) -> tuple[dict, dict | None, str | None]:
-    """``(row fields, worker kwargs or None, why not run)`` for ``peer`` at ``n`` rows of ``cfg`` (a LossBenchConfig)."""
-    from destila.bench.loss import DTYPE_BYTES
+@dataclass
+class PeerRows:
+    """The peers' rows of a loss sweep (:class:`destila.bench.loss.OtherRows`); each field is a flag."""
 
-    elem = DTYPE_BYTES[cfg.dtype]
-    fields = {"inputs": PEERS[peer].inputs, "divergence": divergence_label(peer, cfg.peer_beta),
-              "peer": f"{PEERS[peer].package}: {PEERS[peer].called}",
-              "predicted_bytes": predicted_peer_bytes(peer, n, cfg.hidden, cfg.vocab, elem, cfg.chunk_size),
-              "input_bytes": 2 * n * cfg.hidden * elem + 2 * cfg.vocab * cfg.hidden * elem
-              + teacher_bytes(peer, n, cfg.hidden, cfg.vocab, elem)}
-    reason = unavailable_reason(peer, cfg.device)
-    if reason:
-        return fields, None, reason
-    kwargs = dict(peer=peer, seq_len=n, hidden=cfg.hidden, vocab=cfg.vocab, dtype=cfg.dtype, device=cfg.device,
-                  chunk_size=cfg.chunk_size, repeats=cfg.repeats, max_seconds=cfg.max_seconds, beta=cfg.peer_beta,
-                  seed=cfg.seed)
-    return fields, kwargs, None
+    peers: tuple[str, ...] = field(default=tuple(PEERS), metadata={
+        "help": f"comma-separated peers: {', '.join(PEERS)}", "type": name_list, "default_text": "all"})
+    peer_beta: float = field(default=0.0, metadata={
+        "help": "the peers' generalized-JSD beta (0: forward KL, destila's divergence here)"})
+    worker: ClassVar[str] = "benchmarks.peers.worker:peer_worker"
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.peers if p not in PEERS]
+        if unknown or not self.peers:
+            raise ValueError(f"peers: expected some of {', '.join(PEERS)}, found {unknown or 'none'}")
+        if not 0.0 <= self.peer_beta <= 1.0:
+            raise ValueError(f"peer_beta: expected a JSD β in [0, 1] (0: forward KL), found {self.peer_beta}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.peers
+
+    def columns(self, impl: str) -> dict:
+        """What destila's own rows need and compute, in the peers' columns."""
+        if impl == "floor":
+            return {"peer": "lm_head GEMMs", "inputs": "-", "divergence": "-"}
+        return {"peer": f"destila: {impl}", "inputs": DESTILA_INPUTS, "divergence": DESTILA_DIVERGENCE}
+
+    def configure(self, peer: str, n: int, cfg: LossBenchConfig) -> tuple[dict, dict | None, str | None]:
+        """``(row fields, worker kwargs or None, why not run)`` for ``peer`` at ``n`` rows of ``cfg``."""
+        elem = DTYPE_BYTES[cfg.dtype]
+        fields = {"inputs": PEERS[peer].inputs, "divergence": divergence_label(peer, self.peer_beta),
+                  "peer": f"{PEERS[peer].package}: {PEERS[peer].called}",
+                  "predicted_bytes": predicted_peer_bytes(peer, n, cfg.hidden, cfg.vocab, elem, cfg.chunk_size),
+                  "input_bytes": 2 * n * cfg.hidden * elem + 2 * cfg.vocab * cfg.hidden * elem
+                  + teacher_bytes(peer, n, cfg.hidden, cfg.vocab, elem)}
+        reason = unavailable_reason(peer, cfg.device)
+        if reason:
+            return fields, None, reason
+        kwargs = dict(peer=peer, seq_len=n, hidden=cfg.hidden, vocab=cfg.vocab, dtype=cfg.dtype, device=cfg.device,
+                      chunk_size=cfg.chunk_size, repeats=cfg.repeats, max_seconds=cfg.max_seconds,
+                      beta=self.peer_beta, seed=cfg.seed)
+        return fields, kwargs, None
 
 
 def peer_comparison(rows: list[dict]) -> list[dict]:

@@ -1,6 +1,14 @@
-"""Tables of destila beside its peers: one for the terminal (rich), one in Markdown for the docs."""
+"""destila beside its peers in the terminal: the loss table (rich) with a verdict per N, and the bar plot."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.peers.e2e import E2E_COLUMNS, e2e_table_rows
+from benchmarks.peers.loss import peer_comparison, peer_verdicts
 
 LOSS_COLUMNS = ("N", "loss", "teacher input (counted)", "divergence", "status", "peak GiB", "memory × fused",
                 "seconds", "time × fused", "×floor", "×floor ÷ fused's")
@@ -11,9 +19,7 @@ def _num(value, fmt: str) -> str:
 
 
 def loss_table_rows(rows: list[dict]) -> list[list[str]]:
-    """The loss sweep's rows beside destila fused, as strings (see :func:`~destila.bench.peers_loss.peer_comparison`)."""
-    from destila.bench.peers_loss import peer_comparison
-
+    """The loss sweep's rows beside destila fused, as strings (see :func:`~benchmarks.peers.loss.peer_comparison`)."""
     out = []
     for e in peer_comparison(rows):
         status = e["status"] if e["status"] == "ok" else f"{e['status']} ({e['error']})"
@@ -26,11 +32,6 @@ def loss_table_rows(rows: list[dict]) -> list[list[str]]:
 
 def print_peer_table(rows: list[dict]) -> None:
     """The loss sweep with its peers, one table, then the verdict per N."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from destila.bench.peers_loss import peer_comparison, peer_verdicts
-
     table = Table(title="destila beside its peers (ratios to destila fused, same sweep)")
     for column in LOSS_COLUMNS:
         table.add_column(column, justify="left" if column in ("loss", "teacher input (counted)", "divergence",
@@ -43,25 +44,12 @@ def print_peer_table(rows: list[dict]) -> None:
         console.print(line)
 
 
-def markdown(header: list[str] | tuple[str, ...], body: list[list[str]]) -> str:
-    """A GitHub Markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in body]
-    return "\n".join(lines)
-
-
-def loss_markdown(rows: list[dict]) -> str:
-    return markdown(LOSS_COLUMNS, loss_table_rows(rows))
-
-
 def plot_peers(rows: list[dict], path) -> None:
     """PNG: per N, peak memory and time over the in-process floor of destila's rows and each peer's, as bars.
 
     A row that did not run (oom, skipped, unavailable) gets no bar and its status written in its place.
     """
-    from pathlib import Path
-
-    import matplotlib
+    import matplotlib  # heavy, and only for --plot
 
     matplotlib.use("Agg")  # files only: no display on a server
     import matplotlib.pyplot as plt
@@ -104,7 +92,12 @@ def plot_peers(rows: list[dict], path) -> None:
     plt.close(fig)
 
 
-def e2e_markdown(rows: list[dict]) -> str:
-    from destila.bench.peers_e2e import E2E_COLUMNS, e2e_table_rows
-
-    return markdown(E2E_COLUMNS, e2e_table_rows(rows))
+def print_e2e_table(result: dict, cfg, heldout_tokens: int) -> None:
+    """destila's methods and the peer trainers of ``result`` (:func:`~benchmarks.peers.e2e.run_e2e_with_peers`)."""
+    table = Table(title=f"destila beside TRL: seq-len {cfg.seq_len} × batch {cfg.batch_size}, {cfg.steps} steps, "
+                        f"{cfg.device} {cfg.dtype}; held-out KL on {heldout_tokens} tokens")
+    for column in E2E_COLUMNS:
+        table.add_column(column, justify="left" if column in ("trainer", "status") else "right")
+    for cells in e2e_table_rows(result["rows"]):
+        table.add_row(*cells)
+    Console(width=200).print(table)

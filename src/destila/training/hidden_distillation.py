@@ -4,7 +4,7 @@ Online, the teacher's layer outputs are captured during the teacher's
 forward (``[B, T, H_t]``). Offline, the cache holds them already projected
 to ``D`` by its recorded fixed projection (``teacher_hidden [B, T, n, D]``,
 one slot per cached layer). Either way the student's chosen layers go
-through learned projections (:class:`~destila.losses.hidden.HiddenStateLoss`)
+through learned projections (:class:`~destila.losses.hidden_state_loss.HiddenStateLoss`)
 that are trained with the student and never saved with it: the trainer
 keeps them beside the model, in its optimizer and in its checkpoints only.
 """
@@ -17,7 +17,7 @@ from typing import Sequence
 
 import torch
 
-from destila.losses.hidden import HIDDEN_LOSSES, HiddenStateLoss, parse_layer_map
+from destila.losses.hidden_state_loss import HIDDEN_LOSSES, HiddenStateLoss
 from destila.student import evenly_spaced_layers
 from destila.targets.layers import capture_layer_outputs, layer_count
 
@@ -29,7 +29,8 @@ class HiddenLossOptions:
     """The hidden-state term added to the distillation loss (off unless ``hidden_loss`` is set)."""
 
     hidden_loss: str | None = field(default=None, metadata={
-        "help": "mse or cosine: add a loss between student and teacher layer outputs (None: off)",
+        "help": "nmse (recommended: scale-free), mse or cosine: add a loss between student and teacher layer "
+                "outputs (None: off)",
         "choices": list(HIDDEN_LOSSES)})
     hidden_weight: float = field(default=1.0, metadata={"help": "weight of the hidden-state loss"})
     layer_map: str = field(default="auto", metadata={
@@ -41,6 +42,35 @@ class HiddenLossOptions:
             raise ValueError(f"hidden_loss: expected one of {', '.join(HIDDEN_LOSSES)}, found {self.hidden_loss!r}")
         if not self.hidden_weight >= 0:
             raise ValueError(f"hidden_weight: expected a number ≥ 0, found {self.hidden_weight}")
+
+
+def parse_layer_map(spec: str, student_layers: int, teacher_layers: int) -> list[tuple[int, int]]:
+    """``[(student_layer, teacher_layer), ...]`` from ``"auto"`` or ``"s0:t0,s1:t6"`` (also ``"0:0,1:6"``).
+
+    ``"auto"`` pairs student layer ``j`` of ``S`` with teacher layer
+    ``evenly_spaced_layers(T, S)[j]`` (the layers ``destila student init``
+    keeps, so a cut student starts close to its targets).
+    """
+    if spec == "auto":
+        return list(enumerate(evenly_spaced_layers(teacher_layers, student_layers)))
+    pairs = []
+    for item in spec.split(","):
+        try:
+            left, right = item.strip().split(":")
+            pair = (int(left.strip().removeprefix("s")), int(right.strip().removeprefix("t")))
+        except ValueError:
+            raise ValueError(
+                f"layer_map: expected 'auto' or pairs like 's0:t0,s1:t6', found {item.strip()!r} in {spec!r}"
+            ) from None
+        if not (0 <= pair[0] < student_layers and 0 <= pair[1] < teacher_layers):
+            raise ValueError(
+                f"layer_map: pair {item.strip()!r} is out of range; the student has layers 0..{student_layers - 1} "
+                f"and the teacher 0..{teacher_layers - 1}"
+            )
+        pairs.append(pair)
+    if len({s for s, _ in pairs}) != len(pairs):
+        raise ValueError(f"layer_map: a student layer appears twice in {spec!r}; give each at most one target")
+    return pairs
 
 
 def offline_pairs(spec: str, student_layers: int, cached_layers: Sequence[int]) -> list[tuple[int, int]]:

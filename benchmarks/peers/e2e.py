@@ -1,6 +1,6 @@
 """End-to-end against TRL: the same student, data, sequence length, steps and seed, trained by TRL's trainer.
 
-``destila bench e2e --peers`` runs :func:`destila.bench.e2e.run_e2e` for
+``python -m benchmarks.peers e2e`` runs :func:`destila.bench.e2e.run_e2e` for
 destila's methods (online, offline fused by default), then each peer trainer
 below in its own process (:func:`~destila.measure.run_isolated`),
 then measures every trained student's **full-vocabulary forward KL to the
@@ -31,8 +31,16 @@ after the warm-up steps, the loss at every step.
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from destila.bench.e2e import _row, prepare_student, run_e2e, step_clock
+from destila.bench.parsing import name_list
+from destila.measure import run_isolated
+from destila.models import EMBEDDED, embedded_teacher_dir
 
 PEER_TRAINERS = {
     "trl-gkd": "trl: GKDTrainer(lmbda=0, beta=0), teacher online, full logits",
@@ -43,6 +51,22 @@ UNAVAILABLE = {
     "trl-distill": "on-policy only in trl 1.16: it trains on completions it generates, not on the given text",
     "trl-gkd-liger": "trl 1.16's distillation trainers have no Liger loss path (use_liger_kernel covers SFT only)",
 }
+
+
+@dataclass
+class PeerTrainers:
+    """Which peer trainers run beside destila's methods, and the held-out text they are scored on (flags)."""
+
+    peers: tuple[str, ...] = field(default=tuple(PEER_TRAINERS), metadata={
+        "help": f"comma-separated peer trainers: {', '.join(PEER_TRAINERS)}", "type": name_list,
+        "default_text": "all"})
+    heldout_tokens: int = field(default=4096, metadata={
+        "help": "held-out tokens on which every trained student's full KL to the teacher is measured"})
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.peers if p not in PEER_TRAINERS]
+        if unknown or not self.peers:
+            raise ValueError(f"peers: expected some of {', '.join(PEER_TRAINERS)}, found {unknown or 'none'}")
 
 
 def peer_trainer_unavailable(name: str) -> str | None:
@@ -56,7 +80,7 @@ def peer_trainer_unavailable(name: str) -> str | None:
 
 def packed_rows(teacher: str, data: str, seq_len: int, tokens: int):
     """The packed source destila's online training reads for these arguments, and its tokenizer."""
-    from destila.data import DataSpec, packed_source
+    from destila.data import DataSpec, packed_source  # in the measured process: see trl_gkd_worker
     from destila.models import load_tokenizer
 
     tokenizer = load_tokenizer(teacher)
@@ -66,14 +90,12 @@ def packed_rows(teacher: str, data: str, seq_len: int, tokens: int):
 def trl_gkd_worker(student: str, out: str, teacher: str, data: str, seq_len: int, steps: int, batch_size: int,
                    learning_rate: float, seed: int, device: str, dtype: str, gradient_checkpointing: bool) -> dict:
     """Train ``steps`` steps with TRL's GKDTrainer (off-policy, online teacher); step times and losses."""
-    import os
-
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    # Imported inside the measured call, as destila's own train_worker imports its trainer: both rows pay alike.
     import torch
     from datasets import Dataset
     from trl.experimental.gkd import GKDConfig, GKDTrainer
 
-    from destila.bench.e2e import step_clock
     from destila.data import collate
     from destila.models import load_causal_lm
     from destila.training.datasets import split_indices
@@ -85,14 +107,11 @@ def trl_gkd_worker(student: str, out: str, teacher: str, data: str, seq_len: int
     dataset.set_format("torch")
 
     def gkd_collate(items: list[dict]) -> dict:
-        batch = collate(items)  # destila's: position-aligned labels from the loss mask
-        # GKD scores logits[:, :-1] against labels[:, 1:] (Hugging Face's token-aligned convention): the
-        # same targets, one column later. Its forward takes no position_ids: within a packed row its
-        # models attend across document boundaries, where destila restarts positions per document.
-        labels = torch.full_like(batch["input_ids"], -100)
-        labels[:, 1:] = batch["labels"][:, :-1]
+        batch = collate(items)  # Hugging Face's token-aligned labels, as GKD scores them
+        # GKD's forward takes no position_ids: within a packed row its models attend across document
+        # boundaries, where destila restarts positions per document.
         return {"input_ids": batch["input_ids"], "attention_mask": torch.ones_like(batch["input_ids"]),
-                "labels": labels}
+                "labels": batch["labels"]}
 
     args = GKDConfig(
         output_dir=out, max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,
@@ -134,11 +153,6 @@ def heldout_kl_worker(model: str, teacher: str, data: str, seq_len: int, skip_to
 
 def run_peer_trainers(cfg, teacher: str, student: str, peers: tuple[str, ...], on_row=None) -> list[dict]:
     """Each peer trainer of ``peers`` on ``cfg`` (an E2EConfig), in its own process; rows like destila's."""
-    import shutil
-
-    from destila.bench.e2e import _row
-    from destila.measure import run_isolated
-
     rows = []
     for name in peers:
         reason = peer_trainer_unavailable(name)
@@ -148,7 +162,7 @@ def run_peer_trainers(cfg, teacher: str, student: str, peers: tuple[str, ...], o
         else:
             out = Path(cfg.workdir) / f"run-{name}"
             shutil.rmtree(out, ignore_errors=True)
-            run = run_isolated("destila.bench.peers_e2e:trl_gkd_worker", dict(
+            run = run_isolated("benchmarks.peers.e2e:trl_gkd_worker", dict(
                 student=student, out=str(out), teacher=teacher, data=cfg.data, seq_len=cfg.seq_len,
                 steps=cfg.steps, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate, seed=cfg.seed,
                 device=cfg.device, dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
@@ -165,13 +179,11 @@ def run_peer_trainers(cfg, teacher: str, student: str, peers: tuple[str, ...], o
 
 def add_heldout_kl(rows: list[dict], cfg, teacher: str, eval_tokens: int) -> None:
     """Each trained model's held-out full KL (its own process), and the ratios to TRL's GKD row."""
-    from destila.measure import run_isolated
-
     for row in rows:
         if row["status"] != "ok":
             continue
         started = time.perf_counter()
-        run = run_isolated("destila.bench.peers_e2e:heldout_kl_worker", dict(
+        run = run_isolated("benchmarks.peers.e2e:heldout_kl_worker", dict(
             model=str(Path(cfg.workdir) / f"run-{row['method']}"), teacher=teacher, data=cfg.data,
             seq_len=cfg.seq_len, skip_tokens=cfg.tokens, eval_tokens=eval_tokens, device=cfg.device,
         ), device=cfg.device, timeout=cfg.timeout, threads=cfg.threads)
@@ -219,9 +231,6 @@ E2E_COLUMNS = ("trainer", "status", "peak GiB", "step s (median)", "last train l
 def run_e2e_with_peers(cfg, peers: tuple[str, ...], heldout_tokens: int, on_row=None) -> dict:
     """destila's methods of ``cfg`` (:func:`~destila.bench.e2e.run_e2e`), then the peer trainers, then the
     held-out KL of every trained student; the payload of ``run_e2e`` with the peer rows appended."""
-    from destila.bench.e2e import prepare_student, run_e2e
-    from destila.models import EMBEDDED, embedded_teacher_dir
-
     result = run_e2e(cfg, on_row=on_row)
     teacher = str(embedded_teacher_dir()) if cfg.teacher == EMBEDDED else cfg.teacher
     result["rows"] += run_peer_trainers(cfg, teacher, prepare_student(cfg, teacher), peers, on_row=on_row)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from destila.bench.peers_loss import PEERS, make_teacher, peer_loss
+from benchmarks.peers.loss import PEERS, make_teacher, peer_loss
 
 for _spec in PEERS.values():
     if importlib.util.find_spec(_spec.package.replace("-", "_")) is not None:
@@ -26,10 +26,11 @@ def peer_worker(peer: str, seq_len: int, hidden: int, vocab: int, dtype: str, de
 
     The student's hidden states and head are drawn as destila's rows draw
     theirs (same shapes, same distribution); the teacher input is the
-    peer's own (see :mod:`destila.bench.peers_loss`). Timed like destila's rows, by :func:`~destila.bench.loss.time_against_floor`.
+    peer's own (see :mod:`benchmarks.peers.loss`). Timed like destila's rows, by :func:`~destila.bench.loss.time_against_floor`.
     """
     import torch
 
+    # Imported inside the measured call, as destila's own loss_worker imports the loss: both rows pay alike.
     from destila.bench.loss import _make_inputs, time_against_floor
 
     torch_dtype = getattr(torch, dtype)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from destila.losses.divergences import bucket_terms, teacher_topk_logprobs
+from destila.losses.divergences import bucket_terms
 from destila.losses.inputs import Targets
 from destila.losses.options import LossOptions
 
@@ -67,6 +67,19 @@ class TeacherBuckets:
     padding: Tensor
     top1: Tensor
     counted: Tensor
+
+
+def teacher_topk_logprobs(logprobs: Tensor, valid: Tensor, tail: str) -> Tensor:
+    """Teacher log-probs of the K token buckets ``[..., K]`` for a ``tail`` mode.
+
+    bucket / none: as cached (normalised over the full vocabulary);
+    renorm: renormalised over the valid top-K entries, ``ℓ_k − logsumexp_k ℓ``.
+    """
+    if tail != "renorm":
+        return logprobs
+    norm = torch.logsumexp(logprobs, dim=-1, keepdim=True)
+    # A row with no valid entry has norm = -inf: keep its entries at -inf, not NaN.
+    return torch.where(valid, logprobs - torch.where(valid, norm, 0.0), float("-inf"))
 
 
 def teacher_buckets(targets: Targets, options: LossOptions) -> TeacherBuckets:

@@ -1,0 +1,1 @@
+"""Scripts beside the destila package: measurements, the peer comparisons, the docs' generated tables."""

@@ -1,0 +1,102 @@
+"""The ``compact`` encoding: one zstd block per row, ids delta-coded and log-probs quantised.
+
+Shard tensors: ``block_offsets [R+1]`` int64 and ``blocks [bytes]`` uint8;
+row r is the block ``blocks[offsets[r]:offsets[r+1]]``, which decodes alone
+to the row's fields and its trained positions' targets. The byte format of a
+block, for each target kind, is :mod:`destila.cache.encodings.compact_blocks`
+(docs/cache.md holds a reference decoder); the manifest's ``compact`` records
+its :class:`~destila.cache.encodings.compact_blocks.CompactLayout`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from destila.cache.encodings.compact_blocks import (
+    CompactLayout,
+    decode_sampled_row,
+    decode_topk_row,
+    encode_sampled_row,
+    encode_topk_row,
+)
+from destila.cache.format import row_index_schema, schema_faults
+from destila.cache.kinds import KINDS, kind_of
+
+# Each kind's block: encode(row fields, computed row, layout) → bytes; decode(block, manifest) → stored row.
+_BLOCKS = {
+    "topk": (
+        lambda fields, r, layout: encode_topk_row(*fields, r["ids"].numpy(), r["logprobs"].numpy(), r["tail"].numpy(),
+                                                  layout),
+        lambda block, m: decode_topk_row(block, m.seq_len, m.top_k, m.layout()),
+    ),
+    "sampled": (
+        lambda fields, r, layout: encode_sampled_row(*fields, r["ids"].numpy(), r["counts"].numpy(), layout),
+        lambda block, m: decode_sampled_row(block, m.seq_len, m.top_k, m.layout()),
+    ),
+}
+assert set(_BLOCKS) == set(KINDS), "every target kind needs a compact block format"
+
+
+class Compact:
+    name = "compact"
+    stores_hidden = False  # a block holds the targets only
+    keeps_logprob_dtype = False  # log-probs are quantised, then decoded exactly normalised, as float32
+
+    @staticmethod
+    def layout_record(vocab_size: int) -> dict:
+        return CompactLayout.for_vocab(vocab_size).to_dict()
+
+    @staticmethod
+    def schema(manifest, rows: int, positions, blob_bytes) -> dict:
+        return dict(block_offsets=("int64", (rows + 1,)), blocks=("uint8", (blob_bytes,)))
+
+    @staticmethod
+    def assemble(manifest, rows: list[dict]) -> dict:
+        encode, _ = _BLOCKS[manifest.target_kind]
+        layout = manifest.layout()
+        blocks = [encode([r["input_ids"].numpy(), r["position_ids"].numpy(), r["loss_mask"].numpy()], r, layout)
+                  for r in rows]
+        offsets = np.concatenate([[0], np.cumsum([len(b) for b in blocks])]).astype(np.int64)
+        blob = np.frombuffer(b"".join(blocks), dtype=np.uint8).copy()
+        return {"block_offsets": torch.from_numpy(offsets), "blocks": torch.from_numpy(blob)}
+
+    @staticmethod
+    def open(handle, header: dict, manifest, shard) -> tuple:
+        """``(offsets [R+1], faults)`` of an open shard: where each row's block starts, and how its tensors
+        (``header``: ``{name: (dtype code, shape)}``) break the schema."""
+        offsets = handle.get_tensor("block_offsets").numpy() if "block_offsets" in header else None
+        blob = header.get("blocks", (None, [None]))[1][0]
+        schema = {**row_index_schema(shard.rows), **Compact.schema(manifest, shard.rows, None, blob)}
+        faults = schema_faults(header, schema)
+        if not faults and (offsets[0] != 0 or offsets[-1] != blob or np.any(np.diff(offsets) < 0)):
+            faults.append(f"block_offsets do not cut the {blob} bytes of blocks into {shard.rows} blocks")
+        return offsets, faults
+
+    @staticmethod
+    def stored(handle, manifest, offsets, row: int) -> dict:
+        a, b = int(offsets[row]), int(offsets[row + 1])
+        _, decode = _BLOCKS[manifest.target_kind]
+        return decode(handle.get_slice("blocks")[a:b].numpy().tobytes(), manifest)
+
+    @staticmethod
+    def stored_entries(rows, manifest) -> int:
+        kind = kind_of(manifest.target_kind)
+        return sum(kind.entries(rows.stored(r)) for r in range(rows.shard.rows))
+
+    @staticmethod
+    def stored_logprob_dtype(manifest) -> None:
+        return None
+
+    @staticmethod
+    def id_order_fault(ids) -> str | None:
+        if ids.shape[1] > 1 and (np.diff(ids, axis=1) <= 0).any():
+            return "top-K ids not strictly ascending as the compact encoding stores them"
+        return None
+
+    @staticmethod
+    def logprob_order_fault(logprobs) -> None:
+        return None  # stored by id; the reader sorts them
+
+
+COMPACT = Compact()

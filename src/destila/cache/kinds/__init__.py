@@ -1,0 +1,31 @@
+"""Target kinds: what the teacher stores per trained position. One module per kind, one object each.
+
+A kind owns everything that depends on it: the teacher-head step that
+computes its targets, its tensors in a plain shard and its block in a compact
+one, how a stored row turns into the reader's dense item, its row checks for
+``cache verify`` and its line in ``cache inspect``. The manifest names one
+kind (``targets.kind``); code elsewhere asks :func:`kind_of` for its object
+and never compares kind names.
+
+==========  ================================================================
+``topk``    :mod:`destila.cache.kinds.topk`: K ids, their log-probs, the exact rest mass
+``sampled`` :mod:`destila.cache.kinds.sampled`: S draws stored as distinct ids with counts
+==========  ================================================================
+"""
+
+from __future__ import annotations
+
+from destila.cache.kinds.sampled import SAMPLED
+from destila.cache.kinds.topk import TOPK
+from destila.targets.spec import TARGET_KINDS
+
+KINDS = {kind.name: kind for kind in (TOPK, SAMPLED)}
+assert tuple(KINDS) == TARGET_KINDS, "TargetSpec's kinds and the cache's must be the same"
+
+
+def kind_of(name: str):
+    """The kind object called ``name`` (a manifest's ``targets.kind``)."""
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise ValueError(f"targets.kind: expected one of {', '.join(KINDS)}, found {name!r}") from None

@@ -1,0 +1,270 @@
+"""The file-system promises every writer in destila keeps, in one place (bottom layer: imports nothing of destila).
+
+- :func:`write_atomic`: a reader sees the old file or the new one, never a
+  mix; after it returns the new one survives a power cut (tmp file, fsync,
+  rename, fsync of the folder).
+- :func:`publish_folder`: the same for a whole folder written under a
+  staging name (a converted model, a token store, a tokenizer copy).
+- :func:`exclusive_lock` / :func:`try_lock`: one writer per folder, through
+  an advisory ``flock`` the kernel drops when its holder dies (no stale locks);
+  :func:`output_lock`: the lock every writing command holds on its output.
+- :func:`describe_os_error`: the one line a user reads for a full disk, a
+  read-only file system or a missing permission; :func:`as_os_error` finds
+  such failures inside the errors of libraries that hide them (torch's
+  checkpoint writer, the Rust writers of tokenizers and safetensors).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock is taken; concurrent writers are the user's problem
+    fcntl = None
+
+TMP_MARK = ".tmp-"  # in the name of every file or folder still being written; never a finished one
+
+
+def is_temporary(name: str) -> bool:
+    return TMP_MARK in name
+
+
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """Make a rename inside ``folder`` durable (POSIX: the directory entry lives in the folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # some platforms cannot open directories; the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str | os.PathLike, payload: bytes | str) -> None:
+    """Write ``payload`` (text is UTF-8 encoded) to ``path`` so that readers see the old file or the new one.
+
+    The bytes go to a temporary file in the same folder, are fsync'd, then
+    renamed over ``path``. On failure (full disk, permissions) the temporary
+    file is removed and the old ``path`` is untouched.
+
+    Naive equivalent: ``Path(path).write_bytes(payload)`` (which a kill can leave half-written).
+    """
+    path = Path(path)
+    if isinstance(payload, str):
+        payload = payload.encode()
+    tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def publish_folder(staging: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Rename the finished folder ``staging`` to ``target`` (absent, or an empty folder), durably.
+
+    Every file under ``staging`` is fsync'd first, so the renamed folder
+    never holds a file shorter than its writer wrote. The caller decides
+    what happens to an existing ``target`` (remove it first, or keep the one
+    another process published: ``OSError`` then, ``staging`` untouched).
+    """
+    staging, target = Path(staging), Path(target)
+    for root, _, files in os.walk(staging):
+        for name in files:
+            with open(Path(root) / name, "rb") as handle:
+                os.fsync(handle.fileno())
+        fsync_dir(root)
+    os.replace(staging, target)
+    fsync_dir(target.parent)
+
+
+def try_lock(handle, *, blocking: bool) -> bool:
+    """Take the exclusive ``flock`` of the open file ``handle``: True once held, False when another
+    process holds it (``blocking=False``) or the platform has no ``fcntl`` (not POSIX: no lock)."""
+    if fcntl is None:
+        return False
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    return True
+
+
+def exclusive_lock(path: str | os.PathLike, busy: str, *, remove_on_release: bool = False):
+    """Hold ``path`` (created if missing) until the returned handle is closed.
+
+    Raises ``ValueError(busy)`` at once when another process holds it; the
+    kernel drops the lock when its holder exits, even on SIGKILL, so a crash
+    never leaves a stale lock behind. Without POSIX ``fcntl`` no lock is taken.
+
+    ``remove_on_release``: closing the handle deletes the lock file (while it
+    is still held), so an output that is a single file leaves no ``.lock``
+    beside it. Safe because a taker checks, once it holds the lock, that the
+    file it locked is still the one at ``path``, and starts over if not.
+    """
+    if fcntl is None:
+        return open(path, "a+")
+    while True:
+        handle = open(path, "a+")
+        if not try_lock(handle, blocking=False):
+            handle.close()
+            raise ValueError(busy)
+        if _same_file(handle, path):
+            break
+        handle.close()  # its holder deleted it on release: lock the file now at ``path``
+    return _RemovingLock(handle, path) if remove_on_release else handle
+
+
+def output_lock(output: str | os.PathLike, command: str):
+    """The lock a writing command holds on its output ``output`` (a file or folder) for its whole run.
+
+    The lock file is ``.NAME.lock`` beside ``output`` and is deleted when the
+    command ends; a second writer of the same output fails at once with one
+    line naming it. An OS failure names ``output``, not the lock file.
+    """
+    output = Path(output)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        return exclusive_lock(
+            output.with_name(f".{output.name}.lock"),
+            f"output: another `destila {command}` is writing to {output}; wait for it to finish, stop it, "
+            "or choose another -o",
+            remove_on_release=True,
+        )
+    except OSError as err:  # name the output the user gave, not the lock file
+        raise OSError(err.errno, err.strerror, str(output)) from err
+
+
+def _same_file(handle, path: str | os.PathLike) -> bool:
+    try:
+        on_disk = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(handle.fileno())
+    return (held.st_dev, held.st_ino) == (on_disk.st_dev, on_disk.st_ino)
+
+
+class _RemovingLock:
+    """An open, locked lock file whose ``close`` deletes it first."""
+
+    def __init__(self, handle, path: str | os.PathLike):
+        self.handle, self.path = handle, Path(path)
+
+    def fileno(self) -> int:
+        return self.handle.fileno()
+
+    def close(self) -> None:
+        if self.handle.closed:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:  # a read-only folder: the empty lock file stays, harmless
+            pass
+        self.handle.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# errno → (what happened, what to do)
+_ADVICE = {
+    errno.ENOSPC: ("no space left on device", "free space there and run the same command again"),
+    errno.EDQUOT: ("disk quota exceeded", "free space there and run the same command again"),
+    errno.EROFS: ("read-only file system", "choose an output folder on a writable file system"),
+    errno.EACCES: ("permission denied", "choose a folder you can write to, or fix its permissions"),
+    errno.EPERM: ("operation not permitted", "choose a folder you can write to, or fix its permissions"),
+    errno.ENOENT: ("no such file or folder", "check the path"),
+    errno.ENOTDIR: ("not a folder", "check the path"),
+    errno.EISDIR: ("is a folder, expected a file", "check the path"),
+    errno.EEXIST: ("already exists", "choose another output path"),
+    errno.EIO: ("input/output error", "check the disk"),
+    errno.EFBIG: ("file too large for this file system", "choose another file system or a smaller shard size"),
+}
+_OS_ERROR_TEXT = re.compile(r"\(os error (\d+)\)")
+_WRITE_FAILURE_MARKS = ("inline_container", "PytorchStreamWriter", "file write failed")
+
+
+def describe_os_error(err: BaseException, path: str | os.PathLike | None = None) -> str:
+    """``<what> at <path>; <what to do>`` for an OS-level failure.
+
+    A library ``OSError(errno, message)`` without a file name carries its
+    own full sentence (say, which shards are intact): that sentence is kept.
+    """
+    number = os_error_number(err)
+    filename = getattr(err, "filename", None) or path
+    what, todo = _ADVICE.get(number, (os.strerror(number) if number else str(err), "check the path"))
+    if isinstance(err, OSError) and not err.filename and not is_plain_strerror(err):
+        return err.strerror  # already a full message from destila
+    where = f" at {os.fsdecode(filename)}" if filename else ""
+    return f"{what}{where}; {todo}"
+
+
+def os_error_number(err: BaseException) -> int | None:
+    """The errno of an ``OSError``, or the ``(os error N)`` a Rust library put in its message."""
+    if isinstance(err, OSError) and err.errno:
+        return err.errno
+    match = _OS_ERROR_TEXT.search(str(err))
+    return int(match.group(1)) if match else None
+
+
+def as_os_error(err: BaseException, path: str | os.PathLike) -> OSError | None:
+    """``err`` as an ``OSError`` about ``path`` when it is a file-system failure in disguise, else None.
+
+    torch's checkpoint writer raises ``RuntimeError: [enforce fail at
+    inline_container.cc] unexpected pos …`` when the disk fills up;
+    tokenizers and safetensors (Rust) raise a bare ``Exception`` whose text
+    ends in ``(os error 28)``. Neither names the file. An ``OSError`` that
+    names its file, or carries destila's own message, is returned unchanged;
+    a bare one (a write on a full disk names no file) gets ``path``. For
+    torch's writer error the file system of ``path`` tells what happened
+    (read-only, full, or otherwise ``EIO``).
+    """
+    if isinstance(err, OSError) and err.errno:
+        if err.filename or not is_plain_strerror(err):
+            return err  # names its file, or carries destila's own sentence
+        return OSError(err.errno, err.strerror, os.fsdecode(path))
+    number = os_error_number(err)
+    if number is None and isinstance(err, RuntimeError) and any(m in str(err) for m in _WRITE_FAILURE_MARKS):
+        number = filesystem_state(path)
+    if number is None:
+        return None
+    return OSError(number, os.strerror(number), os.fsdecode(path))
+
+
+def is_plain_strerror(err: OSError) -> bool:
+    """True when ``err`` holds the C library's text for its errno, not a sentence written by destila."""
+    return not err.strerror or err.strerror == os.strerror(err.errno)
+
+
+def filesystem_state(path) -> int:
+    """``EROFS`` / ``ENOSPC`` when the file system holding ``path`` is read-only / (nearly) full, else ``EIO``."""
+    probe = os.fspath(path)
+    while probe and not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    try:
+        stats = os.statvfs(probe or ".")
+    except OSError:
+        return errno.EIO
+    if stats.f_flag & os.ST_RDONLY:
+        return errno.EROFS
+    if stats.f_bavail * stats.f_frsize < 1 << 20:  # under 1 MiB left: the write that failed did not fit
+        return errno.ENOSPC
+    return errno.EIO

@@ -1,0 +1,158 @@
+"""Calibration text: a few thousand tokens on which a student design is measured.
+
+They come from a cache's ``input_ids`` (the text the student will be
+distilled on) or from any data source (``pydoc``, a text file, a folder, a
+jsonl file). Part of the rows is held out: the layers and channels are
+chosen on the rest, and the starting perplexity is measured on the held-out
+rows, so the figure is not flattered by the choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from destila.constants import IGNORE_INDEX
+
+DEFAULT_CALIBRATION_TOKENS = 4096
+DEFAULT_CALIBRATION_SEQ_LEN = 256
+HELD_OUT_SHARE = 4
+"""One row in this many (at least one, when there are two or more) is held out for the perplexity."""
+
+
+@dataclass
+class Calibration:
+    """Token rows ``input_ids [S, L]``; ``scored [S, L]`` is True where position t has a next token to predict.
+
+    ``position_ids [S, L]`` (or None) restart at each packed document, as in the cache.
+    """
+
+    input_ids: torch.Tensor
+    scored: torch.Tensor
+    position_ids: torch.Tensor | None = None
+    source: str = ""
+
+    @property
+    def tokens(self) -> int:
+        return int(self.input_ids.numel())
+
+    def rows(self, index) -> "Calibration":
+        pick = lambda t: None if t is None else t[index]  # noqa: E731
+        return Calibration(self.input_ids[index], self.scored[index], pick(self.position_ids), self.source)
+
+    def split(self) -> tuple["Calibration", "Calibration"]:
+        """``(selection, held_out)``: the last quarter of the rows is held out; one row serves as both."""
+        rows = self.input_ids.shape[0]
+        if rows < 2:
+            return self, self
+        held = max(1, rows // HELD_OUT_SHARE)
+        return self.rows(slice(0, rows - held)), self.rows(slice(rows - held, rows))
+
+    def batches(self, tokens_per_batch: int = 2048):
+        """The rows in batches of about ``tokens_per_batch`` tokens (at least one row each)."""
+        rows, length = self.input_ids.shape
+        step = max(1, tokens_per_batch // max(length, 1))
+        for start in range(0, rows, step):
+            yield self.rows(slice(start, min(start + step, rows)))
+
+    def forward_kwargs(self) -> dict:
+        kwargs = {"input_ids": self.input_ids}
+        if self.position_ids is not None:
+            kwargs["position_ids"] = self.position_ids
+        return kwargs
+
+
+def from_cache(path, tokens: int = DEFAULT_CALIBRATION_TOKENS, tokenizer=None) -> Calibration:
+    """The first rows of the cache at ``path`` holding about ``tokens`` tokens.
+
+    ``tokenizer`` (the teacher's) is checked against the cache's: token ids
+    mean nothing to a teacher with another vocabulary.
+    """
+    from destila.cache import TopKCache
+    from destila.models import tokenizer_fingerprint
+
+    cache = TopKCache(path)
+    if tokenizer is not None and cache.manifest.tokenizer_fingerprint != tokenizer_fingerprint(tokenizer):
+        raise ValueError(
+            f"--cache: {path} was built with another tokenizer than the teacher's; "
+            "pass a cache of this teacher (or --data for plain text)"
+        )
+    ids, positions, scored, total = [], [], [], 0
+    for index in range(len(cache)):
+        item = cache[index]
+        ids.append(item["input_ids"])
+        positions.append(item["position_ids"])
+        scored.append(item["labels"] != IGNORE_INDEX)
+        total += item["input_ids"].numel()
+        if total >= tokens:
+            break
+    if not ids:
+        raise ValueError(f"--cache: {path} holds no sequences; expected at least one for calibration")
+    return Calibration(torch.stack(ids), torch.stack(scored), torch.stack(positions), source=f"cache {path}")
+
+
+def from_texts(texts: list[str], tokenizer, tokens: int = DEFAULT_CALIBRATION_TOKENS,
+               seq_len: int = DEFAULT_CALIBRATION_SEQ_LEN, source: str = "") -> Calibration:
+    """Documents joined by EOS and cut into rows of ``seq_len`` tokens, about ``tokens`` in all.
+
+    Naive equivalent: ``ids = sum((tok(t).input_ids + [eos] for t in texts), [])[:tokens]``
+    reshaped to ``[-1, seq_len]`` (a short last row is dropped unless it is the only one).
+    """
+    if tokens < 2 or seq_len < 2:
+        raise ValueError(f"calibration: expected at least 2 tokens per row and in all, found tokens={tokens}, "
+                         f"seq_len={seq_len}")
+    eos = tokenizer.eos_token_id
+    stream: list[int] = []
+    for text in texts:
+        stream += tokenizer(text, add_special_tokens=False)["input_ids"]
+        if eos is not None:
+            stream.append(eos)
+        if len(stream) >= tokens:
+            break
+    stream = stream[:tokens]
+    if len(stream) < 2:
+        raise ValueError(f"calibration: {source or 'the text'} holds fewer than 2 tokens; give more text")
+    length = min(seq_len, len(stream))
+    rows = len(stream) // length
+    ids = torch.tensor(stream[: rows * length], dtype=torch.long).view(rows, length)
+    scored = torch.ones_like(ids, dtype=torch.bool)
+    scored[:, -1] = False  # the last position of a row has no next token in the row
+    return Calibration(ids, scored, None, source=source)
+
+
+def from_data(source: str, tokenizer, tokens: int = DEFAULT_CALIBRATION_TOKENS, text_field: str = "text",
+              seq_len: int = DEFAULT_CALIBRATION_SEQ_LEN) -> Calibration:
+    """:func:`from_texts` over a data source (``pydoc``, a .txt/.jsonl/... file, a folder, a datasets name)."""
+    from destila.data import load_texts
+
+    return from_texts(load_texts(source, text_field=text_field), tokenizer, tokens, seq_len, source=f"data {source}")
+
+
+def next_token_nll(model, calibration: Calibration) -> tuple[float, int]:
+    """``(sum of -log p(next token), count)`` over the scored positions of ``calibration``.
+
+    Naive equivalent: ``F.cross_entropy(model(ids).logits[scored], ids[:, 1:][scored[:, :-1]], reduction="sum")``.
+    """
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for batch in calibration.batches():
+            logits = model(**batch.forward_kwargs(), use_cache=False).logits.float()
+            total += nll_of_logits(logits, batch).item()
+            count += int(batch.scored[:, :-1].sum())
+    return total, count
+
+
+def nll_of_logits(logits: torch.Tensor, batch: Calibration) -> torch.Tensor:
+    """Summed next-token NLL of ``logits [S, L, V]`` at the scored positions (the last column never is)."""
+    mask = batch.scored[:, :-1]
+    targets = batch.input_ids[:, 1:][mask]
+    return torch.nn.functional.cross_entropy(logits[:, :-1][mask], targets, reduction="sum")
+
+
+def perplexity(model, calibration: Calibration) -> float:
+    """exp(mean next-token NLL) of ``model`` on ``calibration``."""
+    import math
+
+    total, count = next_token_nll(model, calibration)
+    return math.exp(total / max(count, 1))

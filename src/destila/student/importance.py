@@ -1,0 +1,188 @@
+"""How much each teacher layer matters, measured on calibration text.
+
+Two measures per layer ``l`` (both: higher = more important, keep it):
+
+- **block influence** (ShortGPT): ``1 - cos(x_l, y_l)`` between the layer's
+  input and output hidden states, averaged over tokens. A layer that barely
+  turns the hidden state changes little when removed.
+- **skip-KL**: ``KL(p_teacher || p_without_l)`` of the next-token
+  distributions when layer ``l`` alone is skipped, averaged over tokens. It
+  measures what distillation cares about, the output, so it is the default
+  criterion; block influence costs one teacher pass instead of one pass per
+  layer and is kept beside it.
+
+For a contiguous cut (Gromov et al., "The Unreasonable Ineffectiveness of the
+Deeper Layers") the block of ``n`` consecutive layers to drop is the one
+whose input and output hidden states are closest in angle,
+``arccos(cos(x_l, x_{l+n})) / π``; the last layer is always kept.
+
+Naive equivalent of skip-KL for layer ``l``::
+
+    student = cut_student(teacher, indices=[i for i in range(total) if i != l])[0]
+    kl = F.kl_div(log_softmax(student(ids).logits), log_softmax(teacher(ids).logits),
+                  log_target=True, reduction="batchmean")
+
+Here the teacher's hidden states are reused: the skipped forward starts from
+``x_l`` and runs only layers ``l+1 …`` (families whose layer 0 reads the
+embeddings directly), so scoring all layers costs about half a pass each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+from destila.student.calibration import Calibration
+from destila.student.cut import _supported_prefix
+from destila.student.layers import CRITERIA, SELECTIONS  # noqa: F401  (re-exported)
+
+# Families whose first decoder layer reads ``inputs_embeds`` as is (GPT-2 adds position embeddings to it).
+_STARTS_FROM_EMBEDS = {"llama", "mistral", "qwen2", "qwen3"}
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The model's ``ModuleList`` of decoder layers."""
+    return model.get_submodule(_supported_prefix(model.config))
+
+
+@contextlib.contextmanager
+def running_layers(model, indices: list[int]):
+    """Inside the block, ``model`` runs only its decoder layers ``indices`` (config lists such as ``layer_types`` follow)."""
+    prefix = _supported_prefix(model.config)
+    parent_name, _, child = prefix.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    config = model.config
+    original = getattr(parent, child)
+    total = len(original)
+    saved = {key: value for key, value in vars(config).items()
+             if isinstance(value, list) and len(value) == total and key != "architectures"}
+    saved_count = config.num_hidden_layers
+    setattr(parent, child, torch.nn.ModuleList([original[i] for i in indices]))
+    config.num_hidden_layers = len(indices)
+    for key, value in saved.items():
+        setattr(config, key, [value[i] for i in indices])
+    try:
+        yield
+    finally:
+        setattr(parent, child, original)
+        config.num_hidden_layers = saved_count
+        for key, value in saved.items():
+            setattr(config, key, value)
+
+
+def _hidden_of(value) -> torch.Tensor:
+    return value if isinstance(value, torch.Tensor) else value[0]
+
+
+@contextlib.contextmanager
+def capturing_layers(model):
+    """Yields ``(inputs, outputs)`` lists filled, per decoder layer, with its hidden states ``[B, T, H]`` on the next forward."""
+    inputs: dict[int, torch.Tensor] = {}
+    outputs: dict[int, torch.Tensor] = {}
+    handles = []
+    for index, layer in enumerate(decoder_layers(model)):
+        def before(_module, args, kwargs, index=index):
+            inputs[index] = _hidden_of(args[0] if args else kwargs["hidden_states"])
+
+        def after(_module, _args, output, index=index):
+            outputs[index] = _hidden_of(output)
+
+        handles.append(layer.register_forward_pre_hook(before, with_kwargs=True))
+        handles.append(layer.register_forward_hook(after))
+    try:
+        yield inputs, outputs
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1)
+
+
+def _kl_sum(teacher_probs: torch.Tensor, teacher_logprobs: torch.Tensor, logits: torch.Tensor,
+            mask: torch.Tensor) -> float:
+    """Σ over masked positions of KL(teacher ‖ other); teacher ``[n, V]``, ``logits [B, T, V]``.
+
+    Summed per row before the rows are added (a single float32 sum over n·V terms loses digits).
+    """
+    other = torch.log_softmax(logits[mask].float(), dim=-1)
+    return float((teacher_probs * (teacher_logprobs - other)).sum(-1).double().sum())
+
+
+def layer_scores(model, calibration: Calibration, *, skip_kl: bool = True, drop_block: int = 0,
+                 progress: bool = False) -> dict:
+    """Per-layer importance of ``model`` on ``calibration``.
+
+    Returns ``{"block_influence": [total], "skip_kl": [total] or None,
+    "block_distance": {start: distance} (when ``drop_block`` > 0), "tokens": n}``
+    where ``block_distance[l]`` is the angular distance between the input of
+    layer ``l`` and the output of layer ``l + drop_block - 1``. ``progress``
+    shows a bar on stderr (one step per forward).
+    """
+    from tqdm.auto import tqdm
+
+    device = next(model.parameters()).device
+    total = model.config.num_hidden_layers
+    influence = torch.zeros(total, dtype=torch.float64)
+    kl = torch.zeros(total, dtype=torch.float64)
+    starts = range(0, total - drop_block) if drop_block > 0 else range(0)  # the last layer is always kept
+    distance = {start: 0.0 for start in starts}
+    count = 0
+    from_embeds = model.config.model_type in _STARTS_FROM_EMBEDS
+    batches = list(calibration.batches(1024))
+    bar = tqdm(total=len(batches) * (1 + (total if skip_kl else 0)), desc="measuring layers", unit="pass",
+               disable=not progress)
+    with torch.no_grad(), bar:
+        for batch in batches:
+            kwargs = {k: v.to(device) for k, v in batch.forward_kwargs().items()}
+            mask = batch.scored.to(device)
+            with capturing_layers(model) as (inputs, outputs):
+                logits = model(**kwargs, use_cache=False).logits
+            bar.update()
+            count += int(mask.sum())
+            for layer in range(total):
+                influence[layer] += float((1 - _cosine(inputs[layer], outputs[layer]))[mask].sum())
+            for start in starts:  # the block's output is the input of the first layer after it
+                cos = _cosine(inputs[start], inputs[start + drop_block])[mask].clamp(-1, 1)
+                distance[start] += float(torch.arccos(cos).sum() / math.pi)
+            if not skip_kl:
+                continue
+            teacher_logprobs = torch.log_softmax(logits[mask].float(), dim=-1)  # [n, V]
+            teacher_probs = teacher_logprobs.exp()
+            del logits
+            for layer in range(total):
+                if from_embeds:
+                    rest = dict(kwargs, inputs_embeds=inputs[layer])
+                    del rest["input_ids"]
+                    with running_layers(model, list(range(layer + 1, total))):
+                        skipped = model(**rest, use_cache=False).logits
+                else:
+                    with running_layers(model, [i for i in range(total) if i != layer]):
+                        skipped = model(**kwargs, use_cache=False).logits
+                kl[layer] += _kl_sum(teacher_probs, teacher_logprobs, skipped, mask)
+                bar.update()
+    count = max(count, 1)
+    return {
+        "block_influence": (influence / count).tolist(),
+        "skip_kl": (kl / count).tolist() if skip_kl else None,
+        "block_distance": {start: value / count for start, value in distance.items()},
+        "tokens": count,
+    }
+
+
+def most_important(scores: list[float], keep: int) -> list[int]:
+    """Indices of the ``keep`` highest scores, sorted (ties: the earlier layer)."""
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    return sorted(order[:keep])
+
+
+def contiguous_cut(block_distance: dict[int, float], total: int, keep: int) -> list[int]:
+    """The layers kept when the block of ``total - keep`` layers with the smallest angular distance is dropped."""
+    drop = total - keep
+    if drop == 0:
+        return list(range(total))
+    start = min(block_distance, key=lambda s: (block_distance[s], s))
+    return [i for i in range(total) if not start <= i < start + drop]

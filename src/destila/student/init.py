@@ -1,0 +1,264 @@
+"""``init_student``: design a student from a teacher and write it as an ordinary HF folder.
+
+The design is a layer cut (a count spread evenly, an explicit list, or layers
+chosen by measured importance), optionally followed by width pruning, or a
+fresh model from config changes. The folder holds the weights, the config,
+the teacher's tokenizer and ``destila_student.json``: how the student was
+made, and every score it was chosen by.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from destila.io import exclusive_lock
+from destila.models import INIT_INCOMPLETE, load_causal_lm, load_tokenizer
+from destila.permissions import readable_by_all
+from destila.student import calibration as calib
+from destila.student.cut import _supported_prefix, cut_student
+from destila.student.fresh import fresh_student
+from destila.student.importance import contiguous_cut, layer_scores, most_important
+from destila.student.layers import CRITERIA, SELECTIONS, check_layer_indices, evenly_spaced_layers
+from destila.student.width import WIDTH_FIELDS, prune_width, resolve_targets
+
+RECORD = "destila_student.json"
+_LOCK = ".lock"  # the name cache build and train use too: one writer per folder, whichever command
+"""The record of how a student folder was made (criterion, scores, kept layers and channels)."""
+
+
+def _count(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def resolve_calibration(tokenizer, calibration=None, cache=None, data=None,
+                        tokens: int = calib.DEFAULT_CALIBRATION_TOKENS, text_field: str = "text"):
+    """A :class:`~destila.student.calibration.Calibration` from exactly one of the three sources, or None.
+
+    ``calibration`` may be a ``Calibration``, or token ids ``[S, L]`` / ``[N]``
+    (one row).
+    """
+    given = [name for name, value in (("calibration", calibration), ("--cache", cache), ("--data", data))
+             if value is not None]
+    if len(given) > 1:
+        raise ValueError(f"student init: give one source of calibration text, found {' and '.join(given)}")
+    if tokens < 2:
+        raise ValueError(f"--calibration-tokens: expected at least 2, found {tokens}")
+    if cache is not None:
+        return calib.from_cache(cache, tokens, tokenizer)
+    if data is not None:
+        return calib.from_data(str(data), tokenizer, tokens, text_field=text_field)
+    if calibration is None or isinstance(calibration, calib.Calibration):
+        return calibration
+    ids = torch.as_tensor(calibration, dtype=torch.long)
+    ids = ids.view(1, -1) if ids.dim() == 1 else ids
+    if ids.dim() != 2 or ids.shape[1] < 2:
+        raise ValueError(f"calibration: expected token ids [rows, length >= 2], found shape {list(ids.shape)}")
+    scored = torch.ones_like(ids, dtype=torch.bool)
+    scored[:, -1] = False
+    return calib.Calibration(ids, scored, None, source="token ids")
+
+
+def check_selection(layers, select: str | None, criterion: str | None) -> None:
+    """Refuse ``--select`` / ``--criterion`` values and combinations that cannot apply (before any work)."""
+    if select is not None and select not in SELECTIONS:
+        raise ValueError(f"--select: expected one of {', '.join(SELECTIONS)}, found {select!r}")
+    if criterion is not None and criterion not in CRITERIA:
+        raise ValueError(f"--criterion: expected one of {', '.join(CRITERIA)}, found {criterion!r}")
+    if criterion is not None and select != "importance":
+        raise ValueError(f"--criterion {criterion}: applies to --select importance only, found --select {select}")
+    if select is not None and layers is None:
+        raise ValueError(f"--select {select}: chooses which layers --layers N keeps; add --layers")
+    if select is not None and isinstance(layers, (list, tuple)):
+        raise ValueError(f"--select {select}: the layers were given explicitly ({list(layers)}); "
+                         "give --layers as a count to have them selected")
+
+
+def choose_layers(teacher, layers, select: str | None, selection, criterion: str | None = None,
+                  progress: bool = False) -> tuple[list[int], dict]:
+    """``(kept teacher layers, record)`` for ``--layers`` (a count or a list) and ``--select``."""
+    total = teacher.config.num_hidden_layers
+    check_selection(layers, select, criterion)
+    criterion = criterion or "skip_kl"
+    if isinstance(layers, (list, tuple)):
+        return check_layer_indices(list(layers), total), {"select": "list"}
+    select = select or "even"
+    kept = evenly_spaced_layers(total, layers)  # also checks the count
+    if select == "even":
+        return kept, {"select": "even"}
+    if selection is None:
+        raise ValueError(f"--select {select}: measuring the layers needs calibration text; "
+                         "add --cache CACHE or --data DATA (e.g. --data pydoc)")
+    _supported_prefix(teacher.config)
+    if select == "contiguous":
+        scores = layer_scores(teacher, selection, skip_kl=False, drop_block=total - layers, progress=progress)
+        kept = contiguous_cut(scores["block_distance"], total, layers)
+        return kept, {"select": "contiguous", "criterion": "block_distance",
+                      "block_distance": {str(k): v for k, v in scores["block_distance"].items()},
+                      "calibration_tokens": scores["tokens"]}
+    # Block influence alone costs one pass; skip-KL about half a pass per layer.
+    scores = layer_scores(teacher, selection, skip_kl=criterion == "skip_kl", progress=progress)
+    kept = most_important(scores[criterion], layers)
+    return kept, {"select": "importance", "criterion": criterion, "block_influence": scores["block_influence"],
+                  "skip_kl": scores["skip_kl"], "calibration_tokens": scores["tokens"]}
+
+
+def init_student(
+    teacher: str,
+    out: str | Path,
+    *,
+    layers: int | list[int] | None = None,
+    layer_indices: list[int] | None = None,
+    select: str | None = None,
+    criterion: str | None = None,
+    calibration=None,
+    cache: str | Path | None = None,
+    data: str | None = None,
+    text_field: str = "text",
+    calibration_tokens: int | None = None,
+    hidden_size: int | None = None,
+    intermediate_size: int | None = None,
+    num_attention_heads: int | None = None,
+    num_key_value_heads: int | None = None,
+    config_overrides: dict | None = None,
+    gguf_file: str | None = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> dict:
+    """Write a student folder (weights, config, tokenizer, ``destila_student.json``); return a summary dict.
+
+    Give ``layers`` (a count, spread per ``select``: ``"even"``,
+    ``"importance"`` or ``"contiguous"``; or a list of teacher layer indices)
+    and/or width targets (``hidden_size``, ``intermediate_size``,
+    ``num_attention_heads``, ``num_key_value_heads``: Minitron-style pruning
+    of the cut, see :mod:`destila.student.width`), or ``config_overrides``
+    (a fresh model). ``layer_indices`` is the same as a list in ``layers``.
+    ``criterion`` (``"skip_kl"``, the default, or ``"block_influence"``)
+    ranks the layers for ``select="importance"``. Calibration text
+    (``calibration`` token ids ``[S, L]``, a ``cache`` folder, or a ``data``
+    source; about ``calibration_tokens`` tokens) is needed by the measured
+    selections and width pruning; when given, the summary holds the starting
+    perplexity of student and teacher on its held-out rows. Summary keys: ``method``, ``kept_layers``,
+    ``student_parameters``, ``teacher_parameters``, ``teacher_layers``,
+    ``student_layers``, ``start_perplexity``, ``teacher_perplexity``, ``out``.
+    Refuses to overwrite a non-empty folder. ``progress`` shows the
+    measurements' progress on stderr.
+    """
+    if layers is not None and layer_indices is not None:
+        raise ValueError("student init: give either a number of layers or the layer indices, not both")
+    layers = layer_indices if layer_indices is not None else layers
+    width = {k: v for k, v in zip(WIDTH_FIELDS, (hidden_size, intermediate_size, num_attention_heads,
+                                                  num_key_value_heads)) if v is not None}
+    cut = layers is not None or bool(width)
+    if cut == (config_overrides is not None):
+        raise ValueError("student init: give either --layers and/or width targets (cut and prune the teacher) "
+                         "or --config (a fresh model)")
+    if config_overrides is not None and (select is not None or any(
+            v is not None for v in (calibration, cache, data))):
+        raise ValueError("student init: --select and calibration text apply to a cut (--layers), not to --config")
+    check_selection(layers, select, criterion)
+    if calibration_tokens is not None and cache is None and data is None:
+        raise ValueError("--calibration-tokens: applies to calibration text read from --cache or --data; add one")
+    text_given = not (calibration is None and cache is None and data is None)
+    if select in ("importance", "contiguous") and not text_given:
+        raise ValueError(f"--select {select}: measuring the layers needs calibration text; "
+                         "add --cache CACHE or --data DATA (e.g. --data pydoc)")
+    if width and not text_given:
+        raise ValueError(f"--{next(iter(width)).replace('_', '-')}: width pruning keeps the channels and heads "
+                         "that matter on calibration text; add --cache CACHE or --data DATA (e.g. --data pydoc)")
+    out = Path(out)
+    with _claim(out):  # one writer: a second init into the same folder is refused at once
+        model = load_causal_lm(teacher, gguf_file=gguf_file)
+        if width:  # impossible sizes are refused before any measurement
+            resolve_targets(model.config, **width)
+        tokenizer = load_tokenizer(teacher, gguf_file=gguf_file)
+        calibration = resolve_calibration(tokenizer, calibration, cache, data,
+                                          calibration_tokens or calib.DEFAULT_CALIBRATION_TOKENS, text_field)
+        selection, held_out = calibration.split() if calibration is not None else (None, None)
+        record: dict = {"teacher": str(teacher)}
+        if cut:
+            if layers is None:
+                layers = list(range(model.config.num_hidden_layers))
+            kept, record["layers"] = choose_layers(model, layers, select, selection, criterion, progress)
+            student, kept = cut_student(model, indices=kept)
+            summary = {"method": "cut", "kept_layers": kept, "select": record["layers"]["select"]}
+            if width:
+                student, record["width"] = prune_width(student, selection, **width)
+                summary["method"] = "cut+width" if len(kept) < model.config.num_hidden_layers else "width"
+                summary["width"] = {k: record["width"][k] for k in (*WIDTH_FIELDS, "head_dim")}
+        else:
+            student = fresh_student(model, config_overrides, seed=seed)
+            summary = {"method": "fresh", "overrides": config_overrides}
+        summary.update(
+            out=str(out),
+            teacher_parameters=_count(model),
+            student_parameters=_count(student),
+            teacher_layers=model.config.num_hidden_layers,
+            student_layers=student.config.num_hidden_layers,
+            start_perplexity=None,
+            teacher_perplexity=None,
+        )
+        if held_out is not None:
+            summary.update(start_perplexity=calib.perplexity(student, held_out),
+                           teacher_perplexity=calib.perplexity(model, held_out),
+                           perplexity_tokens=int(held_out.scored[:, :-1].sum()),
+                           perplexity_held_out=held_out is not selection,
+                           calibration=calibration.source, calibration_tokens=calibration.tokens)
+        record.update({k: v for k, v in summary.items() if k not in ("out", "width")})  # the record keeps the full width entry
+        _write_student(student, tokenizer, out, record)
+        return summary
+
+
+@contextlib.contextmanager
+def _claim(out: Path):
+    """Hold ``out``'s lock (a second init into it fails at once); a folder this call created and left empty goes."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"student init: {out} is a file; choose a new folder for the student")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        lock = exclusive_lock(out / _LOCK, f"student init: another destila command is writing to {out}; wait for "
+                              "it to finish, stop it, or choose another -o", remove_on_release=True)
+    except OSError as err:
+        raise OSError(err.errno, f"student init: cannot write the student folder {out}: {err.strerror or err}; "
+                      "choose a folder you can write to") from err
+    try:
+        # Checked under the lock: another init may have filled the folder since. A lock file left by a
+        # refused cache build is no content.
+        if any(p.name != _LOCK for p in out.iterdir()) and not (out / INIT_INCOMPLETE).is_file():
+            raise FileExistsError(f"student init: {out} exists and is not empty; choose a new folder")
+        yield
+    finally:
+        lock.close()
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+
+
+def _write_student(student, tokenizer, out: Path, record: dict) -> None:
+    """Save into ``out`` itself, flagged incomplete until the last byte is written.
+
+    Staging inside the output folder keeps every temporary in a folder this
+    command owns (a sibling temporary in the parent would land in a folder
+    that may not be the user's, and errors would name it instead of ``out``).
+    A rerun after a crash finds the flag, clears the folder and starts over.
+    """
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if (out / INIT_INCOMPLETE).is_file():
+            for leftover in (p for p in out.iterdir() if p.name != _LOCK):  # ours, held
+                shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+        (out / INIT_INCOMPLETE).write_text("written by `destila student init`; removed when the folder is complete\n")
+        student.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        (out / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+        readable_by_all(out)
+        (out / INIT_INCOMPLETE).unlink()
+    except OSError as err:
+        raise OSError(
+            err.errno, f"student init: cannot write the student folder {out}: {err.strerror or err}; "
+            "choose a folder you can write to (a rerun clears what was written)"
+        ) from err

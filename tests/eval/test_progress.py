@@ -1,0 +1,53 @@
+"""The progress of a model evaluated in another process reaches the parent's bar."""
+
+import time
+
+import pytest
+
+from destila.eval.progress import ProgressFile, read_progress, run_with_progress
+
+
+class RecordingBar:
+    """The part of ``rich.progress.Progress`` that run_with_progress drives, recording every update."""
+
+    def __init__(self):
+        self.updates = []
+
+    def add_task(self, description, total=None):
+        self.updates.append({"description": description, "total": total})
+        return 0
+
+    def update(self, task, **fields):
+        self.updates.append(fields)
+
+
+def test_the_bar_follows_the_states_the_worker_writes(tmp_path):
+    path = tmp_path / "progress"
+    report = ProgressFile(path)
+    assert read_progress(path) is None
+
+    def work():
+        for done in range(4):
+            report(done, 3, "scoring 12 sequences")
+            time.sleep(0.15)
+        return "result"
+
+    bar = RecordingBar()
+    assert run_with_progress(work, path, bar, "model 1/1 tiny", poll_seconds=0.02) == "result"
+    seen = [u for u in bar.updates if "scoring" in u.get("description", "")]
+    assert seen and {u["total"] for u in seen} == {3}
+    assert [u["completed"] for u in seen] == sorted(u["completed"] for u in seen)  # never goes backwards
+    assert bar.updates[-1]["description"] == "model 1/1 tiny: done"
+    assert read_progress(path) == (3, 3, "scoring 12 sequences")
+
+
+def test_a_worker_failure_reaches_the_caller(tmp_path):
+    def work():
+        raise ValueError("eval: bad input")
+
+    with pytest.raises(ValueError, match="bad input"):
+        run_with_progress(work, tmp_path / "progress", RecordingBar(), "model", poll_seconds=0.01)
+
+
+def test_without_a_file_reporting_does_nothing():
+    ProgressFile(None)(1, 2, "anything")

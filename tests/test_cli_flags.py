@@ -1,0 +1,147 @@
+"""Flags are declared once (dataclass fields) and read the same way on every command: either spelling, and
+"did you mean" with the command's own usage for a misspelt one."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from destila.bench.e2e import E2EConfig, LongContextConfig
+from destila.bench.loss import LossBenchConfig
+from destila.cache.spec import BuildSpec
+from destila.cli import train as train_cli
+from destila.cli.main import OWN_PARSERS, build_parser, main
+from destila.placement import PlacementSpec
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "destila"
+
+
+def _leaves(parser: argparse.ArgumentParser, path=()):
+    """``(command words, parser)`` for every command that takes flags (no further sub-commands)."""
+    subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subcommands:
+        yield path, parser
+        return
+    for name, sub in subcommands[0].choices.items():
+        yield from _leaves(sub, (*path, name))
+
+
+# A command that parses its own flags is listed by the entry point's parser only for --help.
+LEAVES = [*((words, p) for words, p in _leaves(build_parser()) if words[0] not in OWN_PARSERS),
+          (("train",), train_cli.build_parser())]
+
+
+def _long_flags(parser) -> list[str]:
+    return [name for action in parser._actions for name in action.option_strings if name.startswith("--")]
+
+
+@pytest.mark.parametrize("words, parser", LEAVES, ids=[" ".join(words) for words, _ in LEAVES])
+def test_every_flag_of_every_command_takes_both_spellings(words, parser):
+    flags = _long_flags(parser)
+    assert flags, words
+    for flag in flags:
+        for spelling in (flag.replace("_", "-"), "--" + flag[2:].replace("-", "_")):
+            assert parser._respelled([spelling, "x"])[0] in flags, (words, flag, spelling)
+
+
+def test_eval_takes_the_underscore_spelling():
+    args = build_parser().parse_args(["eval", "model", "--cache", "c", "--eval_fraction", "0.1", "--max_tokens=64"])
+    assert args.eval_fraction == 0.1 and args.max_tokens == 64
+
+
+def test_train_and_cache_build_take_both_spellings():
+    train = train_cli.parse(["s", "--cache", "c", "-o", "out", "--eval-fraction", "0.2", "--learning-rate", "1e-3"])[1]
+    assert train.eval_fraction == 0.2 and train.learning_rate == 1e-3
+    build = build_parser().parse_args(["cache", "build", "t", "pydoc", "-o", "c", "--seq_len", "64",
+                                       "--device_map", "auto", "--head_chunk_rows", "7"])
+    assert (build.seq_len, build.device_map, build.head_chunk_rows) == (64, "auto", 7)
+
+
+def test_a_value_that_looks_like_a_flag_of_another_spelling_is_kept():
+    """Only flags are respelled, and only into flags the command has: ``--`` ends the flags."""
+    parser = build_parser()
+    leaf = dict(LEAVES)[("eval",)]
+    assert leaf._respelled(["--no_such_flag", "--", "--eval_fraction"]) == ["--no_such_flag", "--", "--eval_fraction"]
+    assert parser.parse_args(["eval", "m", "--cache", "c", "--prompt=--eval_fraction"]).prompt == "--eval_fraction"
+
+
+@pytest.mark.parametrize("argv, command, suggestion", [
+    (["train", "s", "--cache", "c", "-o", "o", "--learnig_rate", "1e-3"], "train", "--learning_rate"),
+    (["cache", "build", "t", "pydoc", "-o", "c", "--seq-lne", "64"], "cache build", "--seq-len"),
+    (["eval", "m", "--cache", "c", "--eval_fractoin", "0.1"], "eval", "--eval-fraction"),
+    (["bench", "e2e", "--long-contxt"], "bench e2e", "--long-context"),
+])
+def test_a_misspelt_flag_gets_did_you_mean_and_the_commands_usage(argv, command, suggestion, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2
+    assert err.startswith(f"usage: destila {command} "), err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"destila {command}: error: unrecognized arguments: ") and line.endswith(
+        f"; did you mean {suggestion}?"), line
+
+
+def test_a_flag_with_nothing_near_says_so(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["cache", "inspect", "c", "--zzzzzz"])
+    assert done.value.code == 2
+    assert "--zzzzzz is not an option of this command" in capsys.readouterr().err
+
+
+def _action(parser, dest):
+    return next(a for a in parser._actions if a.dest == dest)
+
+
+def test_teacher_placement_is_declared_once_for_cache_build_and_train():
+    build = dict(LEAVES)[("cache", "build")]
+    train = train_cli.build_parser()
+    assert issubclass(BuildSpec, PlacementSpec)
+    for f in dataclasses.fields(PlacementSpec):
+        cached = _action(build, f.name)
+        assert cached.default == f.default and cached.choices == f.metadata.get("choices")
+        assert f.metadata["help"] in cached.help
+        if f.name == "device":  # the online teacher runs where the student trains
+            assert not any(a.dest == "teacher_device" for a in train._actions)
+            continue
+        online = _action(train, "teacher_" + f.name)
+        assert "--teacher-" + f.name.replace("_", "-") in online.option_strings
+        assert online.default == f.default and online.choices == f.metadata.get("choices")
+        assert f.metadata["help"] in online.help
+
+
+def test_teacher_placement_without_a_teacher_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"--teacher-device-map: where the online teacher goes \(with --teacher\)"):
+        train_cli.run(["s", "--cache", str(tmp_path), "-o", str(tmp_path / "o"), "--teacher_device_map", "auto"])
+
+
+@pytest.mark.parametrize("cls, words, skip", [
+    (LossBenchConfig, ("bench", "loss"), {"extra"}),
+    (E2EConfig, ("bench", "e2e"), set()),
+])
+def test_every_bench_config_field_is_a_flag_with_its_default(cls, words, skip):
+    parser = dict(LEAVES)[words]
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        action = _action(parser, f.name)
+        assert "--" + f.name.replace("_", "-") in action.option_strings
+        assert action.default == f.default and f.metadata["help"] in action.help
+
+
+def test_bench_flags_read_into_the_configs():
+    args = build_parser().parse_args(["bench", "e2e", "--lr", "0.01", "--methods", "online,fused", "--long-context",
+                                      "--seq-lens", "1K,2K", "--memory_budget", "0.5"])
+    cfg = E2EConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(E2EConfig)})
+    assert cfg.learning_rate == 0.01 and cfg.methods == ("online", "fused") and args.long_context
+    assert (args.seq_lens, args.memory_budget) == ((1024, 2048), 2**29)
+    assert {f.name for f in dataclasses.fields(LongContextConfig)} >= {"seq_lens", "memory_budget"}
+
+
+def test_no_command_edits_the_parsers_internals():
+    offenders = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if re.search(r"\._actions\b", p.read_text())]
+    assert offenders == []

@@ -1,0 +1,78 @@
+"""destila.io: atomic writes, staged folders, the writer's lock and the one-line OS-error text."""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from destila.io import (
+    as_os_error,
+    describe_os_error,
+    exclusive_lock,
+    is_temporary,
+    publish_folder,
+    write_atomic,
+)
+
+
+def test_write_atomic_replaces_whole_files_and_leaves_nothing_behind(tmp_path):
+    path = tmp_path / "state.json"
+    write_atomic(path, "old")
+    write_atomic(path, b"new")
+    assert path.read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_a_failed_atomic_write_keeps_the_old_file(tmp_path):
+    path = tmp_path / "state.json"
+    write_atomic(path, "old")
+    with pytest.raises(TypeError):
+        write_atomic(path, 12345)  # not bytes: the write itself fails, after the temporary file was opened
+    assert path.read_text() == "old"
+    assert not any(is_temporary(p.name) for p in tmp_path.iterdir())
+
+
+def test_publish_folder_moves_a_finished_folder_into_place(tmp_path):
+    staging = tmp_path / ".out.tmp-1"
+    (staging / "sub").mkdir(parents=True)
+    (staging / "sub" / "a.bin").write_bytes(b"abc")
+    publish_folder(staging, tmp_path / "out")
+    assert (tmp_path / "out" / "sub" / "a.bin").read_bytes() == b"abc" and not staging.exists()
+    other = tmp_path / ".out.tmp-2"
+    (other / "x").mkdir(parents=True)
+    with pytest.raises(OSError):  # a non-empty target is never replaced: the caller decides
+        publish_folder(other, tmp_path / "out")
+    assert (other / "x").is_dir()
+
+
+def test_a_second_process_is_refused_the_lock_until_the_first_exits(tmp_path):
+    lock = tmp_path / ".lock"
+    holder = exclusive_lock(lock, "busy")
+    probe = textwrap.dedent(f"""
+        from destila.io import exclusive_lock
+        try:
+            exclusive_lock({str(lock)!r}, "busy: another writer")
+        except ValueError as err:
+            print(err)
+    """)
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "busy: another writer"
+    holder.close()
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == ""
+
+
+def test_os_errors_become_one_line_naming_the_file():
+    full = OSError(errno.ENOSPC, "No space left on device", "/data/cache/shard-1")
+    assert describe_os_error(full) == ("no space left on device at /data/cache/shard-1; free space there and run "
+                                       "the same command again")
+    rust = Exception("failed to write tokenizer.json (os error 28)")  # a Rust writer names no file
+    named = as_os_error(rust, "/data/cache/tokenizer")
+    assert named.errno == errno.ENOSPC and named.filename == "/data/cache/tokenizer"
+    assert as_os_error(ValueError("not a disk problem"), "/x") is None
+    ours = OSError(errno.ENOSPC, "could not write the cache folder; every shard recorded is intact")
+    assert describe_os_error(ours) == ours.strerror  # destila's own sentence is kept

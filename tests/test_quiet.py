@@ -1,0 +1,46 @@
+"""Library noise that is wrong or useless for destila's runs is gone; everything else is left alone."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from destila.cli.main import main
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+PACKED_GPT2 = """
+{prelude}
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+model = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_embd=16, n_layer=1, n_head=2, pad_token_id=0, eos_token_id=0))
+ids = torch.tensor([[5, 6, 0, 7, 8, 0]])  # two packed documents, each ending with EOS (= pad)
+model(input_ids=ids, position_ids=torch.tensor([[0, 1, 2, 0, 1, 2]]))
+"""
+
+
+def run(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout + done.stderr
+
+
+def test_packed_rows_do_not_warn_about_a_missing_attention_mask():
+    assert "strongly recommend passing in an `attention_mask`" in run(PACKED_GPT2.format(prelude=""))
+    assert "attention_mask" not in run(PACKED_GPT2.format(prelude="import destila"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed")
+def test_importing_the_trainer_does_not_print_deepspeeds_cpu_warning():
+    assert "Setting accelerator to CPU" not in run("import destila.training")
+
+
+def test_commands_show_no_loading_or_writing_bars(tiny_llama_dir, tmp_path, capfd):
+    with pytest.raises(SystemExit) as exit_:
+        main(["student", "init", str(tiny_llama_dir), "-o", str(tmp_path / "s"), "--layers", "1"])
+    assert exit_.value.code == 0
+    captured = capfd.readouterr()
+    assert "Loading weights" not in captured.err + captured.out
+    assert "Writing model shards" not in captured.err + captured.out
