@@ -208,7 +208,8 @@ def init_student(
                            perplexity_tokens=int(held_out.scored[:, :-1].sum()),
                            perplexity_held_out=held_out is not selection,
                            calibration=calibration.source, calibration_tokens=calibration.tokens)
-        record.update({k: v for k, v in summary.items() if k not in ("out", "width")})  # the record keeps the full width entry
+        # The record keeps the full width entry.
+        record.update({k: v for k, v in summary.items() if k not in ("out", "width")})
         _write_student(student, tokenizer, out, record)
         return summary
 
