@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from destila.cache.cheap_checks import check_manifest, order_fault, target_value_fault
 from destila.cache.encodings import encoding_of
 from destila.cache.encodings.compact_blocks import BlockError
 from destila.cache.format import MANIFEST, TOKENIZER_DIR, ShardFormatError, read_manifest, shard_file_fault
@@ -70,6 +71,7 @@ class TopKCache(torch.utils.data.Dataset):
                 "run the same `destila cache build` command again to finish it"
             )
         if verify != "none":
+            check_manifest(self.path, m)
             check_tokenizer_files(self.path, m.tokenizer_files)
         self.seq_len, self.top_k, self.vocab_size = m.seq_len, m.top_k, m.vocab_size
         hidden = (m.extras or {}).get("hidden") or {}
@@ -80,6 +82,7 @@ class TopKCache(torch.utils.data.Dataset):
         self.tokenizer_path = self.path / TOKENIZER_DIR
         self._shard_of = np.full(m.sequences, -1, dtype=np.int32)
         self._row_of = np.zeros(m.sequences, dtype=np.int64)
+        trained: list[int | None] = []  # per shard, from the order check below
         for number, shard in enumerate(m.shards):
             fault = shard_file_fault(self.path, shard, checksum=False)
             if fault is not None:
@@ -87,6 +90,8 @@ class TopKCache(torch.utils.data.Dataset):
                     f"{self.path / shard.name}: {fault}; run `destila cache verify {self.path}`, delete the damaged "
                     "shard and run the same `destila cache build` command to recompute it"
                 )
+            if verify != "none":  # a few bytes per shard: shards out of order are refused before any step
+                trained.append(self._check_order(shard))
             indices = shard.indices()
             if len(indices) != shard.rows or np.any(self._shard_of[indices] != -1):
                 raise ValueError(f"{self.path / MANIFEST}: shard {shard.name} overlaps another shard; the manifest is damaged")
@@ -94,10 +99,30 @@ class TopKCache(torch.utils.data.Dataset):
             self._row_of[indices] = np.arange(shard.rows)
         if np.any(self._shard_of < 0):
             raise ValueError(f"{self.path / MANIFEST}: some sequences are in no shard; the manifest is damaged")
+        if trained and None not in trained and sum(trained) == 0:  # a loss of 0.0 at every step teaches nothing
+            raise ValueError(f"{self.path}: the cache holds no trained position (no target in any of its "
+                             f"{m.sequences} sequences); rebuild it from data with trained positions")
         self._reset()
         if verify == "open":
             for number in range(len(m.shards)):
                 self._check(number)
+
+    def _check_order(self, shard) -> int | None:
+        """Refuse the shard when its rows are not the manifest's sequences; its trained positions (None: unknown)."""
+        from safetensors import safe_open
+
+        trained = None
+        try:
+            with safe_open(str(self.path / shard.name), framework="pt") as handle:
+                fault = order_fault(handle, shard)
+                if "loss_mask" in handle.keys():  # plain encoding: one small bool tensor
+                    trained = int(handle.get_tensor("loss_mask").sum())
+        except Exception as err:  # safetensors raises its own error type for a bad header
+            fault = f"not a readable safetensors file ({err})"
+        if fault is not None:
+            raise CorruptShardError(f"{self.path / shard.name}: {fault}; run `destila cache verify {self.path}` "
+                                    "and rebuild the cache")
+        return trained
 
     def _reset(self) -> None:
         self._pid = os.getpid()
@@ -125,9 +150,16 @@ class TopKCache(torch.utils.data.Dataset):
         number = int(self._shard_of[index])
         rows = self._open(number)
         try:
-            return rows.item(int(self._row_of[index]))
+            item = rows.item(int(self._row_of[index]))
         except (BlockError, ShardFormatError) as err:
             raise CorruptShardError(f"{self.path / self.manifest.shards[number].name}: {err}") from err
+        fault = target_value_fault(item, self.vocab_size) if self.verify != "none" else None
+        if fault is not None:  # never a loss (or a NaN) from damaged targets
+            raise CorruptShardError(
+                f"{self.path / self.manifest.shards[number].name}: row {int(self._row_of[index])} (sequence {index}) "
+                f"holds {fault}; run `destila cache verify {self.path}`, delete the damaged shard and run the same "
+                "`destila cache build` command to recompute it")
+        return item
 
     def _open(self, number: int):
         if self._pid != os.getpid():  # forked after opening: take fresh handles

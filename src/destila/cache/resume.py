@@ -50,6 +50,8 @@ def lock_folder(folder: Path):
     dies, even by SIGKILL, so a crashed build never leaves a stale lock. A
     folder that is not a cache is refused before anything is created in it.
     """
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f"output: {folder} is a file; choose a new or empty folder for the cache")
     if folder.is_dir():
         existing_manifest(folder)  # raises for a foreign non-empty folder
     try:
@@ -66,6 +68,20 @@ def lock_folder(folder: Path):
         f"another `destila cache build` is writing to {folder} (its lock {folder / LOCK} is held); "
         "wait for it to finish or stop it first",
     )
+
+
+def release_folder(folder: Path, lock) -> None:
+    """Close the lock of :func:`lock_folder`; a folder a refused build left holding only the lock loses it too.
+
+    The lock file is deleted while still held, so no other build can be
+    holding it (:func:`destila.io.exclusive_lock` rechecks the file it locked).
+    """
+    try:
+        if [p.name for p in folder.iterdir()] == [LOCK]:
+            (folder / LOCK).unlink()
+    except OSError:  # a read-only folder keeps its empty lock file: harmless, never stale
+        pass
+    lock.close()
 
 
 def existing_manifest(folder: Path) -> Manifest | None:
@@ -134,7 +150,8 @@ def recover(folder: Path, manifest: Manifest) -> Manifest:
             shards.setdefault(entry["name"], ShardInfo(**entry))
     kept, seen = [], set()
     for name, info in sorted(shards.items()):
-        fault = shard_file_fault(folder, info, checksum=False)
+        # With its checksum: a shard whose bytes changed is recomputed, never reported "already complete".
+        fault = shard_file_fault(folder, info, checksum=True)
         if fault is not None:
             log.warning("shard %s: %s: its %d sequences will be computed again", name, fault, info.rows)
             continue

@@ -21,12 +21,15 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
+from destila.cache.cheap_checks import check_manifest, order_fault, target_value_fault
 from destila.cache.encodings import encoding_of
 from destila.cache.format import TOKENIZER_DIR, read_manifest
 from destila.cache.k_coverage import DEFAULT_COVERAGE, KCoverage, format_table, suggest_k
 from destila.cache.kinds import kind_of
+from destila.cache.reader import CorruptShardError
 from destila.cache.rows import ShardRows, dense_item
 from destila.cache.shard_check import open_checked_shard
+from destila.cache.tokenizer_files import check_tokenizer_files
 from destila.constants import IGNORE_INDEX
 
 PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
@@ -46,6 +49,8 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: 
     """
     path = Path(path).expanduser()
     m = read_manifest(path)
+    check_manifest(path, m)
+    check_tokenizer_files(path, m.tokenizer_files)
     shard_bytes = sum(s.bytes for s in m.shards)
     stored_tokens = m.stored_sequences * m.seq_len
     entries = _stored_entries(path, m)
@@ -97,6 +102,11 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: 
         rows = shard.rows if max_sequences is None else min(shard.rows, max_sequences - taken)
         reader = open_checked_shard(path, m, shard)  # refuses a damaged shard: no statistics from bad data
         stored = [dense_item(reader.stored(r), m) for r in range(rows)]
+        fault = order_fault(reader.handle, shard) or next(
+            (f"row {r} holds {f}" for r, f in enumerate(target_value_fault(i, m.vocab_size) for i in stored) if f), None)
+        if fault is not None:
+            raise CorruptShardError(f"{path / shard.name}: {fault}; no statistics from damaged data: run "
+                                    f"`destila cache verify {path}` and rebuild the cache")
         trained = torch.cat([item["labels"] != IGNORE_INDEX for item in stored])
         lp = torch.cat([item["topk_logprobs"] for item in stored]).float()[trained]
         tail = torch.cat([item["tail_logmass"] for item in stored])[trained]

@@ -33,6 +33,7 @@ from destila.cache.format import (
     read_manifest,
     shard_file_fault,
 )
+from destila.cache.cheap_checks import manifest_faults
 from destila.cache.coverage import coverage_faults
 from destila.cache.encodings import encoding_of
 from destila.cache.encodings.compact_blocks import BlockError
@@ -74,6 +75,7 @@ def verify_cache(path: str | Path) -> VerifyReport:
     report.faults.extend(tokenizer_faults(path, manifest.tokenizer_files))
     if not manifest.tokenizer_files:
         report.warnings.append(f"{TOKENIZER_DIR}/: no digests in the manifest (built by an older destila); not checked")
+    report.faults.extend(f"{MANIFEST}: {fault}" for fault in manifest_faults(manifest))
     report.faults.extend(coverage_faults(manifest))
     for shard in manifest.shards:
         faults = _check_shard(path, manifest, shard, report)

@@ -50,6 +50,7 @@ from destila.cache.resume import (
     done_indices,
     existing_manifest,
     lock_folder,
+    release_folder,
     recover,
     refuse_different,
     write_progress,
@@ -128,9 +129,9 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
     if spec.tensor_parallel:  # before joining a process group or reading any data
         check_tensor_parallel(spec.device, int(os.environ.get("WORLD_SIZE", "1")))
     group, device = distributed.join(resolve_device(spec.device))
-    lock = None
+    held = []  # the folder's lock once _prepare takes it: released here even when _prepare fails
     try:
-        lock, manifest, source, model = _prepare(group, spec, device)
+        _, manifest, source, model = _prepare(group, spec, device, held)
         report = BuildReport(
             output, manifest.sequences, manifest.tokens, manifest.complete,
             rank=group.rank, world_size=group.world, dropped=source.dropped_positions(),
@@ -151,8 +152,8 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
         report.complete = read_manifest(output).complete
         return report
     finally:
-        if lock is not None:
-            lock.close()
+        for lock in held:
+            release_folder(output, lock)
         distributed.leave(group)
 
 
@@ -192,7 +193,7 @@ def _flat_content(fields: dict) -> dict:
     return flat
 
 
-def _prepare(group, spec: BuildSpec, device):
+def _prepare(group, spec: BuildSpec, device, held: list):
     """Load everything, agree with what the output folder already holds; returns ``(lock, manifest, source, model)``."""
     import torch
 
@@ -208,6 +209,7 @@ def _prepare(group, spec: BuildSpec, device):
     if group.is_main:
         try:
             lock = lock_folder(output)
+            held.append(lock)
             old = existing_manifest(output)
             if old is not None:
                 new = _flat_content(fields)

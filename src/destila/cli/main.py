@@ -87,6 +87,7 @@ def fail(command: str, err: BaseException) -> None:
         message, code = str(err), EXIT_USER  # a library message that already says what and where
     else:
         message = describe_os_error(err)
-        code = EXIT_USER if number in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR) else EXIT_ENVIRONMENT
+        # A path that is missing, of the wrong kind or already taken is the user's to change.
+        code = EXIT_USER if number in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST) else EXIT_ENVIRONMENT
     print(f"destila {command}: error: {message}", file=sys.stderr)
     sys.exit(code)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from destila.cli.fields import add_fields, values_of
+from destila.losses.options import LossOptions
 from destila.recipes import ProgressiveRecipe, RecipeSettings, SelfRecipe
+from destila.recipes.on_policy import LOSS_FIELDS_LEFT_OUT, OnPolicyRecipe, OnPolicySettings
 
 _DATA_HELP = "'pydoc', a text file or folder (as for cache build)"
 
@@ -56,9 +58,6 @@ def register(subparsers) -> None:
 
 
 def _register_on_policy(verbs) -> None:
-    from destila.losses.options import LossOptions
-    from destila.recipes.on_policy import LOSS_FIELDS_LEFT_OUT, OnPolicySettings
-
     on_policy = verbs.add_parser(
         "on-policy", help="rounds of: the student samples, one teacher pass scores the samples, the student trains",
         description="Each round the student answers the prompts, one teacher pass caches the teacher's top-K on "
@@ -88,8 +87,6 @@ def _self(args) -> int:
 
 
 def _on_policy(args) -> int:
-    from destila.losses.options import LossOptions
-    from destila.recipes.on_policy import LOSS_FIELDS_LEFT_OUT, OnPolicyRecipe, OnPolicySettings
 
     settings = OnPolicySettings(**values_of(args, OnPolicySettings))
     loss = LossOptions(**values_of(args, LossOptions, exclude=LOSS_FIELDS_LEFT_OUT))

@@ -16,11 +16,13 @@ Naive equivalent for a jsonl file::
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 from pathlib import Path
 
 from destila.data.spec import DataSpec
+from destila.io.user_files import first_bad_json_line, is_damage
 
 PYDOC = "pydoc"
 """The data name that stands for Python's documentation topics (``pydoc_data.topics``)."""
@@ -43,10 +45,14 @@ def quiet_datasets():
     import datasets
 
     was_enabled = datasets.is_progress_bar_enabled()
+    verbosity = datasets.logging.get_verbosity()
     datasets.disable_progress_bars()
+    # Its log lines about a file it failed to parse duplicate the one error line destila prints.
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     try:
         yield
     finally:
+        datasets.logging.set_verbosity(verbosity)
         if was_enabled:
             datasets.enable_progress_bars()
 
@@ -110,16 +116,40 @@ def _load_files(files: list[Path], spec):
         try:
             part = datasets.load_dataset(builder, data_files=paths, split="train", streaming=spec.streaming, **options)
         except Exception as err:  # datasets wraps a file it cannot decode without naming it
-            bad = _not_utf8(paths) if builder == "text" else None
-            if bad is None:
-                raise
-            raise ValueError(f"data: not UTF-8 text at {bad}; expected a UTF-8 .txt file; convert it or leave it out") from err
+            raise unreadable(builder, paths, err) from err
         if builder == "text" and spec.text_field != "text":
             part = part.rename_column("text", spec.text_field)
         parts.append(part)
     if len(parts) == 1:
         return parts[0]
     return datasets.concatenate_datasets([_keep_columns(part, spec) for part in parts])
+
+
+def unreadable(builder: str, paths: list[str], err: Exception) -> Exception:
+    """The error to raise when ``datasets`` could not read ``paths``: one naming the file (and line) at fault."""
+    if builder == "text":
+        bad = _not_utf8(paths)
+        if bad is not None:
+            return ValueError(f"data: not UTF-8 text at {bad}; expected a UTF-8 .txt file; convert it or leave it out")
+    if builder == "json":
+        for path in paths:
+            where = first_bad_json_line(Path(path)) if path.lower().endswith(".jsonl") else _json_fault(Path(path))
+            if where is not None:
+                return ValueError(f"data: {path}, {where}; expected one JSON object per line; fix or remove it")
+    if not is_damage(err):
+        return err
+    return ValueError(f"data: datasets could not read {paths[0] if len(paths) == 1 else ', '.join(paths)} "
+                      f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); expected a valid "
+                      f".{builder} file; fix or replace it")
+
+
+def _json_fault(path: Path) -> str | None:
+    """A ``.json`` file is one JSON document or JSON lines: what is wrong when it is neither, or None."""
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+        return None
+    except (ValueError, UnicodeDecodeError):
+        return first_bad_json_line(path)
 
 
 def _not_utf8(paths: list[str]) -> str | None:

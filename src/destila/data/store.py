@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -53,6 +54,8 @@ class TokenStore:
     targets: np.ndarray
     offsets: np.ndarray
     fingerprint: str
+    empty: int = 0        # records left out: no text (missing, null, empty or not a string)
+    trained: int = -1     # tokens whose prediction is trained; -1: a store written before it was counted
 
     @classmethod
     def open(cls, path: str | Path) -> "TokenStore":
@@ -68,6 +71,7 @@ class TokenStore:
         return cls(
             path, mapped("tokens.bin", np.int32, meta["tokens"]), mapped("targets.bin", np.uint8, meta["tokens"]),
             mapped("offsets.bin", np.int64, meta["documents"] + 1), meta["fingerprint"],
+            meta.get("empty", 0), meta.get("trained", -1),
         )
 
     @property
@@ -112,7 +116,7 @@ def build_store(spec, tokenizer, folder: str | Path, *, records=None) -> TokenSt
     ``records``: a ``datasets.Dataset``/``IterableDataset`` to read instead of ``spec.source``."""
     folder = Path(folder)
     if (folder / _META).is_file():
-        return TokenStore.open(folder)
+        return checked(TokenStore.open(folder), spec)
 
     records = load_records(spec) if records is None else records
     encode = encoder(spec, tokenizer)
@@ -136,7 +140,27 @@ def build_store(spec, tokenizer, folder: str | Path, *, records=None) -> TokenSt
             _publish(staging, folder)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    return TokenStore.open(folder)
+    return checked(TokenStore.open(folder), spec)
+
+
+def checked(store: TokenStore, spec) -> TokenStore:
+    """``store``, after refusing one with nothing to train and warning of records left out, with counts.
+
+    Every run that reads the store says so, not only the one that built it.
+    """
+    what = _WHAT[spec.kind]
+    if store.trained == 0:
+        hint = {"messages": "no conversation has an assistant turn (only assistant turns are trained)",
+                "prompt_completion": "every completion is empty"}.get(spec.kind, "every document is empty")
+        raise ValueError(f"data: {spec.source} has no trained position in the {store.documents} {what} read: {hint}; "
+                         "check the data and its --messages-field/--prompt-field/--completion-field")
+    if store.empty:
+        field = spec.text_field if spec.kind == "text" else "/".join(spec.columns)
+        logging.getLogger("destila.data").warning(
+            "data: %d of the %d records read from %s were left out: their %r field is missing, null, empty or "
+            "not a string",
+            store.empty, store.empty + store.documents, spec.source, field)
+    return store
 
 
 def _publish(staging: Path, folder: Path) -> None:
@@ -157,7 +181,7 @@ def _publish(staging: Path, folder: Path) -> None:
 
 def _write(staging: Path, batches, budget, spec) -> None:
     digest = hashlib.sha256()
-    tokens = documents = empty = 0
+    tokens = documents = empty = trained = 0
     with open(staging / "tokens.bin", "wb") as tok_file, open(staging / "targets.bin", "wb") as tgt_file, \
             open(staging / "offsets.bin", "wb") as off_file:
         off_file.write(np.zeros(1, np.int64).tobytes())
@@ -172,6 +196,7 @@ def _write(staging: Path, batches, budget, spec) -> None:
                     file.write(array.tobytes())
                     digest.update(array.tobytes())
                 tokens += len(ids_array)
+                trained += int(tgt_array.sum())
                 documents += 1
                 off_file.write(np.asarray([tokens], np.int64).tobytes())
                 digest.update(np.asarray([tokens], np.int64).tobytes())
@@ -184,7 +209,7 @@ def _write(staging: Path, batches, budget, spec) -> None:
         raise ValueError(f"data: {spec.source} holds no {_WHAT[spec.kind]} ({empty} documents, all empty); "
                          "expected at least one")
     meta = {"version": STORE_VERSION, "tokens": tokens, "documents": documents, "fingerprint": digest.hexdigest()[:16],
-            "spec": spec.describe()}
+            "empty": empty, "trained": trained, "spec": spec.describe()}
     (staging / _META).write_text(json.dumps(meta, indent=1, default=str))
 
 

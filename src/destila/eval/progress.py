@@ -10,9 +10,10 @@ Naive equivalent: the child prints ``scoring 3/12`` lines to the terminal.
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
+
+from destila.io import write_atomic
 
 
 class ProgressFile:
@@ -24,9 +25,7 @@ class ProgressFile:
     def __call__(self, done: int, total: int | None, what: str) -> None:
         if self.path is None:
             return
-        staging = self.path.with_name(self.path.name + ".tmp")
-        staging.write_text(f"{done} {total if total is not None else -1} {what}")
-        os.replace(staging, self.path)
+        write_atomic(self.path, f"{done} {total if total is not None else -1} {what}")
 
 
 def read_progress(path: Path) -> tuple[int, int | None, str] | None:

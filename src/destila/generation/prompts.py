@@ -75,17 +75,24 @@ def _load_file(path: Path, prompt_field: str, messages_field: str) -> list[Promp
         raise FileNotFoundError(f"prompts: no such file: {path}; expected a .txt, .jsonl, .json or .parquet file")
     suffix = path.suffix.lower()
     if suffix == ".txt":
-        lines = path.read_text(encoding="utf-8").splitlines()
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise ValueError(f"prompts: not UTF-8 text at {path}; expected a UTF-8 .txt file, one prompt per "
+                             "line; convert it") from None
         return [Prompt(text=line) for line in lines if line.strip()]
     if suffix not in _ROW_FORMATS:
         raise ValueError(f"prompts: unknown format {suffix or '(no suffix)'} for {path}; "
                          "expected .txt (one prompt per line), .jsonl, .json or .parquet")
     import datasets
 
-    from destila.data.sources import quiet_datasets  # heavy: destila.data imports torch; the spec stays light
+    from destila.data.sources import quiet_datasets, unreadable  # heavy: destila.data imports torch; the spec stays light
 
     with quiet_datasets():
-        rows = datasets.load_dataset(_ROW_FORMATS[suffix], data_files=[str(path)], split="train")
+        try:
+            rows = datasets.load_dataset(_ROW_FORMATS[suffix], data_files=[str(path)], split="train")
+        except Exception as err:  # datasets wraps a malformed row without naming the file
+            raise unreadable(_ROW_FORMATS[suffix], [str(path)], err) from err
     if messages_field in rows.column_names:
         column = messages_field
     elif prompt_field in rows.column_names:

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from destila.generation.prompts import Prompt, load_prompts
-from destila.io import write_atomic
+from destila.io import output_lock, write_atomic
 from destila.models import load_causal_lm, load_tokenizer, resolve_source
 
 
@@ -115,8 +115,10 @@ def _agree_with_sidecar(out: Path, record: dict) -> None:
                 "command to resume it, or choose another -o"
             )
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(side, json.dumps(record, indent=2))
+    try:
+        write_atomic(side, json.dumps(record, indent=2))
+    except OSError as err:  # name the user's output, not the sidecar's temporary
+        raise OSError(err.errno, err.strerror, str(out)) from err
 
 
 def finished_prompts(out: Path, per_prompt: int) -> set[int]:
@@ -172,15 +174,21 @@ def generate(
     accepts. Resumes an interrupted run of the same settings; the finished
     file does not depend on where (or whether) earlier runs were killed.
     """
-    from tqdm.auto import tqdm
-
-    from destila.generation.sampling import answer_batch  # heavy: transformers' generation
-
     spec = spec or GenerateSpec()
     if batch_size < 1:
         raise ValueError(f"batch_size: expected an integer ≥ 1, found {batch_size}")
     out = Path(out).expanduser()
+    if out.is_dir():
+        raise IsADirectoryError(f"output: {out} is a folder; expected a JSON-lines file to create or resume")
     items = load_prompts(prompts, prompt_field=prompt_field, messages_field=messages_field)
+    with output_lock(out, "generate"):  # two runs appending to one file would write every answer twice
+        return _generate_locked(teacher, items, out, spec, gguf_file, batch_size, device, progress)
+
+
+def _generate_locked(teacher, items, out: Path, spec: GenerateSpec, gguf_file, batch_size, device,
+                     progress) -> GenerateReport:
+    from tqdm.auto import tqdm
+
     tokenizer = load_tokenizer(teacher, gguf_file)
     use_template = _use_chat_template(tokenizer, items, spec.chat_template)
     path, gguf = resolve_source(teacher, gguf_file)
@@ -196,6 +204,16 @@ def generate(
         return report
     model = load_causal_lm(teacher, gguf_file=gguf_file, device=device)
     bar = tqdm(total=len(items), initial=len(done), unit="prompt", desc="generate", disable=not progress)
+    try:
+        _write_answers(model, tokenizer, items, out, spec, use_template, batch_size, done, report, bar)
+    except OSError as err:  # a full disk: os.write names no file, the user's output is the one to name
+        raise OSError(err.errno, err.strerror, err.filename or str(out)) from err
+    return report
+
+
+def _write_answers(model, tokenizer, items, out: Path, spec, use_template, batch_size, done, report, bar) -> None:
+    from destila.generation.sampling import answer_batch  # heavy: transformers' generation
+
     descriptor = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         for start in range(0, len(items), batch_size):
@@ -215,7 +233,6 @@ def generate(
     finally:
         os.close(descriptor)
         bar.close()
-    return report
 
 
 def _use_chat_template(tokenizer, items: list[Prompt], choice: str) -> bool:

@@ -84,7 +84,8 @@ class Batch:
         logprobs = self.topk_logprobs[start:stop].to(self.compute_dtype)
         valid = keep[:, None] & (logprobs > float("-inf"))
         logprobs = logprobs.masked_fill(~valid, float("-inf"))
-        ids = self.topk_ids[start:stop].long().masked_fill_(~valid, 0)
+        # Out of place: ``.long()`` returns the caller's own tensor when it is already int64.
+        ids = self.topk_ids[start:stop].long().masked_fill(~valid, 0)
         if self.tail_logmass is None:
             tail = derive_tail_logmass(logprobs)
         else:

@@ -21,9 +21,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from destila.io import publish_folder, try_lock
+from destila.io import as_os_error, publish_folder, try_lock
 from destila.models.placement import check_tensor_plan, load_options, offloaded_state, resolve_device
 from destila.quiet import apply_quiet_bars
+from destila.io.user_files import reading
 
 EMBEDDED = "smollm2"
 """The name that stands for the embedded default teacher wherever a model is expected."""
@@ -33,6 +34,9 @@ _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _EMBEDDED_DIRNAME = "smollm2-135m-instruct"
 INIT_INCOMPLETE = ".destila-init-incomplete"
 """Present in a student folder while ``destila student init`` writes it; such a folder is refused as a model."""
+SAVE_INCOMPLETE = ".destila-save-incomplete"
+"""Present in a training output folder while ``destila train`` writes the final model; refused as a model."""
+_RUN_RECORD = "destila_run.json"  # a training output folder (destila.training.output_dir.RUN_FILE)
 
 
 def destila_home() -> Path:
@@ -74,10 +78,10 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         lock = open(target.parent / f".{_EMBEDDED_DIRNAME}.lock", "a+")
-    except OSError:
+    except OSError as err:
         if ready():  # a read-only home with the converted teacher in it: nothing to clean or write
             return target
-        raise
+        raise _home_error(err, target.parent) from err
     with lock:
         if ready():
             if try_lock(lock, blocking=False):  # nobody converting: leftovers are stale
@@ -89,17 +93,32 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
             return target
         gguf = embedded_gguf_path()
         model, tokenizer = _load_gguf(gguf.parent, gguf.name)
-        staging = Path(tempfile.mkdtemp(prefix=f".{_EMBEDDED_DIRNAME}-", dir=target.parent))
+        staging = None
         try:
+            staging = Path(tempfile.mkdtemp(prefix=f".{_EMBEDDED_DIRNAME}-", dir=target.parent))
             model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
             if target.exists():  # a stale partial folder from an older layout
                 shutil.rmtree(target)
             publish_folder(staging, target)
+        except OSError as err:
+            raise _home_error(err, target.parent) from err
+        except Exception as err:  # torch / safetensors report a full disk under other types
+            disguised = as_os_error(err, target.parent)
+            if disguised is None:
+                raise
+            raise _home_error(disguised, target.parent) from err
         finally:
-            if staging.exists():
+            if staging is not None and staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _home_error(err: OSError, home: Path) -> OSError:
+    """An OS failure in destila's home as one sentence naming the home (what the user can change), not a temporary."""
+    what = os.strerror(err.errno).lower() if err.errno else str(err)
+    return OSError(err.errno, f"{what} at {home}, where the embedded teacher is converted once (about 0.6 GB); "
+                   "free space or fix permissions there, or set DESTILA_HOME to another folder")
 
 
 def _remove_staging_leftovers(target: Path) -> None:
@@ -144,6 +163,9 @@ def resolve_source(spec: str, gguf_file: str | None = None) -> tuple[str, str | 
             return str(path), gguf_file
         if (path / INIT_INCOMPLETE).is_file():
             raise ValueError(f"model: {path} was left incomplete by an interrupted `destila student init`; run it again")
+        if (path / SAVE_INCOMPLETE).is_file() or ((path / _RUN_RECORD).is_file() and not (path / "config.json").is_file()):
+            raise ValueError(f"model: {path} holds a training run that was interrupted before or during its final "
+                             "save; rerun the same destila train command with --resume")
         if not (path / "config.json").is_file():
             raise FileNotFoundError(
                 f"model: {path} is a folder but has no config.json; expected a folder written by "
@@ -192,7 +214,10 @@ def load_tokenizer(spec: str, gguf_file: str | None = None):
 
     source, gguf = resolve_source(spec, gguf_file)
     try:
-        return AutoTokenizer.from_pretrained(source, gguf_file=gguf) if gguf else AutoTokenizer.from_pretrained(source)
+        with reading(Path(source) / gguf if gguf else source, "tokenizer"):
+            if gguf:
+                return AutoTokenizer.from_pretrained(source, gguf_file=gguf)
+            return AutoTokenizer.from_pretrained(source)
     except OSError as err:
         if Path(source).exists():
             raise
@@ -222,13 +247,15 @@ def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cp
                 raise ValueError(f"{'tensor_parallel' if tensor_parallel else 'device_map'}: a GGUF teacher is "
                                  "dequantised in memory first; convert it once with save_pretrained (see "
                                  "docs/scale.md) and pass that folder instead")
-            model, _ = _load_gguf(Path(source), gguf)
+            with reading(Path(source) / gguf, "model"):
+                model, _ = _load_gguf(Path(source), gguf)
             if dtype is not None:
                 model = model.to(dtype)
         else:
             if tensor_parallel:  # refused before any weight is read
                 check_tensor_plan(AutoConfig.from_pretrained(source), int(os.environ.get("WORLD_SIZE", "1")))
-            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or "auto", **placement)
+            with reading(source, "model"):
+                model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or "auto", **placement)
             if placement:
                 return model.eval()
     except OSError as err:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ from destila.data import DataSpec
 from destila.eval.run import evaluate_model
 from destila.generation import GenerateSpec, generate
 from destila.generation.prompts import load_prompts
+from destila.io import write_atomic
 from destila.losses.options import LossOptions
 from destila.models import load_tokenizer, resolve_source, tokenizer_fingerprint
 from destila.recipes.on_policy_report import markdown, table
@@ -162,9 +162,7 @@ class OnPolicyRecipe:
                                  f"({'; '.join(differences)}); run the same command to resume it, or choose another -o")
             return
         self.out.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(record, indent=2))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(record, indent=2))
 
     def _check_models(self) -> None:
 

@@ -13,12 +13,12 @@ Naive equivalent of one round's data::
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
 
 from destila.generation.prompts import Prompt
+from destila.io import write_atomic
 
 
 def split_prompts(prompts: list[Prompt], holdout_every: int) -> tuple[list[Prompt], list[Prompt]]:
@@ -67,9 +67,7 @@ def write_pairs(samples: str | Path, pairs: str | Path) -> dict:
     if not any(r["completion"] for r in rows):
         raise ValueError(f"samples: every answer in {samples} is empty (the student ended each one at once); "
                          "nothing to distil. Raise --max-new-tokens or start from a student that writes")
-    tmp = pairs.with_name(pairs.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    os.replace(tmp, pairs)
+    write_atomic(pairs, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return {"samples": len(rows), "finished": finished}
 
 

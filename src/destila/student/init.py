@@ -9,13 +9,16 @@ made, and every score it was chosen by.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
 
 import torch
 
+from destila.io import exclusive_lock
 from destila.models import INIT_INCOMPLETE, load_causal_lm, load_tokenizer
+from destila.io.permissions import readable_by_all
 from destila.student import calibration as calib
 from destila.student.cut import _supported_prefix, cut_student
 from destila.student.fresh import fresh_student
@@ -24,6 +27,7 @@ from destila.student.layers import CRITERIA, SELECTIONS, check_layer_indices, ev
 from destila.student.width import WIDTH_FIELDS, prune_width, resolve_targets
 
 RECORD = "destila_student.json"
+_LOCK = ".lock"  # the name cache build and train use too: one writer per folder, whichever command
 """The record of how a student folder was made (criterion, scores, kept layers and channels)."""
 
 
@@ -167,47 +171,72 @@ def init_student(
         raise ValueError(f"--{next(iter(width)).replace('_', '-')}: width pruning keeps the channels and heads "
                          "that matter on calibration text; add --cache CACHE or --data DATA (e.g. --data pydoc)")
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not (out / INIT_INCOMPLETE).is_file():
-        raise FileExistsError(f"student init: {out} exists and is not empty; choose a new folder")
-    model = load_causal_lm(teacher, gguf_file=gguf_file)
-    if width:  # impossible sizes are refused before any measurement
-        resolve_targets(model.config, **width)
-    tokenizer = load_tokenizer(teacher, gguf_file=gguf_file)
-    calibration = resolve_calibration(tokenizer, calibration, cache, data,
-                                      calibration_tokens or calib.DEFAULT_CALIBRATION_TOKENS, text_field)
-    selection, held_out = calibration.split() if calibration is not None else (None, None)
-    record: dict = {"teacher": str(teacher)}
-    if cut:
-        if layers is None:
-            layers = list(range(model.config.num_hidden_layers))
-        kept, record["layers"] = choose_layers(model, layers, select, selection, criterion, progress)
-        student, kept = cut_student(model, indices=kept)
-        summary = {"method": "cut", "kept_layers": kept, "select": record["layers"]["select"]}
-        if width:
-            student, record["width"] = prune_width(student, selection, **width)
-            summary["method"] = "cut+width" if len(kept) < model.config.num_hidden_layers else "width"
-            summary["width"] = {k: record["width"][k] for k in (*WIDTH_FIELDS, "head_dim")}
-    else:
-        student = fresh_student(model, config_overrides, seed=seed)
-        summary = {"method": "fresh", "overrides": config_overrides}
-    summary.update(
-        out=str(out),
-        teacher_parameters=_count(model),
-        student_parameters=_count(student),
-        teacher_layers=model.config.num_hidden_layers,
-        student_layers=student.config.num_hidden_layers,
-        start_perplexity=None,
-        teacher_perplexity=None,
-    )
-    if held_out is not None:
-        summary.update(start_perplexity=calib.perplexity(student, held_out),
-                       teacher_perplexity=calib.perplexity(model, held_out),
-                       perplexity_tokens=int(held_out.scored[:, :-1].sum()),
-                       perplexity_held_out=held_out is not selection,
-                       calibration=calibration.source, calibration_tokens=calibration.tokens)
-    record.update({k: v for k, v in summary.items() if k not in ("out", "width")})  # the record keeps the full width entry
-    _write_student(student, tokenizer, out, record)
-    return summary
+    with _claim(out):  # one writer: a second init into the same folder is refused at once
+        model = load_causal_lm(teacher, gguf_file=gguf_file)
+        if width:  # impossible sizes are refused before any measurement
+            resolve_targets(model.config, **width)
+        tokenizer = load_tokenizer(teacher, gguf_file=gguf_file)
+        calibration = resolve_calibration(tokenizer, calibration, cache, data,
+                                          calibration_tokens or calib.DEFAULT_CALIBRATION_TOKENS, text_field)
+        selection, held_out = calibration.split() if calibration is not None else (None, None)
+        record: dict = {"teacher": str(teacher)}
+        if cut:
+            if layers is None:
+                layers = list(range(model.config.num_hidden_layers))
+            kept, record["layers"] = choose_layers(model, layers, select, selection, criterion, progress)
+            student, kept = cut_student(model, indices=kept)
+            summary = {"method": "cut", "kept_layers": kept, "select": record["layers"]["select"]}
+            if width:
+                student, record["width"] = prune_width(student, selection, **width)
+                summary["method"] = "cut+width" if len(kept) < model.config.num_hidden_layers else "width"
+                summary["width"] = {k: record["width"][k] for k in (*WIDTH_FIELDS, "head_dim")}
+        else:
+            student = fresh_student(model, config_overrides, seed=seed)
+            summary = {"method": "fresh", "overrides": config_overrides}
+        summary.update(
+            out=str(out),
+            teacher_parameters=_count(model),
+            student_parameters=_count(student),
+            teacher_layers=model.config.num_hidden_layers,
+            student_layers=student.config.num_hidden_layers,
+            start_perplexity=None,
+            teacher_perplexity=None,
+        )
+        if held_out is not None:
+            summary.update(start_perplexity=calib.perplexity(student, held_out),
+                           teacher_perplexity=calib.perplexity(model, held_out),
+                           perplexity_tokens=int(held_out.scored[:, :-1].sum()),
+                           perplexity_held_out=held_out is not selection,
+                           calibration=calibration.source, calibration_tokens=calibration.tokens)
+        # The record keeps the full width entry.
+        record.update({k: v for k, v in summary.items() if k not in ("out", "width")})
+        _write_student(student, tokenizer, out, record)
+        return summary
+
+
+@contextlib.contextmanager
+def _claim(out: Path):
+    """Hold ``out``'s lock (a second init into it fails at once); a folder this call created and left empty goes."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"student init: {out} is a file; choose a new folder for the student")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        lock = exclusive_lock(out / _LOCK, f"student init: another destila command is writing to {out}; wait for "
+                              "it to finish, stop it, or choose another -o", remove_on_release=True)
+    except OSError as err:
+        raise OSError(err.errno, f"student init: cannot write the student folder {out}: {err.strerror or err}; "
+                      "choose a folder you can write to") from err
+    try:
+        # Checked under the lock: another init may have filled the folder since. A lock file left by a
+        # refused cache build is no content.
+        if any(p.name != _LOCK for p in out.iterdir()) and not (out / INIT_INCOMPLETE).is_file():
+            raise FileExistsError(f"student init: {out} exists and is not empty; choose a new folder")
+        yield
+    finally:
+        lock.close()
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
 
 
 def _write_student(student, tokenizer, out: Path, record: dict) -> None:
@@ -221,12 +250,13 @@ def _write_student(student, tokenizer, out: Path, record: dict) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
         if (out / INIT_INCOMPLETE).is_file():
-            for leftover in out.iterdir():
+            for leftover in (p for p in out.iterdir() if p.name != _LOCK):  # ours, held
                 shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
         (out / INIT_INCOMPLETE).write_text("written by `destila student init`; removed when the folder is complete\n")
         student.save_pretrained(out)
         tokenizer.save_pretrained(out)
         (out / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+        readable_by_all(out)
         (out / INIT_INCOMPLETE).unlink()
     except OSError as err:
         raise OSError(

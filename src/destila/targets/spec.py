@@ -46,7 +46,8 @@ class TargetSpec:
         "help": "Seed of the draws for --targets sampled (ignored for topk)."})
     head_chunk_rows: int = field(default=DEFAULT_HEAD_CHUNK_ROWS, metadata={
         "help": "Rows of the teacher's output head computed at once: its [rows, vocab] float32 "
-                "logits are the teacher pass's largest buffer. Does not change any stored value."})
+                "logits are the teacher pass's largest buffer. Changes stored values only by float rounding (the tail "
+                "log-mass by a few millionths), which still changes the shard checksums."})
 
     def __post_init__(self) -> None:
         if self.kind not in TARGET_KINDS:

@@ -8,8 +8,13 @@ holds the options below; on ``--resume`` the command line takes them as its
 defaults (:func:`recorded_defaults`), and :func:`check_resumed` refuses a
 value given that differs from the recorded one, naming both.
 
+Besides the loss, the record holds what else decides the run's trajectory
+(learning-rate schedule, optimizer, batch size, seed) and what the run is
+made of: the targets (cache folder, or teacher and data), the student and
+the cache's content, so a cache rebuilt in place is refused as well.
+
 Options that only change how the same numbers are computed (``impl``,
-``chunk_size``, batch sizes, engines) are not part of the objective.
+``chunk_size``, engines) are not part of the objective.
 """
 
 from __future__ import annotations
@@ -20,16 +25,34 @@ from pathlib import Path
 OBJECTIVE_FIELDS = ("divergence", "beta", "tail", "temperature", "soft_weight", "hard_weight", "top_k",
                     "online_loss", "hidden_loss", "hidden_weight", "layer_map", "eval_fraction", "freeze_embeddings",
                     "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+# Besides the loss, what decides the run's trajectory: recorded and defaulted on --resume like the loss.
+TRAJECTORY_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps", "warmup_ratio", "weight_decay",
+                     "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "optim",
+                     "per_device_train_batch_size", "gradient_accumulation_steps", "seed")
 
 
-def objective_of(args, *, cache=None, teacher=None, data=None) -> dict:
-    """``{"options": {...}, "targets": {...}}`` of a run: the objective fields of ``args`` and where the
-    targets come from (the cache folder, or the teacher and the data spec)."""
+def objective_of(args, *, cache=None, teacher=None, data=None, student=None, cache_content=None) -> dict:
+    """``{"options": {...}, "targets": {...}, "inputs": {...}}`` of a run: the objective and trajectory
+    fields of ``args``; where the targets come from (the cache folder, or the teacher and the data spec),
+    which ``--resume`` takes as defaults; and the inputs it only compares: the ``student`` (as given:
+    an absolute path, or a hub id) and ``cache_content`` (the cache's ids fingerprint)."""
     targets = {"cache": str(Path(cache).resolve()) if cache is not None else None,
                "teacher": str(teacher) if teacher is not None else None}
     if data is not None:
         targets["data"] = data.describe() if hasattr(data, "describe") else None  # a list of texts: not recorded
-    return {"options": {name: getattr(args, name) for name in OBJECTIVE_FIELDS}, "targets": targets}
+    plain = lambda value: getattr(value, "value", value)  # noqa: E731  (enums such as SchedulerType)
+    options = {name: plain(getattr(args, name)) for name in OBJECTIVE_FIELDS + TRAJECTORY_FIELDS
+               if hasattr(args, name)}
+    inputs = {"student": _where(student), "cache_content": cache_content}
+    return {"options": options, "targets": targets, "inputs": {k: v for k, v in inputs.items() if v is not None}}
+
+
+def _where(path) -> str | None:
+    """A model argument as recorded with a run: an absolute path, or the name given (hub id, smollm2)."""
+    if path is None:
+        return None
+    local = Path(str(path)).expanduser()
+    return str(local.resolve()) if local.exists() else str(path)
 
 
 def check_resumed(recorded: dict | None, current: dict, out) -> None:
@@ -37,15 +60,16 @@ def check_resumed(recorded: dict | None, current: dict, out) -> None:
     if not recorded:
         return  # a run recorded before objectives were: nothing to compare
     differences = []
-    for part in ("options", "targets"):
+    for part in ("options", "targets", "inputs"):
         before, now = recorded.get(part) or {}, current.get(part) or {}
         for name in sorted(before.keys() & now.keys()):
             if _normal(before[name]) != _normal(now[name]):
                 differences.append(f"{name} {before[name]!r} (recorded) vs {now[name]!r} (given)")
     if differences:
         raise ValueError(
-            f"resume: the run in {out} was trained with other options: {'; '.join(differences)}. --resume re-reads "
-            "the recorded ones: drop the differing options, or start a new run with --overwrite or another -o"
+            f"resume: the run in {out} was trained with other inputs or options: {'; '.join(differences)}. --resume "
+            "re-reads the recorded options: drop the differing ones, give the run's own inputs, or start a new run "
+            "with --overwrite or another -o"
         )
 
 

@@ -39,6 +39,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from destila.io import exclusive_lock, write_atomic
+from destila.io.permissions import readable_by_all
+from destila.training.objective import check_resumed
 
 RUN_FILE = "destila_run.json"
 LOCK_FILE = ".lock"
@@ -72,15 +74,19 @@ def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, over
     """Make ``out`` ready for a run: lock it, refuse another run's folder, pick the checkpoint to resume.
 
     ``resume``: True (the newest checkpoint of this folder's run) or a
-    checkpoint path. ``objective`` is recorded with a new run; a resumed one
-    returns the objective it recorded in ``claim.objective``. Raises ``ValueError``/``FileExistsError`` with the fix
-    when ``out`` cannot be used as asked.
+    checkpoint path. ``objective`` (:func:`destila.training.objective.objective_of`)
+    is recorded with a new run; a resume that would change it is refused
+    before anything in ``out`` changes, and a resumed claim carries the
+    recorded one in ``claim.objective``. Raises ``ValueError``/``FileExistsError``
+    with the fix when ``out`` cannot be used as asked.
     """
     out = Path(out)
     if resume and overwrite:
         raise ValueError("train: --resume continues the run in the output folder, --overwrite deletes it; give one")
     if not is_main:
         return _follow(out, resume)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"train: the output {out} is a file; choose a new or empty folder for the run")
     others = sorted(p.name for p in out.iterdir() if p.name not in (LOCK_FILE, RUN_FILE)) if out.is_dir() else []
     if others and not _holds_run(out):
         shown = ", ".join(others[:5])
@@ -119,6 +125,8 @@ def _decide(out: Path, resume, overwrite: bool, objective: dict | None) -> Outpu
             f"train: the run in {out} has no {RUN_FILE} (written by an older destila), so its checkpoints cannot "
             "be told from another run's; pass --overwrite to start again, or resume with --resume CHECKPOINT"
         )
+    if objective is not None:  # before the log is cut back to the checkpoint: a refused resume changes nothing
+        check_resumed(record.get("objective"), objective, out)
     run_id = record["run_id"]
     if resume is True:
         checkpoint = newest_checkpoint(out, run_id)
@@ -289,4 +297,5 @@ class RunRecordCallback(TrainerCallback):
         if state.is_world_process_zero:
             checkpoint = Path(args.output_dir) / f"{CHECKPOINT_PREFIX}{state.global_step}"
             if checkpoint.is_dir():
+                readable_by_all(checkpoint)
                 write_run_record(checkpoint, self.run_id, step=state.global_step, files=checkpoint_files(checkpoint))

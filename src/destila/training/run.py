@@ -8,7 +8,8 @@ from pathlib import Path
 from destila.cache import TopKCache
 from destila.data import DataSpec, collate, packed_source, texts_source
 from destila.io import as_os_error
-from destila.models import load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
+from destila.models import SAVE_INCOMPLETE, load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
+from destila.io.permissions import readable_by_all
 from destila.targets.online import OnlineTeacher
 from destila.targets.spec import check_training_temperature
 from destila.targets.truncate import check_top_k
@@ -16,7 +17,7 @@ from destila.training.arguments import DistillationArguments
 from destila.training.callbacks import EngineReport, JsonlLogCallback
 from destila.training.datasets import Subset
 from destila.training.hidden_distillation import hidden_term
-from destila.training.objective import check_resumed, objective_of
+from destila.training.objective import objective_of
 from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir, write_failure
 from destila.training.peft_student import MERGED_DIR, LoraArguments, merge_adapter, with_adapters
 from destila.training.trainer import DistillationTrainer
@@ -156,13 +157,12 @@ def train_student(
             raise ValueError(f"train: the eval cache {eval_cache} was built with another tokenizer than the "
                              "training cache; build both with the same teacher")
         eval_dataset = Subset(held_out, range(min(len(held_out), eval_sequences or len(held_out))))
-    objective = objective_of(args, cache=cache, teacher=teacher, data=spec)
+    objective = objective_of(args, cache=cache, teacher=teacher, data=spec, student=student,
+                             cache_content=source.manifest.ids_fingerprint if cache is not None else None)
     with args.main_process_first(desc="claiming the output folder"):
         claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0,
                                  objective=objective)
     try:
-        if claim.objective is not None:  # resuming a run that recorded its objective
-            check_resumed(claim.objective, objective, out)
         for note in claim.notes:
             print(note)
         trainer = DistillationTrainer(
@@ -187,12 +187,18 @@ def train_student(
         trainer.add_callback(engine)
         result = trainer.train(resume_from_checkpoint=claim.checkpoint)
         metrics = trainer.evaluate() if trainer.eval_dataset is not None else {}
+        flag = out / SAVE_INCOMPLETE  # until the last file is written, the folder is refused as a model
+        if trainer.is_world_process_zero():
+            flag.write_text("written by `destila train`; removed when the final save is complete\n")
         trainer.save_model(str(out))  # weights (or the adapter), config and (processing_class) tokenizer
         # The files a Trainer script leaves: trainer_state.json, train_results.json, eval_results.json, all_results.json.
         trainer.save_state()
         trainer.save_metrics("train", result.metrics)
         if metrics:
             trainer.save_metrics("eval", metrics)
+        if trainer.is_world_process_zero():
+            readable_by_all(out)
+            flag.unlink()
         merged = None
         if lora is not None and lora.merge:
             merged = out / MERGED_DIR
@@ -208,4 +214,3 @@ def train_student(
         claim.release()
     return {"train": result.metrics, "steps": result.global_step, "eval": metrics, "engine": engine.engine,
             "merged": str(merged) if merged else None}
-

@@ -21,13 +21,13 @@ Naive equivalent::
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 from pathlib import Path
 
 import yaml
 
+from destila.io import write_atomic
 from destila.models import destila_home
 
 TASK_NAME = "pydoc_cloze"
@@ -111,18 +111,10 @@ def build_pydoc_cloze(folder: str | Path | None = None, *, holdout_every: int = 
     folder.mkdir(parents=True, exist_ok=True)
     questions = cloze_questions(held_out_topics(holdout_every), seed=seed)
     data = folder / f"{TASK_NAME}.jsonl"
-    _write_atomic(data, "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in questions))
+    write_atomic(data, "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in questions))
     config = yaml.safe_load(TEMPLATE.read_text(encoding="utf-8"))
     config["dataset_kwargs"]["data_files"]["test"] = str(data.resolve())
     task = folder / f"{TASK_NAME}.yaml"
-    _write_atomic(task, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+    write_atomic(task, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
     return task
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(staging, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(staging, path)

@@ -6,7 +6,8 @@
 - :func:`publish_folder`: the same for a whole folder written under a
   staging name (a converted model, a token store, a tokenizer copy).
 - :func:`exclusive_lock` / :func:`try_lock`: one writer per folder, through
-  an advisory ``flock`` the kernel drops when its holder dies (no stale locks).
+  an advisory ``flock`` the kernel drops when its holder dies (no stale locks);
+  :func:`output_lock`: the lock every writing command holds on its output.
 - :func:`describe_os_error`: the one line a user reads for a full disk, a
   read-only file system or a missing permission; :func:`as_os_error` finds
   such failures inside the errors of libraries that hide them (torch's
@@ -104,18 +105,83 @@ def try_lock(handle, *, blocking: bool) -> bool:
     return True
 
 
-def exclusive_lock(path: str | os.PathLike, busy: str):
+def exclusive_lock(path: str | os.PathLike, busy: str, *, remove_on_release: bool = False):
     """Hold ``path`` (created if missing) until the returned handle is closed.
 
     Raises ``ValueError(busy)`` at once when another process holds it; the
     kernel drops the lock when its holder exits, even on SIGKILL, so a crash
     never leaves a stale lock behind. Without POSIX ``fcntl`` no lock is taken.
+
+    ``remove_on_release``: closing the handle deletes the lock file (while it
+    is still held), so an output that is a single file leaves no ``.lock``
+    beside it. Safe because a taker checks, once it holds the lock, that the
+    file it locked is still the one at ``path``, and starts over if not.
     """
-    handle = open(path, "a+")
-    if fcntl is not None and not try_lock(handle, blocking=False):
-        handle.close()
-        raise ValueError(busy)
-    return handle
+    if fcntl is None:
+        return open(path, "a+")
+    while True:
+        handle = open(path, "a+")
+        if not try_lock(handle, blocking=False):
+            handle.close()
+            raise ValueError(busy)
+        if _same_file(handle, path):
+            break
+        handle.close()  # its holder deleted it on release: lock the file now at ``path``
+    return _RemovingLock(handle, path) if remove_on_release else handle
+
+
+def output_lock(output: str | os.PathLike, command: str):
+    """The lock a writing command holds on its output ``output`` (a file or folder) for its whole run.
+
+    The lock file is ``.NAME.lock`` beside ``output`` and is deleted when the
+    command ends; a second writer of the same output fails at once with one
+    line naming it. An OS failure names ``output``, not the lock file.
+    """
+    output = Path(output)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        return exclusive_lock(
+            output.with_name(f".{output.name}.lock"),
+            f"output: another `destila {command}` is writing to {output}; wait for it to finish, stop it, "
+            "or choose another -o",
+            remove_on_release=True,
+        )
+    except OSError as err:  # name the output the user gave, not the lock file
+        raise OSError(err.errno, err.strerror, str(output)) from err
+
+
+def _same_file(handle, path: str | os.PathLike) -> bool:
+    try:
+        on_disk = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(handle.fileno())
+    return (held.st_dev, held.st_ino) == (on_disk.st_dev, on_disk.st_ino)
+
+
+class _RemovingLock:
+    """An open, locked lock file whose ``close`` deletes it first."""
+
+    def __init__(self, handle, path: str | os.PathLike):
+        self.handle, self.path = handle, Path(path)
+
+    def fileno(self) -> int:
+        return self.handle.fileno()
+
+    def close(self) -> None:
+        if self.handle.closed:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:  # a read-only folder: the empty lock file stays, harmless
+            pass
+        self.handle.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 # errno → (what happened, what to do)
@@ -128,6 +194,7 @@ _ADVICE = {
     errno.ENOENT: ("no such file or folder", "check the path"),
     errno.ENOTDIR: ("not a folder", "check the path"),
     errno.EISDIR: ("is a folder, expected a file", "check the path"),
+    errno.EEXIST: ("already exists", "choose another output path"),
     errno.EIO: ("input/output error", "check the disk"),
     errno.EFBIG: ("file too large for this file system", "choose another file system or a smaller shard size"),
 }

@@ -1,0 +1,83 @@
+"""The checks of ``cache verify`` cheap enough for every reader: ``inspect``, ``train`` and ``eval`` run them too.
+
+- :func:`manifest_faults`: the manifest agrees with itself (``tokens`` is
+  ``sequences × seq_len``; ``vocab_size`` holds the tokenizer's ids and K);
+  no file is read.
+- :func:`order_fault`: a shard's ``sequence_index`` tensor (a few bytes) is
+  the manifest's list for it, so shards renamed into each other's place, or
+  a manifest whose sequence ranges were swapped, are refused before training.
+- :func:`target_value_fault`: the targets a reader just decoded are finite
+  log-probabilities ≤ 0, ids within the vocabulary (what a damaged or edited
+  cache breaks first), so neither statistics nor a loss are computed from them.
+
+Naive equivalent: run ``destila cache verify`` before every read, which
+would hash every shard and check every row each time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_SLACK = 1e-3  # log-probs are ≤ 0 up to float rounding of "top logit − logsumexp"
+
+
+def manifest_faults(manifest) -> list[str]:
+    """One line per field of ``manifest`` that contradicts another; an empty list when consistent."""
+    m, faults = manifest, []
+    if m.tokens != m.sequences * m.seq_len:
+        faults.append(f"tokens is {m.tokens}, but {m.sequences} sequences of {m.seq_len} tokens make "
+                      f"{m.sequences * m.seq_len}")
+    if m.vocab_size < m.tokenizer_size:
+        faults.append(f"vocab_size is {m.vocab_size}, smaller than the tokenizer's {m.tokenizer_size} tokens")
+    if not 0 <= m.eos_token_id < m.vocab_size:
+        faults.append(f"eos_token_id {m.eos_token_id} is outside the vocabulary [0, {m.vocab_size})")
+    width = (m.targets or {}).get("top_k") or (m.targets or {}).get("samples") or 0
+    if (m.targets or {}).get("kind", "topk") == "topk" and width > m.vocab_size:
+        faults.append(f"top_k is {width}, more than the vocabulary of {m.vocab_size}")
+    return faults
+
+
+def check_manifest(path: Path, manifest) -> None:
+    """Raise ``ValueError`` naming the manifest and its first inconsistency, with the way out."""
+    faults = manifest_faults(manifest)
+    if faults:
+        raise ValueError(f"cache: {Path(path) / 'manifest.json'} contradicts itself ({faults[0]}); it was edited or "
+                         "damaged: run the same `destila cache build` command into a new folder")
+
+
+def order_fault(handle, shard) -> str | None:
+    """What is wrong when the shard file's ``sequence_index`` is not the manifest's list for it, else None."""
+    import numpy as np
+
+    stored = handle.get_tensor("sequence_index").numpy()
+    if not np.array_equal(stored, shard.indices()):
+        return "its sequence_index differs from the manifest's (shards renamed, or the manifest edited)"
+    return None
+
+
+def target_value_fault(item: dict, vocab_size: int) -> str | None:
+    """What is wrong with a dense item's targets (``topk_ids``, ``topk_logprobs``, ``tail_logmass``), else None.
+
+    Padding (-inf log-probs of sampled or short rows) is allowed; NaN, +inf,
+    log-probs above 0 and ids outside ``[0, vocab_size)`` are not.
+    """
+    import torch
+
+    lp, ids, tail = item.get("topk_logprobs"), item.get("topk_ids"), item.get("tail_logmass")
+    if lp is not None and lp.numel():
+        lp = lp.float()
+        if torch.isnan(lp).any() or torch.isposinf(lp).any():
+            bad = int((torch.isnan(lp) | torch.isposinf(lp)).sum())
+            return f"{bad} top-K log-probs are NaN or +inf"
+        if lp.max() > _SLACK:
+            return f"top-K log-probs above 0 (max {lp.max().item():.3g}), which no probability has"
+    if tail is not None and tail.numel():
+        tail = tail.float()
+        if torch.isnan(tail).any() or torch.isposinf(tail).any() or tail.max() > _SLACK:
+            return "tail log-masses that are NaN, +inf or above 0"
+    if ids is not None and ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
+        return f"top-K ids outside the vocabulary [0, {vocab_size})"
+    inputs = item.get("input_ids")
+    if inputs is not None and inputs.numel() and (inputs.min() < 0 or inputs.max() >= vocab_size):
+        return f"input ids outside the vocabulary [0, {vocab_size})"
+    return None

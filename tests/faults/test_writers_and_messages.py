@@ -1,0 +1,153 @@
+"""Writers of one output, messages that name the user's path, and what a failed command leaves behind.
+
+- every writing command holds its output's lock: a second writer is refused
+  at once and nothing it would have written appears;
+- a read-only output or destila home is named as the user gave it, never an
+  internal temporary or lock file;
+- ``-o`` naming an existing file is a usage error (exit 2) in every command;
+- a training folder interrupted during its final save is refused as a model,
+  with the way out;
+- files written for the user are readable like any other file they create.
+"""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+from fault_helpers import (  # noqa: F401 (fixtures)
+    ENV, build_command, destila, error_line, snapshot, student, tmpfs, train_cache, train_command,
+)
+
+from destila.io import exclusive_lock, output_lock
+
+
+def prompts_file(tmp_path, count: int = 3):
+    path = tmp_path / "prompts.txt"
+    path.write_text("".join(f"Tell me about the number {i}.\n" for i in range(count)))
+    return path
+
+
+def test_generate_is_refused_while_another_writes_the_same_output(tiny_llama_dir, tmp_path):
+    out = tmp_path / "answers.jsonl"
+    out.write_text('{"kept": "as it was"}\n')
+    with output_lock(out, "generate"):  # what a running `destila generate -o answers.jsonl` holds
+        result = destila("generate", tiny_llama_dir, prompts_file(tmp_path), "-o", out, "--max-new-tokens", "2")
+    error_line(result, "generate", 2, f"another `destila generate` is writing to {out}", "choose another -o")
+    assert out.read_text() == '{"kept": "as it was"}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["answers.jsonl", "prompts.txt"]  # no lock left
+
+
+@pytest.mark.slow  # two real generate processes
+def test_two_generate_processes_on_one_output_write_every_answer_once(tiny_llama_dir, tmp_path):
+    out = tmp_path / "answers.jsonl"
+    command = [sys.executable, "-m", "destila", "generate", str(tiny_llama_dir), str(prompts_file(tmp_path, 300)),
+               "-o", str(out), "--max-new-tokens", "48", "--batch-size", "1", "--quiet"]
+    first = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not out.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # the first answers are being written: it holds the lock
+    second = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
+    first.wait(timeout=600)
+    assert first.returncode == 0, first.stderr.read()[-2000:]
+    error_line(second, "generate", 2, f"another `destila generate` is writing to {out}")
+    indices = [json.loads(line)["prompt_index"] for line in out.read_text().splitlines()]
+    assert sorted(indices) == list(range(300))
+
+
+def test_student_init_is_refused_while_another_command_writes_the_folder(tiny_llama_dir, tmp_path):
+    out = tmp_path / "student"
+    out.mkdir()
+    lock = exclusive_lock(out / ".lock", "held by the test")  # what a running init (or build) holds
+    try:
+        result = destila("student", "init", tiny_llama_dir, "-o", out, "--layers", "2")
+    finally:
+        lock.close()
+    error_line(result, "student", 2, f"another destila command is writing to {out}")
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]  # the holder's lock, nothing of the refused init
+
+
+def test_student_files_are_readable_like_the_rest(tiny_llama_dir, tmp_path):
+    out = tmp_path / "student"
+    result = destila("student", "init", tiny_llama_dir, "-o", out, "--layers", "2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"] == 0o666 & ~_umask(), modes
+    assert ".lock" not in modes
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_generate_onto_a_read_only_disk_names_the_output(tiny_llama_dir, tmpfs, tmp_path):
+    point = tmpfs.mount("1m")
+    tmpfs.read_only(point)
+    out = point / "answers.jsonl"
+    result = destila("generate", tiny_llama_dir, prompts_file(tmp_path), "-o", out, "--max-new-tokens", "2")
+    line = error_line(result, "generate", 1, f"read-only file system at {out}")
+    assert ".tmp" not in line and ".lock" not in line
+
+
+def test_generate_onto_a_full_disk_names_the_output_and_leaves_no_temporary(tiny_llama_dir, tmpfs, tmp_path):
+    point = tmpfs.mount("1m")
+    out = point / "answers.jsonl"
+    tmpfs.fill(point, leave=0)
+    result = destila("generate", tiny_llama_dir, prompts_file(tmp_path), "-o", out, "--max-new-tokens", "2")
+    line = error_line(result, "generate", 1, f"no space left on device at {out}")
+    assert ".tmp" not in line and ".lock" not in line
+    assert sorted(p.name for p in point.iterdir()) == ["filler"]
+
+
+def test_a_read_only_destila_home_is_named_with_the_way_out(tmpfs, tmp_path):
+    point = tmpfs.mount("1m", "home")
+    tmpfs.read_only(point)
+    home = point / "destila"
+    result = destila("student", "init", "smollm2", "-o", tmp_path / "student", "--layers", "2",
+                     env={**ENV, "DESTILA_HOME": str(home)})
+    line = error_line(result, "student", 1, f"read-only file system at {point}",
+                      "set DESTILA_HOME to another folder")
+    assert ".lock" not in line and ".smollm2" not in line
+
+
+def test_an_output_that_is_an_existing_file_is_a_usage_error_everywhere(tiny_llama_dir, student, train_cache,
+                                                                        tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("the user's file\n")
+    cases = [
+        ("cache", build_command(tiny_llama_dir, "pydoc", taken), f"output: {taken} is a file"),
+        ("train", train_command(student, train_cache, taken, "--max_steps", "1"), f"the output {taken} is a file"),
+        ("student", ["student", "init", tiny_llama_dir, "-o", taken, "--layers", "2"], f"{taken} is a file"),
+    ]
+    for command, args, needle in cases:
+        error_line(destila(*args), command, 2, needle)
+        assert taken.read_text() == "the user's file\n"
+
+
+@pytest.mark.slow  # a short training run
+def test_a_run_interrupted_during_its_final_save_is_refused_as_a_model(train_cache, student, tmp_path):
+    out = tmp_path / "out"
+    result = destila(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir() if p.is_file()}
+    assert modes["model.safetensors"] == modes["config.json"] == 0o666 & ~_umask(), modes
+    assert stat.S_IMODE((out / "checkpoint-2" / "model.safetensors").stat().st_mode) == 0o666 & ~_umask()
+    # What a kill during the final save leaves: the flag written before it, the weights, no tokenizer yet.
+    (out / ".destila-save-incomplete").write_text("")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (out / name).unlink()
+    before = snapshot(out)
+    advice = f"model: {out} holds a training run that was interrupted before or during its final save"
+    evaluated = destila("eval", out, "--cache", train_cache, "--max-tokens", "64", "--new-tokens", "2")
+    error_line(evaluated, "eval", 2, advice, "--resume")
+    trained = destila(*train_command(out, train_cache, tmp_path / "next", "--max_steps", "1"))
+    error_line(trained, "train", 2, advice, "--resume")
+    assert snapshot(out) == before
+    resumed = destila(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1", "--resume"))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert not (out / ".destila-save-incomplete").exists() and (out / "tokenizer.json").is_file()
