@@ -87,7 +87,6 @@ def _self(args) -> int:
 
 
 def _on_policy(args) -> int:
-
     settings = OnPolicySettings(**values_of(args, OnPolicySettings))
     loss = LossOptions(**values_of(args, LossOptions, exclude=LOSS_FIELDS_LEFT_OUT))
     OnPolicyRecipe(args.teacher, args.student, args.prompts, args.out, settings, loss).run()
