@@ -270,3 +270,21 @@ def test_a_layer_the_teacher_lacks_is_refused_before_the_teacher_pass(tiny_llama
     with pytest.raises(ValueError, match="between 0 and 3 \\(the teacher has 4 layers\\), found \\[0, 9\\]"):
         Demo(tmp_path, settings, texts=pydoc_texts(12), console=Console(record=True)).run()
     assert not (tmp_path / "cache-heldout").exists()
+
+
+def test_too_little_time_is_refused_before_the_training_cache_and_force_says_so_first(tiny_llama_dir, tmp_path):
+    from destila.demo import DemoWontFit
+
+    common = dict(teacher=str(tiny_llama_dir), seq_len=32, train_tokens=32 * 48, eval_tokens=32 * 8, top_k=8,
+                  student_layers=[0, 3], student_width={}, batch_size=4, max_steps=400, min_steps=20,
+                  eval_reserve_seconds=5, new_tokens=4, task_questions=0, eval_curve_sequences=2)
+    # 0.01 minutes: the held-out pass alone uses them up, so no step fits.
+    with pytest.raises(DemoWontFit, match=r"training steps per student fit in --minutes 0.01 .* needs at least 20, "
+                                          r"about \d+ minutes: rerun with --minutes \d+"):
+        Demo(tmp_path / "refused", DemoSettings(minutes=0.01, **common), texts=pydoc_texts(12),
+             console=Console(record=True)).run()
+    assert not (tmp_path / "refused" / "cache").exists()  # refused before the training cache
+    Demo(tmp_path / "forced", DemoSettings(minutes=0.01, force=True, **common), texts=pydoc_texts(12),
+         console=Console(record=True)).run()
+    markdown = (tmp_path / "forced" / "report.md").read_text()
+    assert markdown.split("\n\n")[1].startswith("**Below the minimum: these results come from fewer than 20")
