@@ -37,7 +37,7 @@ class DemoSettings:
     learning_rate: float = 1e-3
     warmup_steps: int = 5
     max_steps: int = 400  # cap; the budget sets the real target
-    epochs: float = 1.0  # passes over the cached tokens the plan aims for: fresh tokens beat a second pass
+    epochs: float = 2.0  # passes over the cached tokens the plan aims for
     minutes: float = 10.0  # wall-clock budget of the whole demo (installation excluded)
     eval_reserve_seconds: float = 240.0  # evaluation, task accuracy, continuations and the report, quiet machine
     eval_every: int = 5  # held-out evaluation during training every this many steps
