@@ -8,7 +8,9 @@ disk afterwards.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +51,21 @@ def error_line(result: subprocess.CompletedProcess, command: str, code: int, *ne
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
+
+
+def copy_of(cache, tmp_path):
+    """A copy of ``cache`` under ``tmp_path`` to damage (the fixture's cache stays intact)."""
+    target = tmp_path / "cache"
+    shutil.copytree(cache, target)
+    return target
+
+
+def edit_manifest(cache, change):
+    """Apply ``change(raw)`` to the parsed ``manifest.json`` of ``cache`` and write it back."""
+    path = cache / "manifest.json"
+    raw = json.loads(path.read_text())
+    change(raw)
+    path.write_text(json.dumps(raw, indent=1))
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

@@ -11,23 +11,10 @@ import shutil
 import pytest
 
 from fault_helpers import (  # noqa: F401 (fixtures)
-    build_command, destila, error_line, small_cache, snapshot, tmpfs, wide_vocab_teacher,
+    build_command, copy_of, destila, edit_manifest, error_line, small_cache, snapshot, tmpfs, wide_vocab_teacher,
 )
 
 from destila.cache import read_manifest
-
-
-def copy_of(cache, tmp_path):
-    target = tmp_path / "cache"
-    shutil.copytree(cache, target)
-    return target
-
-
-def edit_manifest(cache, change):
-    path = cache / "manifest.json"
-    raw = json.loads(path.read_text())
-    change(raw)
-    path.write_text(json.dumps(raw, indent=1))
 
 
 def test_verify_fails_when_a_shard_entry_is_removed_from_the_manifest(small_cache, tmp_path):

@@ -10,24 +10,11 @@ import shutil
 import pytest
 import torch
 from fault_helpers import (  # noqa: F401 (fixtures)
-    build_command, destila, error_line, small_cache, snapshot, student, train_cache, train_command,
+    build_command, copy_of, destila, edit_manifest, error_line, small_cache, snapshot, student, train_cache, train_command,
 )
 from safetensors.torch import load_file, save_file
 
 from destila.cache.format import sha256_file
-
-
-def copy_of(cache, tmp_path):
-    target = tmp_path / "cache"
-    shutil.copytree(cache, target)
-    return target
-
-
-def edit_manifest(cache, change):
-    path = cache / "manifest.json"
-    raw = json.loads(path.read_text())
-    change(raw)
-    path.write_text(json.dumps(raw, indent=1))
 
 
 def rewrite_shard(cache, change):
