@@ -167,9 +167,10 @@ class Demo:
         step_seconds = measure_step_seconds(student, input_ids, freeze_embeddings=s.freeze_embeddings,
                                             learning_rate=s.learning_rate) * STEP_OVERHEAD
         reserve = heldout["eval_reserve_seconds"]
-        plan = plan_training(self.seconds_left() - reserve, teacher_tokens_per_second=heldout["teacher_tokens_per_second"],
-                             step_seconds=step_seconds, step_tokens=s.batch_size * s.seq_len,
-                             trainings=2 * s.seeds, epochs=s.epochs, max_tokens=s.train_tokens // s.seq_len * s.seq_len,
+        plan = plan_training(self.seconds_left() - reserve,
+                             teacher_tokens_per_second=heldout["teacher_tokens_per_second"],
+                             step_seconds=step_seconds, step_tokens=s.batch_size * s.seq_len, trainings=2 * s.seeds,
+                             epochs=s.epochs, max_tokens=s.train_tokens // s.seq_len * s.seq_len,
                              min_steps=s.min_steps, max_steps=s.max_steps)
         plan.update(step_seconds=step_seconds, eval_reserve_seconds=reserve)
         if not plan["fits"]:
