@@ -18,9 +18,10 @@ from benchmarks.peers.e2e import PeerTrainers, run_e2e_with_peers
 from benchmarks.peers.loss import PeerRows
 from benchmarks.peers.report import plot_peers, print_e2e_table, print_peer_table
 from destila.bench.e2e import E2EConfig, save_json
-from destila.bench.loss import LossBenchConfig, default_memory_budget, run_loss_sweep, summarise
+from destila.bench.loss import LossBenchConfig, run_loss_sweep, summarise
 from destila.bench.results import OutputFiles, machine_info, write_csv, write_jsonl
 from destila.bench.tables import LOSS_HEADER, e2e_row_line, loss_row_line
+from destila.cli.bench import loss_config
 from destila.cli.fields import add_fields, values_of
 from destila.cli.parser import Parser
 
@@ -59,10 +60,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run_loss(args) -> int:
-    values = values_of(args, LossBenchConfig, exclude=("extra",))
-    if values["memory_budget"] is None:
-        values["memory_budget"] = default_memory_budget(values["device"])
-    cfg = LossBenchConfig(**values, extra=machine_info())
+    cfg = loss_config(args)
     peers = PeerRows(**values_of(args, PeerRows))
     files = OutputFiles(**values_of(args, OutputFiles))
     print(LOSS_HEADER, flush=True)

@@ -53,11 +53,17 @@ def register(subparsers) -> None:
     e2e.set_defaults(func=_run_e2e)
 
 
-def _run_loss(args) -> int:
+def loss_config(args) -> LossBenchConfig:
+    """The sweep's configuration from parsed flags: the memory budget defaults to the device's, the machine
+    is recorded in every row."""
     values = values_of(args, LossBenchConfig, exclude=("extra",))
     if values["memory_budget"] is None:
         values["memory_budget"] = default_memory_budget(values["device"])
-    cfg = LossBenchConfig(**values, extra=machine_info())
+    return LossBenchConfig(**values, extra=machine_info())
+
+
+def _run_loss(args) -> int:
+    cfg = loss_config(args)
     files = OutputFiles(**values_of(args, OutputFiles))
     print(LOSS_HEADER, flush=True)
     rows = run_loss_sweep(cfg, on_row=lambda row: print(loss_row_line(row), flush=True))
