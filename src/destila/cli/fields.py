@@ -71,8 +71,10 @@ def add_fields(parser, cls, *, positional=(), exclude=(), only=None, prefix: str
             else:
                 parser.add_argument(*names, *long_aliases, dest=dest, action="store_true", help=help_text)
             continue
-        shown = meta.get("default_text", ",".join(map(str, default)) if isinstance(default, tuple) else default)
-        shown = f" (default: {shown})" if shown is not None else ""
+        # "%(default)s" where the value says it: a parser whose formatter adds defaults itself (HfArgumentParser's,
+        # for `destila train`) sees it there and does not add it a second time.
+        shown = meta.get("default_text", ",".join(map(str, default)) if isinstance(default, tuple) else "%(default)s")
+        shown = f" (default: {shown})" if default is not None else ""
         parser.add_argument(
             *names, *long_aliases, dest=dest, type=kind, default=default, required=not has_default,
             choices=meta.get("choices"), metavar=meta.get("metavar"), help=help_text + shown,

@@ -34,7 +34,7 @@ class DataSpec:
         metadata={"help": "'pydoc', a .txt/.jsonl/.json/.parquet/.csv file, a folder of them, a folder saved "
                   "by datasets, or a datasets hub name (needs network)"},
     )
-    text_field: str = field(default="text", metadata={"help": "field holding plain text (default: text)"})
+    text_field: str = field(default="text", metadata={"help": "field holding plain text"})
     messages_field: str | None = field(
         default=None,
         metadata={"help": "field holding conversations (a list of {role, content}); rendered with the "
@@ -44,7 +44,7 @@ class DataSpec:
     completion_field: str | None = field(
         default=None, metadata={"help": "field holding the completion of prompt/completion pairs"}
     )
-    split: str = field(default="train", metadata={"help": "split to read (default: train)"})
+    split: str = field(default="train", metadata={"help": "split to read"})
     subset: str | None = field(default=None, metadata={"help": "configuration (subset) of a datasets hub name"})
     streaming: bool = field(
         default=False,
@@ -63,7 +63,7 @@ class DataSpec:
                   "document attends only to itself) or none (one document per row, truncated or padded); "
                   "default: bfd for conversations and pairs, documents for text", "choices": PACKING},
     )
-    seq_len: int = field(default=512, metadata={"help": "tokens per sequence (default: 512)"})
+    seq_len: int = field(default=512, metadata={"help": "tokens per sequence"})
     max_tokens: int | None = field(default=None, metadata={"help": "stop after this many tokens (whole sequences)"})
     # How the documents are tokenised, not what they become: left out of describe(), so of store keys and manifests.
     num_proc: int = field(
