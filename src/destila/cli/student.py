@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from destila.student.layers import CRITERIA, SELECTIONS, format_layer_list, parse_layers
+from destila.cli.fields import add_fields, values_of
+from destila.student.layers import format_layer_list
+from destila.student.spec import NOT_INIT_KEYWORDS, StudentInitSpec
 
 
 def register(subparsers) -> None:
@@ -16,80 +18,33 @@ def register(subparsers) -> None:
         "AutoModelForCausalLM. With calibration text (--cache or --data) it prints the student's starting "
         "perplexity on held-out calibration rows.",
     )
-    init.add_argument("teacher", help="teacher: HF folder, hub id, .gguf file, or 'smollm2' (embedded default)")
-    init.add_argument("-o", "--out", required=True, help="output folder (must not exist or be empty)")
-    how = init.add_mutually_exclusive_group()
-    how.add_argument("--layers", type=_layers,
-                     help="a count (N layers chosen by --select) or explicit teacher layers such as 0-7,27-29")
-    how.add_argument(
-        "--config", nargs="+", metavar="JSON|KEY=VALUE",
-        help="fresh random model of the teacher's architecture with these config changes "
-        "(a .json file, a JSON object, or key=value pairs, e.g. num_hidden_layers=4 hidden_size=256)",
-    )
-    pick = init.add_argument_group("layer selection (with --layers N)")
-    pick.add_argument("--select", choices=SELECTIONS,
-                      help="even: evenly spaced, first and last kept (the default); importance: the layers whose "
-                      "removal costs most on calibration text; contiguous: drop the block of consecutive layers "
-                      "that changes the hidden states least (both need --cache or --data)")
-    pick.add_argument("--criterion", choices=CRITERIA,
-                      help="importance measure: skip_kl (KL to the teacher with the layer skipped; default) or "
-                      "block_influence (1 - cosine between the layer's input and output; one teacher pass instead of about "
-                      "half a pass per layer)")
-    width = init.add_argument_group(
-        "width pruning (keeps the channels, neurons and heads that matter on the calibration text)")
-    width.add_argument("--hidden-size", type=int, help="residual stream width of the student")
-    width.add_argument("--intermediate-size", type=int, help="MLP width of the student")
-    width.add_argument("--num-attention-heads", type=int, help="query heads per layer (head_dim stays the teacher's)")
-    width.add_argument("--num-key-value-heads", type=int,
-                       help="key/value heads per layer (default: the teacher's, or as few as the head count allows)")
+    add_fields(init, StudentInitSpec, positional=("teacher",), only=("teacher", "out"))
+    add_fields(init.add_mutually_exclusive_group(), StudentInitSpec, only=("layers", "config"))
+    add_fields(init.add_argument_group("layer selection (with --layers N)"), StudentInitSpec,
+               only=("select", "criterion"))
+    add_fields(init.add_argument_group(
+        "width pruning (keeps the channels, neurons and heads that matter on the calibration text)"),
+        StudentInitSpec, only=("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"))
     text = init.add_argument_group(
         "calibration text (for --select importance|contiguous, width pruning and the starting perplexity)")
-    source = text.add_mutually_exclusive_group()
-    source.add_argument("--cache", metavar="CACHE", help="take the calibration tokens from this cache's input_ids")
-    source.add_argument("--data", metavar="DATA",
-                        help="take them from this data: pydoc, a .txt/.jsonl/.parquet/.csv file or a folder")
-    text.add_argument("--text-field", default="text", help="field holding the text in --data rows (default: text)")
-    text.add_argument("--calibration-tokens", type=int,
-                      help="about this many calibration tokens; a quarter of the rows is held out for the "
-                      "perplexity (default: 4096)")
-    init.add_argument("--gguf-file", help="GGUF file name inside the teacher folder")
-    init.add_argument("--seed", type=int, help="seed for a fresh model's initialisation (with --config; default 0)")
+    add_fields(text.add_mutually_exclusive_group(), StudentInitSpec, only=("cache", "data"))
+    add_fields(text, StudentInitSpec, only=("text_field", "calibration_tokens"))
+    add_fields(init, StudentInitSpec, only=("gguf_file", "seed"))
     init.set_defaults(func=run_init)
-
-
-def _layers(text: str):
-    try:
-        return parse_layers(text)
-    except ValueError as err:
-        import argparse
-
-        raise argparse.ArgumentTypeError(str(err).removeprefix("--layers: ")) from None
 
 
 def run_init(args) -> int:
     from destila.student import init_student, parse_config_overrides  # heavy: torch, kept out of `destila --help`
 
-    if args.seed is not None and args.config is None:
+    spec = StudentInitSpec(**values_of(args, StudentInitSpec))
+    if spec.seed is not None and spec.config is None:
         raise ValueError("--seed: seeds a fresh model's initialisation (--config); a cut copies the teacher's weights")
-    if args.text_field != "text" and args.data is None:
+    if spec.text_field != "text" and spec.data is None:
         raise ValueError("--text-field: applies to --data only; add --data DATA or drop it")
     summary = init_student(
-        args.teacher,
-        args.out,
-        layers=args.layers,
-        select=args.select,
-        criterion=args.criterion,
-        cache=args.cache,
-        data=args.data,
-        text_field=args.text_field,
-        calibration_tokens=args.calibration_tokens,
-        hidden_size=args.hidden_size,
-        intermediate_size=args.intermediate_size,
-        num_attention_heads=args.num_attention_heads,
-        num_key_value_heads=args.num_key_value_heads,
-        config_overrides=parse_config_overrides(args.config) if args.config else None,
-        gguf_file=args.gguf_file,
-        seed=0 if args.seed is None else args.seed,
+        **values_of(args, StudentInitSpec, exclude=NOT_INIT_KEYWORDS),
+        config_overrides=parse_config_overrides(spec.config) if spec.config else None,
+        seed=0 if spec.seed is None else spec.seed,
         progress=True,
     )
     ratio = summary["student_parameters"] / summary["teacher_parameters"]
