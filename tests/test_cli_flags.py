@@ -15,7 +15,9 @@ from destila.bench.loss import LossBenchConfig
 from destila.cache.spec import BuildSpec
 from destila.cli import train as train_cli
 from destila.cli.main import OWN_PARSERS, build_parser, main
+from destila.eval.spec import EvalSpec
 from destila.models.placement import PlacementSpec
+from destila.student.spec import NOT_INIT_KEYWORDS, StudentInitSpec
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "destila"
 
@@ -72,8 +74,10 @@ def test_a_value_that_looks_like_a_flag_of_another_spelling_is_kept():
 @pytest.mark.parametrize("argv, command, suggestion", [
     (["train", "s", "--cache", "c", "-o", "o", "--learnig_rate", "1e-3"], "train", "--learning_rate"),
     (["cache", "build", "t", "pydoc", "-o", "c", "--seq-lne", "64"], "cache build", "--seq-len"),
-    (["eval", "m", "--cache", "c", "--eval_fractoin", "0.1"], "eval", "--eval-fraction"),
+    (["eval", "m", "--cache", "c", "--eval_fractoin", "0.1"], "eval", "--eval_fraction"),
+    (["eval", "m", "--cache", "c", "--eval-fractoin", "0.1"], "eval", "--eval-fraction"),
     (["bench", "e2e", "--long-contxt"], "bench e2e", "--long-context"),
+    (["student", "init", "t", "-o", "s", "--calibraton_tokens", "64"], "student init", "--calibration_tokens"),
 ])
 def test_a_misspelt_flag_gets_did_you_mean_and_the_commands_usage(argv, command, suggestion, capsys):
     with pytest.raises(SystemExit) as done:
@@ -145,3 +149,65 @@ def test_bench_flags_read_into_the_configs():
 def test_no_command_edits_the_parsers_internals():
     offenders = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if re.search(r"\._actions\b", p.read_text())]
     assert offenders == []
+
+
+@pytest.mark.parametrize("spelling", ["-", "_"])
+def test_eval_and_student_init_take_both_spellings_of_a_multi_word_flag(spelling):
+    def flag(name):
+        return "--" + name.replace("_", spelling)
+
+    parser = build_parser()
+    evaluate = parser.parse_args(["eval", "a", "b", "--cache", "c", flag("eval_fraction"), "0.1",
+                                  flag("max_tokens"), "64", flag("batch_size"), "2", flag("new_tokens"), "8"])
+    assert evaluate.models == ["a", "b"]
+    assert (evaluate.eval_fraction, evaluate.max_tokens, evaluate.batch_size, evaluate.new_tokens) == (0.1, 64, 2, 8)
+    init = parser.parse_args(["student", "init", "t", "-o", "s", "--layers", "0-1,3", flag("num_key_value_heads"), "2",
+                              "--data", "pydoc", flag("calibration_tokens"), "64", flag("text_field"), "body"])
+    assert (init.layers, init.num_key_value_heads, init.calibration_tokens, init.text_field) == ([0, 1, 3], 2, 64,
+                                                                                                 "body")
+
+
+@pytest.mark.parametrize("cls, words, positional", [
+    (EvalSpec, ("eval",), {"models": "MODEL"}),
+    (StudentInitSpec, ("student", "init"), {"teacher": "teacher"}),
+])
+def test_the_help_of_eval_and_student_init_lists_every_field_as_a_flag(cls, words, positional):
+    parser = dict(LEAVES)[words]
+    shown = " ".join(parser.format_help().split())
+    for f in dataclasses.fields(cls):
+        action = _action(parser, f.name)
+        if f.name in positional:
+            assert action.option_strings == [] and positional[f.name] in shown
+        else:
+            dashed = "--" + f.name.replace("_", "-")
+            assert dashed in action.option_strings and dashed in shown, (words, f.name)
+            required = f.default is dataclasses.MISSING
+            assert action.required == required and (required or action.default == f.default), (words, f.name)
+        assert " ".join(f.metadata["help"].split()) in shown, (words, f.name)
+
+
+@pytest.mark.parametrize("argv", [
+    ["eval", "m", "--cache", "c", "--data", "pydoc"],
+    ["student", "init", "t", "-o", "s", "--cache", "c", "--data", "pydoc"],
+    ["student", "init", "t", "-o", "s", "--layers", "2", "--config", "num_hidden_layers=1"],
+    ["student", "init", "t", "-o", "s", "--layers", "a-b"],
+])
+def test_eval_and_student_init_refuse_flags_that_exclude_each_other_and_a_bad_layer_list(argv, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"destila {' '.join(argv[:2] if argv[0] == 'student' else argv[:1])}: error: argument ")
+    assert "not allowed with argument" in line or line.endswith(
+        "argument --layers: expected teacher layer indices like 0-7,27-29, found 'a-b'"), line
+
+
+def test_student_init_hands_its_spec_to_init_student_keyword_for_keyword():
+    from inspect import signature
+
+    from destila.student import init_student  # heavy: torch
+
+    keywords = set(signature(init_student).parameters)
+    fields = {f.name for f in dataclasses.fields(StudentInitSpec)}
+    assert fields - set(NOT_INIT_KEYWORDS) <= keywords
+    assert {"config_overrides", "seed"} <= keywords and "config" not in keywords

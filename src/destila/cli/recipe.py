@@ -29,6 +29,16 @@ class SelfRequest:
 
 
 @dataclass
+class OnPolicyRequest:
+    teacher: str = field(metadata={"help": "HF model folder, hub id, .gguf file, or 'smollm2'", "metavar": "TEACHER"})
+    student: str = field(metadata={
+        "help": "the starting student (shares the teacher's tokenizer)", "metavar": "STUDENT"})
+    prompts: str = field(metadata={
+        "help": ".txt (one prompt per line), or .jsonl/.json/.parquet rows with a 'messages' conversation or a "
+                "'prompt' text (a 'completion' beside it is not used)", "metavar": "PROMPTS"})
+
+
+@dataclass
 class RecipeOutput:
     out: str = field(metadata={"help": "output folder (created, or resumed)", "aliases": ["-o"]})
 
@@ -65,12 +75,8 @@ def _register_on_policy(verbs) -> None:
         "After each round the student answers held-out prompts and its KL to the teacher on them is recorded. "
         "Killed at any moment, the same command resumes inside the stage it was in.",
     )
-    on_policy.add_argument("teacher", metavar="TEACHER", help="HF model folder, hub id, .gguf file, or 'smollm2'")
-    on_policy.add_argument("student", metavar="STUDENT", help="the starting student (shares the teacher's tokenizer)")
-    on_policy.add_argument("--prompts", required=True, metavar="PROMPTS",
-                           help=".txt (one prompt per line), or .jsonl/.json/.parquet rows with a 'messages' "
-                           "conversation or a 'prompt' text (a 'completion' beside it is not used)")
-    on_policy.add_argument("-o", "--out", required=True, help="output folder (created, or resumed)")
+    add_fields(on_policy, OnPolicyRequest, positional=("teacher", "student"))
+    add_fields(on_policy, RecipeOutput)
     add_fields(on_policy, OnPolicySettings)
     add_fields(on_policy.add_argument_group("loss (as for destila train)"), LossOptions, exclude=LOSS_FIELDS_LEFT_OUT)
     on_policy.set_defaults(func=_on_policy)

@@ -129,11 +129,12 @@ def parse(argv: list[str]):
     from destila.training.output_dir import read_run_record  # heavy: transformers
 
     parser = build_parser()
+    # A first look at the flags that decide the defaults (the config file, a resumed run's record), from the same
+    # fields; a plain argparse parser, since every other flag is left for the full parse.
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--config")
-    pre.add_argument("--cache")
-    pre.add_argument("--resume", nargs="?", const=True, default=None)
-    pre.add_argument("-o", "--out", "--output_dir", "--output-dir", dest="output_dir")
+    add_fields(pre, TrainInputs, only=("config", "resume"))
+    add_fields(pre, TrainTargets, only=("cache",))
+    add_fields(pre, DistillationArguments, only=("output_dir",))
     known, _ = pre.parse_known_args(argv)
     if known.resume and known.output_dir:
         # The run's recorded objective is the default; a flag given that differs is refused by train_student.
