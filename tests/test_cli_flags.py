@@ -211,3 +211,10 @@ def test_student_init_hands_its_spec_to_init_student_keyword_for_keyword():
     fields = {f.name for f in dataclasses.fields(StudentInitSpec)}
     assert fields - set(NOT_INIT_KEYWORDS) <= keywords
     assert {"config_overrides", "seed"} <= keywords and "config" not in keywords
+
+
+def test_flags_are_declared_only_through_dataclass_fields():
+    """Besides `destila`'s own --version and --debug, every argument comes from ``add_fields``."""
+    declared = {str(p.relative_to(SRC)): len(re.findall(r"\.add_argument\(", p.read_text())) for p in SRC.rglob("*.py")}
+    assert {path for path, count in declared.items() if count} == {"cli/fields.py", "cli/main.py"}
+    assert declared["cli/main.py"] == 2
