@@ -2,8 +2,9 @@
 
 - every writing command holds its output's lock: a second writer is refused
   at once and nothing it would have written appears;
-- a read-only output or destila home is named as the user gave it, never an
-  internal temporary or lock file;
+- a read-only or full output, destila home or data cache is named as the
+  user gave it (with the variable that moves the folder), never an internal
+  temporary or lock file;
 - ``-o`` naming an existing file is a usage error (exit 2) in every command;
 - a training folder interrupted during its final save is refused as a model,
   with the way out;
@@ -113,6 +114,33 @@ def test_a_read_only_destila_home_is_named_with_the_way_out(tmpfs, tmp_path):
     line = error_line(result, "student", 1, f"read-only file system at {point}",
                       "set DESTILA_HOME to another folder")
     assert ".lock" not in line and ".smollm2" not in line
+
+
+def test_a_full_destila_home_is_named_not_the_output(tiny_llama_dir, tmpfs, tmp_path):
+    home = tmpfs.mount("1m", "home", inodes=1)  # not one more file fits: not even the conversion's lock
+    out = tmp_path / "cache"
+    result = destila(*build_command("smollm2", "pydoc", out), env={**ENV, "DESTILA_HOME": str(home)})
+    line = error_line(result, "cache", 1, f"no space left on device at {home}, destila's home folder (DESTILA_HOME)",
+                      "set DESTILA_HOME to another folder")
+    assert str(out) not in line and ".lock" not in line and ".smollm2" not in line
+    assert not out.exists() or not any(out.iterdir())  # nothing left that blocks the next command
+
+
+def test_a_full_data_cache_is_named_with_its_variable_then_the_same_build_succeeds(tiny_llama_dir, tmpfs, tmp_path):
+    disk = tmpfs.mount("1m", "stores")
+    stores = disk / "data"
+    env = {**ENV, "DESTILA_DATA_CACHE": str(stores)}
+    filler = tmpfs.fill(disk, leave=0)
+    out = tmp_path / "cache"
+    failed = destila(*build_command(tiny_llama_dir, "pydoc", out), env=env)
+    line = error_line(failed, "cache", 1, f"no space left on device at {stores}, where destila keeps tokenised data "
+                      "(DESTILA_DATA_CACHE", "set DESTILA_DATA_CACHE to another folder")
+    assert str(out) not in line and ".tmp" not in line
+    assert not any(stores.iterdir())  # the half-written store's staging copy is gone
+    filler.unlink()
+    done = destila(*build_command(tiny_llama_dir, "pydoc", out), env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "cache complete" in done.stdout
 
 
 def test_an_output_that_is_an_existing_file_is_a_usage_error_everywhere(tiny_llama_dir, student, train_cache,
