@@ -19,6 +19,7 @@ import sys
 import time
 
 import pytest
+from conftest import requires_real_teacher
 from fault_helpers import (  # noqa: F401 (fixtures)
     ENV, build_command, destila, error_line, snapshot, student, tmpfs, train_cache, train_command,
 )
@@ -124,6 +125,20 @@ def test_a_full_destila_home_is_named_not_the_output(tiny_llama_dir, tmpfs, tmp_
                       "set DESTILA_HOME to another folder")
     assert str(out) not in line and ".lock" not in line and ".smollm2" not in line
     assert not out.exists() or not any(out.iterdir())  # nothing left that blocks the next command
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+@requires_real_teacher
+def test_a_destila_home_that_fills_up_during_the_conversion_is_named_not_the_output(tmpfs, tmp_path):
+    home = tmpfs.mount("64m", "home")  # room for the lock and part of the weights, not the 0.5 GB teacher
+    out = tmp_path / "cache"
+    result = destila(*build_command("smollm2", "pydoc", out), env={**ENV, "DESTILA_HOME": str(home)})
+    line = error_line(result, "cache", 1, f"no space left on device at {home}, destila's home folder (DESTILA_HOME)",
+                      "set DESTILA_HOME to another folder")
+    assert str(out) not in line and ".smollm2" not in line
+    assert not list(home.glob(".smollm2-135m-instruct-*"))  # the staging copy is gone
+    assert not out.exists()
 
 
 def test_a_full_data_cache_is_named_with_its_variable_then_the_same_build_succeeds(tiny_llama_dir, tmpfs, tmp_path):
