@@ -14,6 +14,7 @@ from destila.io import (
     describe_os_error,
     exclusive_lock,
     is_temporary,
+    names_user_path,
     publish_folder,
     write_atomic,
 )
@@ -76,3 +77,49 @@ def test_os_errors_become_one_line_naming_the_file():
     assert as_os_error(ValueError("not a disk problem"), "/x") is None
     ours = OSError(errno.ENOSPC, "could not write the cache folder; every shard recorded is intact")
     assert describe_os_error(ours) == ours.strerror  # destila's own sentence is kept
+
+
+def _raised_by(body, path, *message):
+    """The error ``names_user_path(path, *message)`` lets out of ``body``."""
+    with pytest.raises(Exception) as caught:
+        with names_user_path(path, *message):
+            body()
+    return caught.value
+
+
+def _raise(err):
+    def body():
+        raise err
+    return body
+
+
+def test_names_user_path_names_the_users_path_never_a_temporary_or_lock(tmp_path):
+    out = tmp_path / "answers.jsonl"
+    for internal in (tmp_path / ".answers.jsonl.lock", tmp_path / ".answers.jsonl.generate.json.tmp-41",
+                     None):  # a lock beside the output, a sidecar's temporary, a write that names no file
+        err = _raised_by(_raise(OSError(errno.EROFS, "Read-only file system", internal)), out)
+        assert type(err) is OSError and err.errno == errno.EROFS and err.filename is None
+        assert str(err) == (f"[Errno 30] read-only file system at {out}; choose an output folder on a writable "
+                            "file system")
+    cache = tmp_path / "cache"  # a staging folder inside the output, and a folder above it that had to be made
+    for internal in (cache / ".tokenizer.tmp-7" / "tokenizer.json", tmp_path):
+        err = _raised_by(_raise(OSError(errno.ENOSPC, "No space left on device", internal)), cache)
+        assert err.strerror == f"no space left on device at {cache}; free space there and run the same command again"
+    kept = cache / "checkpoint-4" / "optimizer.pt"  # a real file inside the output: named as it is
+    err = _raised_by(_raise(OSError(errno.ENOSPC, "No space left on device", str(kept))), cache)
+    assert err.strerror.startswith(f"no space left on device at {kept};")
+
+
+def test_names_user_path_finds_disguised_failures_and_leaves_other_errors_alone(tmp_path):
+    home = tmp_path / "home"
+    rust = _raised_by(_raise(Exception("failed to write model.safetensors (os error 28)")), home,
+                      "{reason} at {root}; or set DESTILA_HOME to another folder")
+    assert rust.errno == errno.ENOSPC
+    assert rust.strerror == f"no space left on device at {home}; or set DESTILA_HOME to another folder"
+    others = (ValueError("not a disk problem"), KeyError("bug"),
+              OSError(errno.EACCES, "Permission denied", str(tmp_path / "prompts.txt")),  # the user's input
+              OSError(errno.ENOSPC, f"could not write to the cache folder {home}: …"))  # an inner helper's line
+    for original in others:
+        assert _raised_by(_raise(original), home) is original
+    with names_user_path(home):  # nothing raised: nothing changes
+        pass

@@ -79,10 +79,12 @@ class Tmpfs:
     def __init__(self, base: Path):
         self.base, self.mounts = base, []
 
-    def mount(self, size: str, name: str = "fs") -> Path:
+    def mount(self, size: str, name: str = "fs", inodes: int | None = None) -> Path:
+        """``inodes``: how many files and folders it holds, its root included (1: nothing can be created)."""
         point = self.base / name
         point.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
+        options = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
                               capture_output=True, text=True)
         if done.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {done.stderr.strip()}")

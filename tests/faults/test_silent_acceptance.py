@@ -73,6 +73,16 @@ def test_inspect_and_eval_refuse_impossible_log_probs(small_cache, student, tmp_
     error_line(evaluated, "eval", 2, f"{shard}: row 0 (sequence 0) holds {needle}", "destila cache verify")
 
 
+def test_train_refuses_impossible_log_probs_naming_the_shard(small_cache, student, tmp_path):
+    cache = copy_of(small_cache, tmp_path)
+    shard = rewrite_shard(cache, lambda t: t["topk_logprobs"].view(-1)[3:5].fill_(float("nan")))
+    out = tmp_path / "out"
+    trained = destila(*train_command(student, cache, out, "--max_steps", "4"))  # 4 steps of 4: every sequence
+    line = error_line(trained, "train", 2, f"{shard}: row 0 (sequence 0) holds 2 top-K log-probs are NaN or +inf",
+                      "destila cache verify")
+    assert "Python" not in line and not (out / "model.safetensors").exists()
+
+
 @pytest.mark.parametrize("change, needle", [
     (lambda raw: raw.update(tokens=raw["tokens"] + 32), "tokens is 544, but 16 sequences of 32 tokens make 512"),
     (lambda raw: raw.update(vocab_size=100), "vocab_size is 100, smaller than the tokenizer's 320 tokens"),
@@ -106,7 +116,7 @@ def test_train_refuses_shards_out_of_order_before_writing_anything(small_cache, 
     assert not out.exists()
 
 
-@pytest.mark.slow  # a training run and three refused resumes
+@pytest.mark.slow  # a training run and four refused resumes
 def test_resume_refuses_another_cache_student_or_learning_rate(train_cache, student, small_cache, tmp_path):
     out = tmp_path / "out"
     first = destila(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1"))
@@ -121,6 +131,8 @@ def test_resume_refuses_another_cache_student_or_learning_rate(train_cache, stud
          f"cache {str(train_cache.resolve())!r} (recorded) vs {str(small_cache.resolve())!r} (given)"),
         (train_command(other_student, train_cache, out, "--max_steps", "3", "--resume"),
          f"student {str(student.resolve())!r} (recorded) vs {str(other_student.resolve())!r} (given)"),
+        (train_command(student, train_cache, out, "--max_steps", "3", "--resume", "--seed", "8"),  # not listed: the
+         "seed 7 (recorded) vs 8 (given)"),                                 # seed decides the batches' order too
     ]
     for command, needle in cases:
         result = destila(*command)

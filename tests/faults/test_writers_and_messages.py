@@ -2,8 +2,9 @@
 
 - every writing command holds its output's lock: a second writer is refused
   at once and nothing it would have written appears;
-- a read-only output or destila home is named as the user gave it, never an
-  internal temporary or lock file;
+- a read-only or full output, destila home or data cache is named as the
+  user gave it (with the variable that moves the folder), never an internal
+  temporary or lock file;
 - ``-o`` naming an existing file is a usage error (exit 2) in every command;
 - a training folder interrupted during its final save is refused as a model,
   with the way out;
@@ -18,6 +19,7 @@ import sys
 import time
 
 import pytest
+from conftest import requires_real_teacher
 from fault_helpers import (  # noqa: F401 (fixtures)
     ENV, build_command, destila, error_line, snapshot, student, tmpfs, train_cache, train_command,
 )
@@ -113,6 +115,43 @@ def test_a_read_only_destila_home_is_named_with_the_way_out(tmpfs, tmp_path):
     line = error_line(result, "student", 1, f"read-only file system at {point}",
                       "set DESTILA_HOME to another folder")
     assert ".lock" not in line and ".smollm2" not in line
+
+
+def test_a_full_destila_home_is_named_not_the_output(tiny_llama_dir, tmpfs, tmp_path):
+    home = tmpfs.mount("1m", "home", inodes=1)  # not one more file fits: not even the conversion's lock
+    out = tmp_path / "cache"
+    result = destila(*build_command("smollm2", "pydoc", out), env={**ENV, "DESTILA_HOME": str(home)})
+    line = error_line(result, "cache", 1, f"no space left on device at {home}, destila's home folder (DESTILA_HOME)",
+                      "set DESTILA_HOME to another folder")
+    assert str(out) not in line and ".lock" not in line and ".smollm2" not in line
+    assert not out.exists() or not any(out.iterdir())  # nothing left that blocks the next command
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+@requires_real_teacher
+def test_a_destila_home_that_fills_up_during_the_conversion_is_named_not_the_output(tmpfs, tmp_path):
+    home = tmpfs.mount("64m", "home")  # room for the lock and part of the weights, not the 0.5 GB teacher
+    out = tmp_path / "cache"
+    result = destila(*build_command("smollm2", "pydoc", out), env={**ENV, "DESTILA_HOME": str(home)})
+    line = error_line(result, "cache", 1, f"no space left on device at {home}, destila's home folder (DESTILA_HOME)",
+                      "set DESTILA_HOME to another folder")
+    assert str(out) not in line and ".smollm2" not in line
+    assert not list(home.glob(".smollm2-135m-instruct-*"))  # the staging copy is gone
+    assert not out.exists()
+
+
+def test_a_full_data_cache_is_named_with_its_variable_and_leaves_nothing_behind(tiny_llama_dir, tmpfs, tmp_path):
+    disk = tmpfs.mount("1m", "stores")
+    stores = disk / "data"
+    tmpfs.fill(disk, leave=0)
+    out = tmp_path / "cache"
+    failed = destila(*build_command(tiny_llama_dir, "pydoc", out), env={**ENV, "DESTILA_DATA_CACHE": str(stores)})
+    line = error_line(failed, "cache", 1, f"no space left on device at {stores}, where destila keeps tokenised data "
+                      "(DESTILA_DATA_CACHE", "set DESTILA_DATA_CACHE to another folder")
+    assert str(out) not in line and ".tmp" not in line
+    assert not any(stores.iterdir())  # the half-written store's staging copy is gone
+    assert not out.exists() or not any(out.iterdir())  # no lock or manifest that a rerun would trip over
 
 
 def test_an_output_that_is_an_existing_file_is_a_usage_error_everywhere(tiny_llama_dir, student, train_cache,

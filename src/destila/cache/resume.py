@@ -38,7 +38,7 @@ from destila.cache.format import (
     shard_file_fault,
     write_manifest,
 )
-from destila.io import exclusive_lock, is_temporary, write_atomic
+from destila.io import exclusive_lock, is_temporary, names_user_path, write_atomic
 
 log = logging.getLogger("destila.cache")
 
@@ -54,15 +54,10 @@ def lock_folder(folder: Path):
         raise FileExistsError(f"output: {folder} is a file; choose a new or empty folder for the cache")
     if folder.is_dir():
         existing_manifest(folder)  # raises for a foreign non-empty folder
-    try:
+    with names_user_path(folder, "cannot create or write the cache folder {root}: {reason}; choose a folder you can "
+                         "write to"):
         folder.mkdir(parents=True, exist_ok=True)
-        handle = open(folder / LOCK, "a+")
-    except OSError as err:
-        raise OSError(
-            err.errno, f"cannot create or write the cache folder {folder}: {err.strerror}; "
-            "choose a folder you can write to"
-        ) from err
-    handle.close()
+        open(folder / LOCK, "a+").close()
     return exclusive_lock(
         folder / LOCK,
         f"another `destila cache build` is writing to {folder} (its lock {folder / LOCK} is held); "

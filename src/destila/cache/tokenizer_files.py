@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 
 from destila.cache.format import TOKENIZER_DIR
-from destila.io import TMP_MARK, as_os_error, publish_folder
+from destila.io import TMP_MARK, publish_folder, reported_os_error
 
 log = logging.getLogger("destila.cache")
 STAGING_PREFIX = f".{TOKENIZER_DIR}{TMP_MARK}"
@@ -97,8 +97,9 @@ def copy_tokenizer(tokenizer, output: Path, recorded: dict[str, str]) -> dict[st
         publish_folder(staging, target)
     except BaseException as err:
         shutil.rmtree(staging, ignore_errors=True)
-        disguised = as_os_error(err, target) if isinstance(err, Exception) else None
-        if disguised is not None and disguised is not err:  # tokenizers' Rust writer: "(os error 28)", no path
-            raise disguised from err
+        # tokenizers' Rust writer says "(os error 28)" and names no file; Python's names the staging copy
+        reported = reported_os_error(err, target) if isinstance(err, Exception) else None
+        if reported is not None:
+            raise reported from err
         raise
     return digests

@@ -58,6 +58,7 @@ from destila.cache.resume import (
 from destila.cache.source import load_source
 from destila.cache.spec import BuildSpec
 from destila.cache.tokenizer_files import copy_tokenizer
+from destila.io import names_user_path
 from destila.models import (
     check_plain_head,
     config_hash,
@@ -382,14 +383,9 @@ def _split_rows(sequences, items, targets: dict) -> list[dict]:
 
 def _durable(output: Path, write) -> None:
     """Run ``write``; turn an OS error (full disk, permissions) into a message that says what is safe."""
-    try:
+    with names_user_path(output, "could not write to the cache folder {root}: {reason}. Every shard recorded in its "
+                         "manifest is intact; free space or fix permissions, then run the same command again to resume"):
         write()
-    except OSError as err:
-        raise OSError(
-            err.errno,
-            f"could not write to the cache folder {output}: {err.strerror or err}. Every shard recorded in its "
-            "manifest is intact; free space or fix permissions, then run the same command again to resume",
-        ) from err
 
 
 def _sync(device) -> None:

@@ -11,7 +11,7 @@ from destila.cache.spec import BuildSpec
 from destila.cache.stats import format_summary, inspect_cache
 from destila.cli.fields import add_fields, values_of
 from destila.data.spec import DataSpec
-from destila.io import as_os_error
+from destila.io import names_user_path
 from destila.targets.spec import TargetSpec
 
 # DataSpec fields that BuildSpec already declares (and the positional DATA).
@@ -72,13 +72,8 @@ def _build(args) -> int:
     spec = BuildSpec(teacher=first, **values, targets=TargetSpec(**values_of(args, TargetSpec)), extras=extras)
     spec.data = DataSpec(args.data, text_field=spec.text_field, seq_len=spec.seq_len, max_tokens=spec.max_tokens,
                          **values_of(args, DataSpec, exclude=_BUILD_DATA_FIELDS))
-    try:
+    with names_user_path(args.output):  # a full disk reported by a Rust writer names no file: name the cache folder
         report = build_cache(spec)
-    except Exception as err:  # a full disk reported by a Rust writer names no file: name the cache folder
-        disguised = as_os_error(err, args.output)
-        if disguised is None or disguised is err:
-            raise  # main prints it as one line (exit 2 for arguments, 1 for the disk)
-        raise disguised from err
     if report.rank != 0:
         return 0
     if report.nothing_to_do:

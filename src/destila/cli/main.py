@@ -82,6 +82,7 @@ def _call(command: str, run, debug: bool) -> None:
 
 def fail(command: str, err: BaseException) -> None:
     """Print ``destila <command>: error: …`` and exit: 2 for the user's input, 1 for the machine's state."""
+    _close_progress_bars()
     number = os_error_number(err)
     if number is None or isinstance(err, (UserError, ValueError)) or (isinstance(err, OSError) and not err.errno):
         message, code = str(err), EXIT_USER  # a library message that already says what and where
@@ -91,3 +92,14 @@ def fail(command: str, err: BaseException) -> None:
         code = EXIT_USER if number in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST) else EXIT_ENVIRONMENT
     print(f"destila {command}: error: {message}", file=sys.stderr)
     sys.exit(code)
+
+
+def _close_progress_bars() -> None:
+    """Close the progress bars an exception left open: tqdm leaves the cursor after a bar, and the error line
+    must start a line of its own."""
+    std = sys.modules.get("tqdm.std")
+    for bar in list(getattr(getattr(std, "tqdm", None), "_instances", ())):
+        try:
+            bar.close()
+        except Exception:  # a bar half torn down by the failure: the error matters more than the bar
+            pass

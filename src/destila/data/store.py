@@ -32,7 +32,7 @@ import numpy as np
 
 from destila.data.render import encoder
 from destila.data.sources import load_records, quiet_datasets
-from destila.io import publish_folder
+from destila.io import names_user_path, publish_folder
 
 STORE_VERSION = 1
 _META = "store.json"
@@ -134,13 +134,28 @@ def build_store(spec, tokenizer, folder: str | Path, *, records=None) -> TokenSt
             batches = stream.map(encode, batched=True, batch_size=_BATCH, remove_columns=list(spec.columns)).iter(_BATCH)
         staging = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
         try:
-            _write(staging, batches, budget, spec)
-            _publish(staging, folder)
+            with _naming_the_store_root(folder):  # the folder the user can change, not our staging copy
+                staging.mkdir(parents=True)
+                _write(staging, batches, budget, spec)
+                _publish(staging, folder)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return checked(TokenStore.open(folder), spec)
+
+
+STORE_FAILURE = ("{reason} at {root}, where destila keeps tokenised data (DESTILA_DATA_CACHE, by default "
+                 "~/.cache/destila/data); free space there, or set DESTILA_DATA_CACHE to another folder, then run "
+                 "the same command again")
+"""An OS failure while writing a store (:func:`destila.io.names_user_path`)."""
+
+
+def _naming_the_store_root(folder: Path):
+    """:func:`names_user_path` for writing the store ``folder``: the stores' root and its variable when ``folder``
+    is one of its stores, else ``folder`` itself (a folder the caller chose)."""
+    if folder.parent == store_root():
+        return names_user_path(folder.parent, STORE_FAILURE)
+    return names_user_path(folder)
 
 
 def checked(store: TokenStore, spec) -> TokenStore:

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from destila.generation.prompts import Prompt, load_prompts
-from destila.io import output_lock, write_atomic
+from destila.io import names_user_path, output_lock, write_atomic
 from destila.models import load_causal_lm, load_tokenizer, resolve_source
 
 
@@ -115,10 +115,8 @@ def _agree_with_sidecar(out: Path, record: dict) -> None:
                 "command to resume it, or choose another -o"
             )
         return
-    try:
+    with names_user_path(out):  # the user's output, not the sidecar's temporary
         write_atomic(side, json.dumps(record, indent=2))
-    except OSError as err:  # name the user's output, not the sidecar's temporary
-        raise OSError(err.errno, err.strerror, str(out)) from err
 
 
 def finished_prompts(out: Path, per_prompt: int) -> set[int]:
@@ -204,10 +202,8 @@ def _generate_locked(teacher, items, out: Path, spec: GenerateSpec, gguf_file, b
         return report
     model = load_causal_lm(teacher, gguf_file=gguf_file, device=device)
     bar = tqdm(total=len(items), initial=len(done), unit="prompt", desc="generate", disable=not progress)
-    try:
+    with names_user_path(out):  # a full disk: os.write names no file, the user's output is the one to name
         _write_answers(model, tokenizer, items, out, spec, use_template, batch_size, done, report, bar)
-    except OSError as err:  # a full disk: os.write names no file, the user's output is the one to name
-        raise OSError(err.errno, err.strerror, err.filename or str(out)) from err
     return report
 
 

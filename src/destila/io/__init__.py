@@ -8,18 +8,27 @@
 - :func:`exclusive_lock` / :func:`try_lock`: one writer per folder, through
   an advisory ``flock`` the kernel drops when its holder dies (no stale locks);
   :func:`output_lock`: the lock every writing command holds on its output.
-- :func:`describe_os_error`: the one line a user reads for a full disk, a
-  read-only file system or a missing permission; :func:`as_os_error` finds
-  such failures inside the errors of libraries that hide them (torch's
-  checkpoint writer, the Rust writers of tokenizers and safetensors).
+- :func:`names_user_path` (:mod:`destila.io.os_errors`): the one place an OS
+  failure (full disk, read-only file system, missing permission), whichever
+  library hit it, becomes the one line a user reads, naming the path the
+  user gave, never a temporary or lock file.
 """
 
 from __future__ import annotations
 
-import errno
 import os
-import re
 from pathlib import Path
+
+from destila.io.os_errors import (  # noqa: F401  (the package's public names)
+    advice,
+    as_os_error,
+    describe_os_error,
+    filesystem_state,
+    is_plain_strerror,
+    names_user_path,
+    os_error_number,
+    reported_os_error,
+)
 
 try:
     import fcntl
@@ -137,17 +146,14 @@ def output_lock(output: str | os.PathLike, command: str):
     command ends; a second writer of the same output fails at once with one
     line naming it. An OS failure names ``output``, not the lock file.
     """
-    output = Path(output)
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
+    with names_user_path(output):  # the output the user gave, not the lock file
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
         return exclusive_lock(
-            output.with_name(f".{output.name}.lock"),
+            Path(output).with_name(f".{Path(output).name}.lock"),
             f"output: another `destila {command}` is writing to {output}; wait for it to finish, stop it, "
             "or choose another -o",
             remove_on_release=True,
         )
-    except OSError as err:  # name the output the user gave, not the lock file
-        raise OSError(err.errno, err.strerror, str(output)) from err
 
 
 def _same_file(handle, path: str | os.PathLike) -> bool:
@@ -182,89 +188,3 @@ class _RemovingLock:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-# errno → (what happened, what to do)
-_ADVICE = {
-    errno.ENOSPC: ("no space left on device", "free space there and run the same command again"),
-    errno.EDQUOT: ("disk quota exceeded", "free space there and run the same command again"),
-    errno.EROFS: ("read-only file system", "choose an output folder on a writable file system"),
-    errno.EACCES: ("permission denied", "choose a folder you can write to, or fix its permissions"),
-    errno.EPERM: ("operation not permitted", "choose a folder you can write to, or fix its permissions"),
-    errno.ENOENT: ("no such file or folder", "check the path"),
-    errno.ENOTDIR: ("not a folder", "check the path"),
-    errno.EISDIR: ("is a folder, expected a file", "check the path"),
-    errno.EEXIST: ("already exists", "choose another output path"),
-    errno.EIO: ("input/output error", "check the disk"),
-    errno.EFBIG: ("file too large for this file system", "choose another file system or a smaller shard size"),
-}
-_OS_ERROR_TEXT = re.compile(r"\(os error (\d+)\)")
-_WRITE_FAILURE_MARKS = ("inline_container", "PytorchStreamWriter", "file write failed")
-
-
-def describe_os_error(err: BaseException, path: str | os.PathLike | None = None) -> str:
-    """``<what> at <path>; <what to do>`` for an OS-level failure.
-
-    A library ``OSError(errno, message)`` without a file name carries its
-    own full sentence (say, which shards are intact): that sentence is kept.
-    """
-    number = os_error_number(err)
-    filename = getattr(err, "filename", None) or path
-    what, todo = _ADVICE.get(number, (os.strerror(number) if number else str(err), "check the path"))
-    if isinstance(err, OSError) and not err.filename and not is_plain_strerror(err):
-        return err.strerror  # already a full message from destila
-    where = f" at {os.fsdecode(filename)}" if filename else ""
-    return f"{what}{where}; {todo}"
-
-
-def os_error_number(err: BaseException) -> int | None:
-    """The errno of an ``OSError``, or the ``(os error N)`` a Rust library put in its message."""
-    if isinstance(err, OSError) and err.errno:
-        return err.errno
-    match = _OS_ERROR_TEXT.search(str(err))
-    return int(match.group(1)) if match else None
-
-
-def as_os_error(err: BaseException, path: str | os.PathLike) -> OSError | None:
-    """``err`` as an ``OSError`` about ``path`` when it is a file-system failure in disguise, else None.
-
-    torch's checkpoint writer raises ``RuntimeError: [enforce fail at
-    inline_container.cc] unexpected pos …`` when the disk fills up;
-    tokenizers and safetensors (Rust) raise a bare ``Exception`` whose text
-    ends in ``(os error 28)``. Neither names the file. An ``OSError`` that
-    names its file, or carries destila's own message, is returned unchanged;
-    a bare one (a write on a full disk names no file) gets ``path``. For
-    torch's writer error the file system of ``path`` tells what happened
-    (read-only, full, or otherwise ``EIO``).
-    """
-    if isinstance(err, OSError) and err.errno:
-        if err.filename or not is_plain_strerror(err):
-            return err  # names its file, or carries destila's own sentence
-        return OSError(err.errno, err.strerror, os.fsdecode(path))
-    number = os_error_number(err)
-    if number is None and isinstance(err, RuntimeError) and any(m in str(err) for m in _WRITE_FAILURE_MARKS):
-        number = filesystem_state(path)
-    if number is None:
-        return None
-    return OSError(number, os.strerror(number), os.fsdecode(path))
-
-
-def is_plain_strerror(err: OSError) -> bool:
-    """True when ``err`` holds the C library's text for its errno, not a sentence written by destila."""
-    return not err.strerror or err.strerror == os.strerror(err.errno)
-
-
-def filesystem_state(path) -> int:
-    """``EROFS`` / ``ENOSPC`` when the file system holding ``path`` is read-only / (nearly) full, else ``EIO``."""
-    probe = os.fspath(path)
-    while probe and not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    try:
-        stats = os.statvfs(probe or ".")
-    except OSError:
-        return errno.EIO
-    if stats.f_flag & os.ST_RDONLY:
-        return errno.EROFS
-    if stats.f_bavail * stats.f_frsize < 1 << 20:  # under 1 MiB left: the write that failed did not fit
-        return errno.ENOSPC
-    return errno.EIO

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from destila.io import as_os_error, publish_folder, try_lock
+from destila.io import names_user_path, publish_folder, try_lock
 from destila.models.placement import check_tensor_plan, load_options, offloaded_state, resolve_device
 from destila.quiet import apply_quiet_bars
 from destila.io.user_files import reading
@@ -76,12 +76,13 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
     target = (home or destila_home()) / _EMBEDDED_DIRNAME
     ready = lambda: (target / "config.json").is_file() and (target / "model.safetensors").is_file()  # noqa: E731
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(target.parent / f".{_EMBEDDED_DIRNAME}.lock", "a+")
-    except OSError as err:
+        with names_user_path(target.parent, HOME_FAILURE):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            lock = open(target.parent / f".{_EMBEDDED_DIRNAME}.lock", "a+")
+    except OSError:
         if ready():  # a read-only home with the converted teacher in it: nothing to clean or write
             return target
-        raise _home_error(err, target.parent) from err
+        raise
     with lock:
         if ready():
             if try_lock(lock, blocking=False):  # nobody converting: leftovers are stale
@@ -95,30 +96,22 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
         model, tokenizer = _load_gguf(gguf.parent, gguf.name)
         staging = None
         try:
-            staging = Path(tempfile.mkdtemp(prefix=f".{_EMBEDDED_DIRNAME}-", dir=target.parent))
-            model.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
-            if target.exists():  # a stale partial folder from an older layout
-                shutil.rmtree(target)
-            publish_folder(staging, target)
-        except OSError as err:
-            raise _home_error(err, target.parent) from err
-        except Exception as err:  # torch / safetensors report a full disk under other types
-            disguised = as_os_error(err, target.parent)
-            if disguised is None:
-                raise
-            raise _home_error(disguised, target.parent) from err
+            with names_user_path(target.parent, HOME_FAILURE):  # safetensors reports a full disk without a path
+                staging = Path(tempfile.mkdtemp(prefix=f".{_EMBEDDED_DIRNAME}-", dir=target.parent))
+                model.save_pretrained(staging)
+                tokenizer.save_pretrained(staging)
+                if target.exists():  # a stale partial folder from an older layout
+                    shutil.rmtree(target)
+                publish_folder(staging, target)
         finally:
             if staging is not None and staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
-def _home_error(err: OSError, home: Path) -> OSError:
-    """An OS failure in destila's home as one sentence naming the home (what the user can change), not a temporary."""
-    what = os.strerror(err.errno).lower() if err.errno else str(err)
-    return OSError(err.errno, f"{what} at {home}, where the embedded teacher is converted once (about 0.6 GB); "
-                   "free space or fix permissions there, or set DESTILA_HOME to another folder")
+HOME_FAILURE = ("{reason} at {root}, destila's home folder (DESTILA_HOME), where the embedded teacher is converted "
+                "once (about 0.6 GB); free space or fix permissions there, or set DESTILA_HOME to another folder")
+"""An OS failure in destila's home (:func:`destila.io.names_user_path`): the home is what the user can change."""
 
 
 def _remove_staging_leftovers(target: Path) -> None:

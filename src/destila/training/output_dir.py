@@ -28,7 +28,6 @@ others only read the result (callers run :func:`claim_output_dir` inside
 
 from __future__ import annotations
 
-import errno
 import json
 import shutil
 import time
@@ -277,14 +276,10 @@ def cut_log(path: Path, last_step: int) -> None:
     write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept).encode())
 
 
-def write_failure(err: OSError, out: Path) -> OSError:
-    """The error to show when the disk fails mid-run: what happened, where, and that ``--resume`` continues."""
-    what = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
-            errno.EROFS: "read-only file system"}.get(err.errno, err.strerror or str(err))
-    return OSError(
-        err.errno, f"{what} at {err.filename or out}; the checkpoints already complete in {out} are intact: "
-        "free space (or make the folder writable), then run the same command with --resume",
-    )
+WRITE_FAILURE = ("{reason} at {path}; the checkpoints already complete in {root} are intact: free space (or make "
+                 "the folder writable), then run the same command with --resume")
+"""The line for a disk that fails mid-run (:func:`destila.io.names_user_path`): what, where, and that ``--resume``
+continues."""
 
 
 class RunRecordCallback(TrainerCallback):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from destila.cache import TopKCache
 from destila.data import DataSpec, collate, packed_source, texts_source
-from destila.io import as_os_error
+from destila.io import reported_os_error
 from destila.models import SAVE_INCOMPLETE, load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
 from destila.io.permissions import readable_by_all
 from destila.targets.online import OnlineTeacher
@@ -18,7 +18,7 @@ from destila.training.callbacks import EngineReport, JsonlLogCallback
 from destila.training.datasets import Subset
 from destila.training.hidden_distillation import hidden_term
 from destila.training.objective import objective_of
-from destila.training.output_dir import LOG_FILE, RunRecordCallback, claim_output_dir, write_failure
+from destila.training.output_dir import LOG_FILE, WRITE_FAILURE, RunRecordCallback, claim_output_dir
 from destila.training.peft_student import MERGED_DIR, LoraArguments, merge_adapter, with_adapters
 from destila.training.trainer import DistillationTrainer
 
@@ -206,10 +206,10 @@ def train_student(
                 merge_adapter(out, student, merged)
             trainer.accelerator.wait_for_everyone()
     except Exception as err:  # a full or read-only disk hides in torch's writer errors: name it and the folder
-        disguised = as_os_error(err, out)
-        if disguised is None:
+        reported = reported_os_error(err, out, WRITE_FAILURE)
+        if reported is None:
             raise
-        raise write_failure(disguised, out) from err
+        raise reported from err
     finally:
         claim.release()
     return {"train": result.metrics, "steps": result.global_step, "eval": metrics, "engine": engine.engine,
