@@ -46,6 +46,14 @@ def test_build_writes_a_harness_task_folder(tmp_path):
     assert sorted(p.name for p in task.parent.iterdir()) == ["pydoc_cloze.jsonl", "pydoc_cloze.yaml"]
 
 
+def test_a_task_folder_that_cannot_be_written_is_named_with_what_to_do():
+    # /proc refuses new folders even to root: the OS error must name the user's folder and DESTILA_HOME.
+    with pytest.raises(OSError) as raised:
+        build_pydoc_cloze("/proc/destila-task/pydoc")
+    assert "at /proc/destila-task/pydoc, where the built-in task is written" in str(raised.value)
+    assert "DESTILA_HOME" in str(raised.value) and ".tmp" not in str(raised.value)
+
+
 @pytest.mark.slow
 @pytest.mark.real_model
 @requires_real_teacher

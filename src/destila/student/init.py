@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from destila.io import exclusive_lock
+from destila.io import exclusive_lock, names_user_path
 from destila.models import INIT_INCOMPLETE, load_causal_lm, load_tokenizer
 from destila.io.permissions import readable_by_all
 from destila.student import calibration as calib
@@ -214,19 +214,20 @@ def init_student(
         return summary
 
 
+# A full disk or a read-only folder while the student is written, safetensors' Rust errors included.
+_CANNOT_WRITE = "student init: cannot write the student folder {root}: {reason}; choose a folder you can write to"
+
+
 @contextlib.contextmanager
 def _claim(out: Path):
     """Hold ``out``'s lock (a second init into it fails at once); a folder this call created and left empty goes."""
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"student init: {out} is a file; choose a new folder for the student")
     created = not out.exists()
-    try:
+    with names_user_path(out, _CANNOT_WRITE):
         out.mkdir(parents=True, exist_ok=True)
         lock = exclusive_lock(out / _LOCK, f"student init: another destila command is writing to {out}; wait for "
                               "it to finish, stop it, or choose another -o", remove_on_release=True)
-    except OSError as err:
-        raise OSError(err.errno, f"student init: cannot write the student folder {out}: {err.strerror or err}; "
-                      "choose a folder you can write to") from err
     try:
         # Checked under the lock: another init may have filled the folder since. A lock file left by a
         # refused cache build is no content.
@@ -247,7 +248,7 @@ def _write_student(student, tokenizer, out: Path, record: dict) -> None:
     that may not be the user's, and errors would name it instead of ``out``).
     A rerun after a crash finds the flag, clears the folder and starts over.
     """
-    try:
+    with names_user_path(out, _CANNOT_WRITE + " (a rerun clears what was written)"):
         out.mkdir(parents=True, exist_ok=True)
         if (out / INIT_INCOMPLETE).is_file():
             for leftover in (p for p in out.iterdir() if p.name != _LOCK):  # ours, held
@@ -258,8 +259,3 @@ def _write_student(student, tokenizer, out: Path, record: dict) -> None:
         (out / RECORD).write_text(json.dumps(record, indent=1) + "\n")
         readable_by_all(out)
         (out / INIT_INCOMPLETE).unlink()
-    except OSError as err:
-        raise OSError(
-            err.errno, f"student init: cannot write the student folder {out}: {err.strerror or err}; "
-            "choose a folder you can write to (a rerun clears what was written)"
-        ) from err

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from destila.io import write_atomic
+from destila.io import names_user_path, write_atomic
 from destila.models import destila_home
 
 TASK_NAME = "pydoc_cloze"
@@ -108,13 +108,17 @@ def build_pydoc_cloze(folder: str | Path | None = None, *, holdout_every: int = 
     Files are written under a temporary name and renamed: a reader never sees half a file.
     """
     folder = Path(folder) if folder is not None else default_task_dir()
-    folder.mkdir(parents=True, exist_ok=True)
     questions = cloze_questions(held_out_topics(holdout_every), seed=seed)
-    data = folder / f"{TASK_NAME}.jsonl"
-    write_atomic(data, "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in questions))
     config = yaml.safe_load(TEMPLATE.read_text(encoding="utf-8"))
+    data, task = folder / f"{TASK_NAME}.jsonl", folder / f"{TASK_NAME}.yaml"
     config["dataset_kwargs"]["data_files"]["test"] = str(data.resolve())
-    task = folder / f"{TASK_NAME}.yaml"
-    write_atomic(task, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+    with names_user_path(folder, _CANNOT_WRITE):
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(data, "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in questions))
+        write_atomic(task, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
     return task
+
+
+_CANNOT_WRITE = ("{reason} at {root}, where the built-in task is written (under DESTILA_HOME unless a folder is given); "
+                 "free space or fix permissions there, or set DESTILA_HOME to another folder")
 
