@@ -12,7 +12,9 @@ about half the teacher's parameters. Rows:
 - ``even``, ``contiguous``, ``importance``, ``width``: ``kd`` from other
   students of the same size (11 layers spread evenly; the 11-layer contiguous
   block of least measured change; the 11 layers ranked by skip-KL on
-  calibration text; all 30 layers pruned in width by activation importance).
+  calibration text; all 30 layers pruned in width by activation importance:
+  6 of 9 query heads, 2 of 3 key/value heads, 409 of 1,536 MLP channels,
+  the demo's student).
 
 Budgets are prefixes of one run: the learning rate is constant after its
 warm-up, so the checkpoint at ``B`` tokens is what a run of ``B`` tokens
@@ -23,7 +25,7 @@ training goes.
 
     python benchmarks/student_quality.py prepare OUT --train-tokens 65536
     python benchmarks/student_quality.py students OUT
-    python benchmarks/student_quality.py run OUT --row kd --seed 0 --budgets 8192,32768,131072
+    python benchmarks/student_quality.py run OUT --row kd --seed 0 --budgets 4096,16384,65536
     python benchmarks/student_quality.py table OUT          # Markdown, and OUT/curves.png
 
 ``run`` appends one JSON line per budget to ``OUT/results.jsonl``; copy it
@@ -47,8 +49,8 @@ ROWS = ("ce", "kd", "kd+hidden", "even", "contiguous", "importance", "width")
 STUDENT_OF_ROW = {"ce": "hand", "kd": "hand", "kd+hidden": "hand", "even": "even", "contiguous": "contiguous",
                   "importance": "importance", "width": "width"}
 SEQ_LEN, TOP_K, BATCH, HIDDEN_DIM = 256, 100, 4, 64
-# All 30 layers, narrower MLPs: 28.3 M embedding + 30 × (0.886 M attention + 3 × 576 × 576 MLP) ≈ 0.5× the teacher.
-WIDTH_INTERMEDIATE = 576
+# All 30 layers, fewer heads and narrower MLPs: 67.2 M parameters, as the demo's student (0.50× the teacher).
+WIDTH = dict(num_attention_heads=6, num_key_value_heads=2, intermediate_size=409)
 
 
 def prepare(out: Path, train_tokens: int) -> None:
@@ -84,7 +86,7 @@ def students(out: Path) -> None:
         "even": dict(layers=len(HAND_CUT), select="even", **calibration),
         "contiguous": dict(layers=len(HAND_CUT), select="contiguous", **calibration),
         "importance": dict(layers=len(HAND_CUT), select="importance", **calibration),
-        "width": dict(intermediate_size=WIDTH_INTERMEDIATE, **calibration),
+        "width": dict(**WIDTH, **calibration),
     }
     summaries = {}
     for name, options in kinds.items():
@@ -249,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
         if name == "run":
             stage.add_argument("--row", choices=ROWS, required=True)
             stage.add_argument("--seed", type=int, default=0)
-            stage.add_argument("--budgets", default="8192,32768,131072",
+            stage.add_argument("--budgets", default="4096,16384,65536",
                                help="training tokens at which to score, each a multiple of 1024 tokens (one step)")
             stage.add_argument("--learning-rate", type=float, default=1e-3)
     args = parser.parse_args(argv)

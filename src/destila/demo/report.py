@@ -210,7 +210,7 @@ def _text_block(text: str) -> list[str]:
 
 
 def continuation_lines(results: list[dict], names: list[str]) -> list[str]:
-    """Markdown: per prompt, each model's greedy and sampled continuation."""
+    """Markdown: per prompt, each model's greedy continuation."""
     lines = []
     prompts = [row["prompt"] for row in results[0].get("continuations", [])]
     for number, prompt in enumerate(prompts):
@@ -220,7 +220,7 @@ def continuation_lines(results: list[dict], names: list[str]) -> list[str]:
             flaw = degenerate(row["greedy"])
             flag = f"; **degenerate: {flaw}**" if flaw else ""
             lines += [f"**{name}**, greedy ({distinct_words(row['greedy'])} distinct words{flag}):", "",
-                      *_text_block(row["greedy"]), "", f"**{name}**, sampled:", "", *_text_block(row["sampled"]), ""]
+                      *_text_block(row["greedy"]), ""]
     return lines
 
 
@@ -306,7 +306,7 @@ def below_minimum_line(trained: dict[str, dict], min_steps: int) -> str | None:
 def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, trained: dict[str, dict],
                       results: list[dict], names: list[str], command: str, untrained: list[str] = ()) -> dict:
     """The demo's report: the verdict first, then as :func:`write_report` plus the training table and
-    greedy and sampled continuations of every prompt.
+    greedy continuations of every prompt.
 
     ``untrained``: students that made no training step; named, never scored (their numbers would be
     the initial cut's). A student below ``settings["min_steps"]`` makes the report's first line say so."""
@@ -349,7 +349,7 @@ def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: d
               f"({curve_tokens:,} tokens) every {settings['eval_every']} steps; the table above scores all of them.",
               "", f"![training curves]({curves.name})", "",
               "## Generated text", "",
-              f"{settings['new_tokens']} new tokens per prompt; sampled at temperature 0.8, top-p 0.95, seeded.", ""]
+              f"{settings['new_tokens']} new tokens per prompt, greedy (the most likely token at each step).", ""]
     lines += continuation_lines(results, names)
     lines += _tail_sections(stages, cache, settings, f"Budget: {settings['minutes']:g} min. {NOISE_NOTE}")
     (out / "report.md").write_text("\n".join(lines) + "\n")
