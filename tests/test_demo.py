@@ -240,7 +240,7 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
     for section in ("Held-out comparison", "Task accuracy", "Training", "Generated text", "Time per stage", "Cache",
                     "Settings"):
         assert f"## {section}" in markdown
-    assert markdown.count("### Prompt") == 3 and markdown.count(", greedy (") == 9
+    assert markdown.count("### Prompt") == 3 and markdown.count("**, greedy (") == 9
     for plot in ("training_curves.png", "metrics.png"):
         assert (tmp_path / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # A second run finds every stage done and only rewrites the report.

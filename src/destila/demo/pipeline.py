@@ -37,7 +37,7 @@ from destila.data import pydoc_texts
 from destila.demo.budget import StepBudget, measure_step_seconds, plan_training, split_seconds
 from destila.demo.report import write_demo_report
 from destila.demo.samples import continuations
-from destila.demo.settings import DEMO_PROMPTS, DemoSettings
+from destila.demo.settings import DEMO_PROMPTS, TRAININGS, DemoSettings
 from destila.demo.stages import StageLog, train_from_cache
 from destila.eval import evaluate_models, render_table
 from destila.eval.harness import require_harness
@@ -69,11 +69,6 @@ def split_documents(texts: list[str], holdout_every: int) -> tuple[list[str], li
     return train, held
 
 
-# The demo's two trainings of the same student: what each learns from, and its loss weights.
-TRAININGS = {
-    "distilled": ("KL to the teacher's top-K", {"soft_weight": 1.0, "hard_weight": 0.0}),
-    "baseline": ("cross-entropy only, no teacher", {"soft_weight": 0.0, "hard_weight": 1.0}),
-}
 
 
 def training_runs(seeds: int) -> list[tuple[str, int]]:

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from destila.demo.samples import degenerate, distinct_words
+from destila.demo.settings import TRAININGS
 from destila.eval import markdown_table
 from destila.training.callbacks import read_training_log
 
@@ -342,7 +343,7 @@ def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: d
              "| student | loss | steps | training tokens | step targets (at step → target) | seconds |",
              "|---|---|---:|---:|---|---:|"]
     for name, info in trained.items():
-        loss = "KL to the teacher's top-K" if info["kind"] == "distilled" else "cross-entropy only"
+        loss = TRAININGS[info["kind"]][0]
         targets = ", ".join(f"{step}→{target}" for step, target in info["step_targets"])
         lines.append(f"| {name} | {loss} | {info['steps']} | {info['tokens']:,} | {targets} | {info['seconds']:.0f} |")
     lines += ["", f"Held-out curves score the first {settings['eval_curve_sequences']} held-out sequences "
