@@ -25,7 +25,7 @@ training goes.
 
     python benchmarks/student_quality.py prepare OUT --train-tokens 65536
     python benchmarks/student_quality.py students OUT
-    python benchmarks/student_quality.py run OUT --row kd --seed 0 --budgets 4096,16384,65536
+    python benchmarks/student_quality.py run OUT --row kd --seed 0 --budgets 2048,8192,32768
     python benchmarks/student_quality.py table OUT          # Markdown, and OUT/curves.png
 
 ``run`` appends one JSON line per budget to ``OUT/results.jsonl``; copy it
@@ -251,9 +251,9 @@ def main(argv: list[str] | None = None) -> None:
         if name == "run":
             stage.add_argument("--row", choices=ROWS, required=True)
             stage.add_argument("--seed", type=int, default=0)
-            stage.add_argument("--budgets", default="4096,16384,65536",
+            stage.add_argument("--budgets", default="2048,8192,32768",
                                help="training tokens at which to score, each a multiple of 1024 tokens (one step)")
-            stage.add_argument("--learning-rate", type=float, default=1e-3)
+            stage.add_argument("--learning-rate", type=float, default=5e-4)
     args = parser.parse_args(argv)
     if args.stage == "prepare":
         prepare(args.out, args.train_tokens)
