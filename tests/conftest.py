@@ -17,6 +17,10 @@ import torch
 
 # Two cores: one intra-op thread per test process keeps runs predictable.
 torch.set_num_threads(int(os.environ.get("DESTILA_TEST_THREADS", "1")))
+# The same for the processes tests start (run_isolated's children, CLI runs): with two pytest workers, each child's
+# default of one OpenMP thread per core oversubscribes the cores and a child's spin-waiting threads slow it down
+# 1.5-3x on a busy machine.
+os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("DESTILA_TEST_THREADS", "1"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

@@ -1,5 +1,6 @@
 """The demo: its time budget, its report's verdict, its plots' layout, and the pipeline end to end on a tiny teacher."""
 
+import functools
 import json
 
 import pytest
@@ -202,7 +203,20 @@ def test_training_curves_put_held_out_beside_training_in_a_grid():
 # -- the pipeline ---------------------------------------------------------------------
 
 
-def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
+def score_in_this_process(monkeypatch):
+    """The demo's models scored in the test process: a fresh Python per model costs about 10 s, and that each model
+    is scored in its own process is asserted by test_eval.py::test_cli_compares_models_side_by_side."""
+    from destila.demo import pipeline
+    from destila.eval import evaluate_models
+
+    monkeypatch.setattr(pipeline, "evaluate_models", functools.partial(evaluate_models, isolated=False))
+
+
+@pytest.mark.parametrize("isolated", [pytest.param(False, id="in-process"),
+                                      pytest.param(True, id="processes", marks=pytest.mark.slow)])
+def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path, monkeypatch, isolated):
+    if not isolated:
+        score_in_this_process(monkeypatch)
     settings = DemoSettings(
         teacher=str(tiny_llama_dir), seq_len=32, train_tokens=32 * 48, eval_tokens=32 * 8, top_k=8,
         student_layers=None, student_width={"intermediate_size": 32}, calibration_tokens=64, batch_size=4, max_steps=6,
@@ -272,8 +286,11 @@ def test_a_layer_the_teacher_lacks_is_refused_before_the_teacher_pass(tiny_llama
     assert not (tmp_path / "cache-heldout").exists()
 
 
-def test_too_little_time_is_refused_before_the_training_cache_and_force_says_so_first(tiny_llama_dir, tmp_path):
+def test_too_little_time_is_refused_before_the_training_cache_and_force_says_so_first(tiny_llama_dir, tmp_path,
+                                                                                       monkeypatch):
     from destila.demo import DemoWontFit
+
+    score_in_this_process(monkeypatch)  # what is asserted is the budget's refusal and the forced report
 
     common = dict(teacher=str(tiny_llama_dir), seq_len=32, train_tokens=32 * 48, eval_tokens=32 * 8, top_k=8,
                   student_layers=[0, 3], student_width={}, batch_size=4, max_steps=400, min_steps=20,

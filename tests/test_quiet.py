@@ -22,19 +22,38 @@ model(input_ids=ids, position_ids=torch.tensor([[0, 1, 2, 0, 1, 2]]))
 
 
 def run(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout + done.stderr
+    """stdout and stderr of ``python -c code``, in one stream in the order they were written."""
+    done = subprocess.run([sys.executable, "-c", code], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:]
+    return done.stdout
 
 
-def test_packed_rows_do_not_warn_about_a_missing_attention_mask():
+# One process for both "with destila" checks (each Python start with transformers costs seconds): the packed model
+# runs right after `import destila` (that import alone must silence it), and the trainer is imported after it.
+TRAINER_MARK = "--- importing destila.training ---"
+
+
+@pytest.fixture(scope="module")
+def with_destila() -> tuple[str, str]:
+    """The output up to the packed GPT-2 run after ``import destila``, and the whole output (with the trainer's
+    import)."""
+    code = PACKED_GPT2.format(prelude="import destila") + f"print({TRAINER_MARK!r}, flush=True)\nimport destila.training\n"
+    output = run(code)
+    assert TRAINER_MARK in output
+    return output.partition(TRAINER_MARK)[0], output
+
+
+def test_packed_rows_do_not_warn_about_a_missing_attention_mask(with_destila):
     assert "strongly recommend passing in an `attention_mask`" in run(PACKED_GPT2.format(prelude=""))
-    assert "attention_mask" not in run(PACKED_GPT2.format(prelude="import destila"))
+    packed, _ = with_destila
+    assert "attention_mask" not in packed
 
 
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed")
-def test_importing_the_trainer_does_not_print_deepspeeds_cpu_warning():
-    assert "Setting accelerator to CPU" not in run("import destila.training")
+def test_importing_the_trainer_does_not_print_deepspeeds_cpu_warning(with_destila):
+    _, whole = with_destila
+    assert "Setting accelerator to CPU" not in whole
 
 
 def test_commands_show_no_loading_or_writing_bars(tiny_llama_dir, tmp_path, capfd):

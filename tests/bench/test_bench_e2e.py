@@ -5,8 +5,10 @@ import json
 import pytest
 
 from conftest import pydoc_texts
+from destila.bench import e2e
 from destila.bench.e2e import E2EConfig, break_even_runs, budget_status, longest_fitting, run_e2e
 from destila.cli.main import main as cli
+from destila.eval import measure
 
 
 @pytest.fixture(scope="module")
@@ -16,13 +18,20 @@ def corpus(tmp_path_factory):
     return path
 
 
-def test_offline_methods_agree_and_online_is_compared(tiny_llama_dir, corpus, tmp_path):
+# Every method is a fresh process (about 7 s of imports each): the default run trains online and fused only.
+# That dense and chunked train exactly like fused is asserted by the default suite in
+# tests/training/test_train.py::test_loss_implementations_train_identically; here (slow) through the bench.
+@pytest.mark.parametrize("methods", [
+    pytest.param(("online", "fused"), id="online-fused"),
+    pytest.param(("online", "dense", "chunked", "fused"), id="all-methods", marks=pytest.mark.slow),
+])
+def test_offline_methods_agree_and_online_is_compared(tiny_llama_dir, corpus, tmp_path, methods):
     cfg = E2EConfig(teacher=str(tiny_llama_dir), student_layers=2, data=str(corpus), seq_len=32, batch_size=2,
-                    steps=3, top_k=16, learning_rate=3e-3, workdir=str(tmp_path))
+                    steps=3, top_k=16, learning_rate=3e-3, workdir=str(tmp_path), methods=methods)
     result = run_e2e(cfg)
     rows = {r["method"]: r for r in result["rows"]}
-    assert [r["status"] for r in result["rows"]] == ["ok"] * 4, result["rows"]
-    for method in ("dense", "chunked"):  # same sequences, same maths: only float rounding differs
+    assert [(r["method"], r["status"]) for r in result["rows"]] == [(m, "ok") for m in methods], result["rows"]
+    for method in set(methods) & {"dense", "chunked"}:  # same sequences, same maths: only float rounding differs
         assert rows[method]["final_loss"] == pytest.approx(rows["fused"]["final_loss"], rel=1e-4)
         assert rows[method]["losses"] == pytest.approx(rows["fused"]["losses"], rel=1e-4)
     for row in rows.values():
@@ -52,7 +61,23 @@ def test_a_step_that_completes_above_the_budget_did_not_fit():
     assert budget_status(failed, 8 * 2**30, "cpu") == ("oom", failed["error"])
 
 
-def test_cli_long_context_writes_json_csv_and_plot(tiny_llama_dir, tmp_path, capsys):
+def _in_this_process(target, kwargs=None, *, device="cpu", **_limits):
+    """:func:`run_isolated` without the child process: the child's own code (worker, baseline, peak), no address-space
+    cap (it would bind the test process)."""
+    report = measure._child({"target": target, "kwargs": kwargs or {}, "device": device, "memory_limit": None,
+                             "threads": None})
+    return {**report, "wall_seconds": 0.0}
+
+
+# Three fresh processes (one per loss) cost about 25 s: by default the sweep's workers run in the test process, as
+# measure._child runs them in a child; the real processes are checked here when slow (and by
+# test_offline_methods_agree_and_online_is_compared and tests/test_measure.py by default).
+@pytest.mark.parametrize("isolated", [pytest.param(False, id="in-process"),
+                                      pytest.param(True, id="processes", marks=pytest.mark.slow)])
+def test_cli_long_context_writes_json_csv_and_plot(tiny_llama_dir, tmp_path, capsys, monkeypatch, isolated):
+    if not isolated:
+        monkeypatch.setattr(measure, "run_isolated", _in_this_process)
+        monkeypatch.setattr(e2e, "run_isolated", _in_this_process, raising=False)
     out = tmp_path / "long.json"
     with pytest.raises(SystemExit) as exit_info:
         cli(["bench", "e2e", "--long-context", "--teacher", str(tiny_llama_dir), "--student-layers", "1",
