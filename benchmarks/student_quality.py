@@ -129,7 +129,7 @@ def run(out: Path, row: str, seed: int, budgets: list[int], learning_rate: float
     result = train_from_cache(
         str(student), folder, out / ("cache-hidden" if row == "kd+hidden" else "cache"), max_steps=steps[-1], batch_size=BATCH, learning_rate=learning_rate,
         seed=seed, warmup_steps=5, weight_decay=0.0, freeze_embeddings=True, callbacks=(SaveAt(steps[:-1]),),
-        save_strategy="no", eval_strategy="steps", eval_steps=max(1, steps[0] // 2),
+        save_strategy="no", save_total_limit=None, eval_strategy="steps", eval_steps=max(1, steps[0]),
         per_device_eval_batch_size=4, eval_cache=out / "cache-heldout", eval_sequences=4, **loss)
     seconds = time.monotonic() - start
     for budget, step in zip([0, *budgets], [0, *steps]):  # 0: the student as cut, before any step
