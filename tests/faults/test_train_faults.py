@@ -16,7 +16,7 @@ import time
 import pytest
 import torch
 from fault_helpers import (  # noqa: F401 (fixtures)
-    ENV, destila, error_line, snapshot, student, tmpfs, train_cache, train_command,
+    ENV, destila, destila_in_process, error_line, snapshot, student, tmpfs, train_cache, train_command,
 )
 from transformers import AutoModelForCausalLM
 
@@ -41,10 +41,10 @@ def assert_same_run(got, want):
 
 def test_a_folder_holding_a_finished_run_is_refused_and_left_untouched(train_cache, student, tmp_path):
     out = tmp_path / "out"
-    first = destila(*train_command(student, train_cache, out, "--max_steps", "3", "--save_steps", "2"))
+    first = destila_in_process(*train_command(student, train_cache, out, "--max_steps", "3", "--save_steps", "2"))
     assert first.returncode == 0, first.stderr[-2000:]
     before = snapshot(out)
-    again = destila(*train_command(student, train_cache, out, "--max_steps", "3", "--save_steps", "2"))
+    again = destila_in_process(*train_command(student, train_cache, out, "--max_steps", "3", "--save_steps", "2"))
     error_line(again, "train", 2, f"already holds a training run at {out}", "steps 1–3 logged",
                "checkpoints checkpoint-2, checkpoint-3", "pass --resume to continue it, --overwrite")
     assert snapshot(out) == before
@@ -73,7 +73,7 @@ def test_a_second_writer_fails_at_once_with_a_clear_line(train_cache, student, t
 def test_train_onto_a_read_only_file_system_is_one_line(train_cache, student, tmpfs):
     disk = tmpfs.mount("1m")
     tmpfs.read_only(disk)
-    result = destila(*train_command(student, train_cache, disk / "out", "--max_steps", "2"))
+    result = destila_in_process(*train_command(student, train_cache, disk / "out", "--max_steps", "2"))
     error_line(result, "train", 1, f"read-only file system at {disk / 'out'}",
                "choose an output folder on a writable file system")
 
