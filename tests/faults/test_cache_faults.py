@@ -55,17 +55,17 @@ def test_swapped_tokens_in_the_cache_tokenizer_fail_verify_and_train_then_a_rebu
     cache = copy_of(small_cache, tmp_path)
     original = snapshot(cache / "tokenizer")
     swap_two_tokens(cache)
-    verify = destila("cache", "verify", cache)
+    verify = destila_in_process("cache", "verify", cache)
     assert verify.returncode == 1
     assert f"FAULT tokenizer/tokenizer.json: changed since the build at {cache / 'tokenizer' / 'tokenizer.json'}" \
         in verify.stdout
-    train = destila("train", tiny_llama_dir, "--cache", cache, "-o", tmp_path / "out", "--max_steps", "1")
+    train = destila_in_process("train", tiny_llama_dir, "--cache", cache, "-o", tmp_path / "out", "--max_steps", "1")
     error_line(train, "train", 2, "tokenizer/tokenizer.json: changed since the build", str(cache / "tokenizer"))
     assert not (tmp_path / "out").exists()  # nothing trained, nothing shipped
-    rebuilt = destila(*build_command(tiny_llama_dir, "pydoc", cache))
+    rebuilt = destila_in_process(*build_command(tiny_llama_dir, "pydoc", cache))
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert snapshot(cache / "tokenizer") == original
-    assert destila("cache", "verify", cache).returncode == 0
+    assert destila_in_process("cache", "verify", cache).returncode == 0
 
 
 def test_a_flipped_byte_in_the_cache_tokenizer_is_named_by_train(small_cache, tiny_llama_dir, tmp_path):
@@ -84,13 +84,13 @@ def test_a_deleted_cache_tokenizer_fails_verify_and_train_then_a_rebuild_restore
     cache = copy_of(small_cache, tmp_path)
     original = snapshot(cache / "tokenizer")
     shutil.rmtree(cache / "tokenizer")
-    verify = destila("cache", "verify", cache)
+    verify = destila_in_process("cache", "verify", cache)
     assert verify.returncode == 1 and "FAULT tokenizer/: the tokenizer copied from the teacher is missing" in verify.stdout
-    train = destila("train", tiny_llama_dir, "--cache", cache, "-o", tmp_path / "out", "--max_steps", "1")
+    train = destila_in_process("train", tiny_llama_dir, "--cache", cache, "-o", tmp_path / "out", "--max_steps", "1")
     error_line(train, "train", 2, "tokenizer/: the tokenizer copied from the teacher is missing",
                "run the same `destila cache build` command again")
-    assert destila(*build_command(tiny_llama_dir, "pydoc", cache)).returncode == 0
-    assert snapshot(cache / "tokenizer") == original and destila("cache", "verify", cache).returncode == 0
+    assert destila_in_process(*build_command(tiny_llama_dir, "pydoc", cache)).returncode == 0
+    assert snapshot(cache / "tokenizer") == original and destila_in_process("cache", "verify", cache).returncode == 0
 
 
 def test_a_refused_build_leaves_nothing_in_a_foreign_folder(tiny_llama_dir, tmp_path):

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 from fault_helpers import (  # noqa: F401 (fixtures)
-    build_command, copy_of, destila, destila_in_process, edit_manifest, error_line, small_cache, snapshot, student,
+    build_command, copy_of, destila_in_process, edit_manifest, error_line, small_cache, snapshot, student,
     train_cache, train_command,
 )
 from safetensors.torch import load_file, save_file
@@ -121,7 +121,7 @@ def test_train_refuses_shards_out_of_order_before_writing_anything(small_cache, 
 @pytest.mark.slow  # a training run and four refused resumes
 def test_resume_refuses_another_cache_student_or_learning_rate(train_cache, student, small_cache, tmp_path):
     out = tmp_path / "out"
-    first = destila(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1"))
+    first = destila_in_process(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1"))
     assert first.returncode == 0, first.stderr[-2000:]
     before = snapshot(out)
     other_student = tmp_path / "other-student"
@@ -137,7 +137,7 @@ def test_resume_refuses_another_cache_student_or_learning_rate(train_cache, stud
          "seed 7 (recorded) vs 8 (given)"),                                 # seed decides the batches' order too
     ]
     for command, needle in cases:
-        result = destila(*command)
+        result = destila_in_process(*command)
         error_line(result, "train", 2, f"resume: the run in {out} was trained with other inputs", needle, "--overwrite")
         assert snapshot(out) == before
 
@@ -150,12 +150,12 @@ def test_a_rebuild_over_a_damaged_shard_recomputes_it(small_cache, tiny_llama_di
     data = bytearray(shard.read_bytes())
     data[-10] ^= 0xFF  # same size, other bytes: only the checksum tells
     shard.write_bytes(bytes(data))
-    rebuilt = destila(*build_command(tiny_llama_dir, "pydoc", cache))
+    rebuilt = destila_in_process(*build_command(tiny_llama_dir, "pydoc", cache))
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
     assert f"shard {shard.name}: checksum mismatch" in rebuilt.stderr
     assert "wrote 4 sequences" in rebuilt.stdout
     assert snapshot(cache) == original
-    assert destila("cache", "verify", cache).returncode == 0
+    assert destila_in_process("cache", "verify", cache).returncode == 0
 
 
 def test_hidden_layers_with_sampled_targets_is_refused_before_the_teacher_pass(tiny_llama_dir, tmp_path):

@@ -171,7 +171,7 @@ def test_an_output_that_is_an_existing_file_is_a_usage_error_everywhere(tiny_lla
 @pytest.mark.slow  # a short training run
 def test_a_run_interrupted_during_its_final_save_is_refused_as_a_model(train_cache, student, tmp_path):
     out = tmp_path / "out"
-    result = destila(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1"))
+    result = destila_in_process(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1"))
     assert result.returncode == 0, result.stderr[-2000:]
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir() if p.is_file()}
     assert modes["model.safetensors"] == modes["config.json"] == 0o666 & ~_umask(), modes
@@ -182,11 +182,12 @@ def test_a_run_interrupted_during_its_final_save_is_refused_as_a_model(train_cac
         (out / name).unlink()
     before = snapshot(out)
     advice = f"model: {out} holds a training run that was interrupted before or during its final save"
-    evaluated = destila("eval", out, "--cache", train_cache, "--max-tokens", "64", "--new-tokens", "2")
+    evaluated = destila_in_process("eval", out, "--cache", train_cache, "--max-tokens", "64", "--new-tokens", "2")
     error_line(evaluated, "eval", 2, advice, "--resume")
-    trained = destila(*train_command(out, train_cache, tmp_path / "next", "--max_steps", "1"))
+    trained = destila_in_process(*train_command(out, train_cache, tmp_path / "next", "--max_steps", "1"))
     error_line(trained, "train", 2, advice, "--resume")
     assert snapshot(out) == before
-    resumed = destila(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1", "--resume"))
+    resumed = destila_in_process(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1",
+                                                "--resume"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert not (out / ".destila-save-incomplete").exists() and (out / "tokenizer.json").is_file()
