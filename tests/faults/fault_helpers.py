@@ -7,8 +7,8 @@ would run it (:func:`destila`), or through the same entry point inside the
 test process (:func:`destila_in_process`, the same result without a new
 interpreter's seconds of imports). The subprocess stays wherever the process
 boundary is part of what is checked: kills, two writers at once, locks held
-by another process, read-only or full file systems, environment variables,
-``--debug`` tracebacks.
+by another process, full disks (a write can fail as late as the process's
+exit), folders moved by environment variables, ``--debug`` tracebacks.
 """
 
 from __future__ import annotations
