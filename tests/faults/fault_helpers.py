@@ -1,9 +1,14 @@
-"""Shared pieces of the fault-injection tests: real `destila` processes, small file systems, tiny models.
+"""Shared pieces of the fault-injection tests: `destila` command lines, small file systems, tiny models.
 
-Every command runs as ``python -m destila …`` in a subprocess with one
-thread, exactly as a user would run it, and every assertion is about what
-the user sees (exit code, the one error line, no traceback) and what is on
-disk afterwards.
+Every assertion is about what the user sees (exit code, the one error line,
+no traceback) and what is on disk afterwards. A command runs either as
+``python -m destila …`` in a subprocess with one thread, exactly as a user
+would run it (:func:`destila`), or through the same entry point inside the
+test process (:func:`destila_in_process`, the same result without a new
+interpreter's seconds of imports). The subprocess stays wherever the process
+boundary is part of what is checked: kills, two writers at once, locks held
+by another process, full disks (a write can fail as late as the process's
+exit), folders moved by environment variables, ``--debug`` tracebacks.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import train_tiny_tokenizer, save_tiny_model
+from in_process import run_in_process
 
 SRC = str(Path(__file__).parents[2] / "src")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -31,6 +37,11 @@ TRAIN_ARGS = ["--per_device_train_batch_size", "4", "--learning_rate", "3e-3", "
 def destila(*args, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "destila", *map(str, args)], env=env or ENV, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def destila_in_process(*args) -> subprocess.CompletedProcess:
+    """:func:`destila` run by ``destila.cli.main.main`` in this process (see :mod:`in_process`)."""
+    return run_in_process([*map(str, args)])
 
 
 def build_command(teacher, data, out, *extra) -> list[str]:
@@ -139,7 +150,7 @@ def wide_vocab_teacher(tmp_path_factory):
 def small_cache(tiny_llama_dir, tmp_path_factory):
     """A complete cache of the tiny Llama: 16 sequences of 32 tokens, 4 shards, written by the CLI."""
     path = tmp_path_factory.mktemp("small-cache") / "cache"
-    result = destila(*build_command(tiny_llama_dir, "pydoc", path))
+    result = destila_in_process(*build_command(tiny_llama_dir, "pydoc", path))
     assert result.returncode == 0, result.stderr
     return path
 

@@ -11,7 +11,8 @@ import shutil
 import pytest
 
 from fault_helpers import (  # noqa: F401 (fixtures)
-    build_command, copy_of, destila, edit_manifest, error_line, small_cache, snapshot, tmpfs, wide_vocab_teacher,
+    build_command, copy_of, destila, destila_in_process, edit_manifest, error_line, small_cache, snapshot, tmpfs,
+    wide_vocab_teacher,
 )
 
 from destila.cache import read_manifest
@@ -20,7 +21,7 @@ from destila.cache import read_manifest
 def test_verify_fails_when_a_shard_entry_is_removed_from_the_manifest(small_cache, tmp_path):
     cache = copy_of(small_cache, tmp_path)
     edit_manifest(cache, lambda raw: raw["shards"].pop(1))  # "complete" stays true
-    result = destila("cache", "verify", cache)
+    result = destila_in_process("cache", "verify", cache)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "FAULT manifest.json: marked complete but 4 of 16 sequences are in no shard (first: 4)" in result.stdout
     assert ": OK:" not in result.stdout
@@ -34,7 +35,7 @@ def test_verify_fails_when_complete_is_set_on_a_partial_cache(small_cache, tmp_p
         raw["complete"] = True
 
     edit_manifest(cache, half)
-    result = destila("cache", "verify", cache)
+    result = destila_in_process("cache", "verify", cache)
     assert result.returncode == 1
     assert "FAULT manifest.json: marked complete but 8 of 16 sequences are in no shard (first: 8)" in result.stdout
 
@@ -54,17 +55,17 @@ def test_swapped_tokens_in_the_cache_tokenizer_fail_verify_and_train_then_a_rebu
     cache = copy_of(small_cache, tmp_path)
     original = snapshot(cache / "tokenizer")
     swap_two_tokens(cache)
-    verify = destila("cache", "verify", cache)
+    verify = destila_in_process("cache", "verify", cache)
     assert verify.returncode == 1
     assert f"FAULT tokenizer/tokenizer.json: changed since the build at {cache / 'tokenizer' / 'tokenizer.json'}" \
         in verify.stdout
-    train = destila("train", tiny_llama_dir, "--cache", cache, "-o", tmp_path / "out", "--max_steps", "1")
+    train = destila_in_process("train", tiny_llama_dir, "--cache", cache, "-o", tmp_path / "out", "--max_steps", "1")
     error_line(train, "train", 2, "tokenizer/tokenizer.json: changed since the build", str(cache / "tokenizer"))
     assert not (tmp_path / "out").exists()  # nothing trained, nothing shipped
-    rebuilt = destila(*build_command(tiny_llama_dir, "pydoc", cache))
+    rebuilt = destila_in_process(*build_command(tiny_llama_dir, "pydoc", cache))
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert snapshot(cache / "tokenizer") == original
-    assert destila("cache", "verify", cache).returncode == 0
+    assert destila_in_process("cache", "verify", cache).returncode == 0
 
 
 def test_a_flipped_byte_in_the_cache_tokenizer_is_named_by_train(small_cache, tiny_llama_dir, tmp_path):
@@ -73,7 +74,7 @@ def test_a_flipped_byte_in_the_cache_tokenizer_is_named_by_train(small_cache, ti
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
-    train = destila("train", tiny_llama_dir, "--cache", cache, "-o", tmp_path / "out", "--max_steps", "1")
+    train = destila_in_process("train", tiny_llama_dir, "--cache", cache, "-o", tmp_path / "out", "--max_steps", "1")
     error_line(train, "train", 2, f"tokenizer/tokenizer.json: changed since the build at {path}")
 
 
@@ -83,20 +84,20 @@ def test_a_deleted_cache_tokenizer_fails_verify_and_train_then_a_rebuild_restore
     cache = copy_of(small_cache, tmp_path)
     original = snapshot(cache / "tokenizer")
     shutil.rmtree(cache / "tokenizer")
-    verify = destila("cache", "verify", cache)
+    verify = destila_in_process("cache", "verify", cache)
     assert verify.returncode == 1 and "FAULT tokenizer/: the tokenizer copied from the teacher is missing" in verify.stdout
-    train = destila("train", tiny_llama_dir, "--cache", cache, "-o", tmp_path / "out", "--max_steps", "1")
+    train = destila_in_process("train", tiny_llama_dir, "--cache", cache, "-o", tmp_path / "out", "--max_steps", "1")
     error_line(train, "train", 2, "tokenizer/: the tokenizer copied from the teacher is missing",
                "run the same `destila cache build` command again")
-    assert destila(*build_command(tiny_llama_dir, "pydoc", cache)).returncode == 0
-    assert snapshot(cache / "tokenizer") == original and destila("cache", "verify", cache).returncode == 0
+    assert destila_in_process(*build_command(tiny_llama_dir, "pydoc", cache)).returncode == 0
+    assert snapshot(cache / "tokenizer") == original and destila_in_process("cache", "verify", cache).returncode == 0
 
 
 def test_a_refused_build_leaves_nothing_in_a_foreign_folder(tiny_llama_dir, tmp_path):
     foreign = tmp_path / "photos"
     foreign.mkdir()
     (foreign / "holiday.jpg").write_bytes(b"\xff\xd8 not ours")
-    result = destila(*build_command(tiny_llama_dir, "pydoc", foreign))
+    result = destila_in_process(*build_command(tiny_llama_dir, "pydoc", foreign))
     error_line(result, "cache", 2, "is not empty (holiday.jpg)", "choose a new or empty folder")
     assert sorted(p.name for p in foreign.iterdir()) == ["holiday.jpg"]  # no .lock, no manifest, no temporary
 
@@ -105,7 +106,7 @@ def test_inspect_refuses_a_truncated_shard(small_cache, tmp_path):
     cache = copy_of(small_cache, tmp_path)
     shard = cache / read_manifest(cache).shards[0].name
     shard.write_bytes(shard.read_bytes()[:-100])
-    result = destila("cache", "inspect", cache)
+    result = destila_in_process("cache", "inspect", cache)
     error_line(result, "cache", 2, f"at {shard}", "bytes, the manifest says")
     assert result.stdout == ""
 
@@ -113,7 +114,7 @@ def test_inspect_refuses_a_truncated_shard(small_cache, tmp_path):
 def test_inspect_refuses_a_manifest_with_an_edited_top_k(small_cache, tmp_path):
     cache = copy_of(small_cache, tmp_path)
     edit_manifest(cache, lambda raw: raw["targets"].update(top_k=5))
-    result = destila("cache", "inspect", cache, "--json")
+    result = destila_in_process("cache", "inspect", cache, "--json")
     error_line(result, "cache", 2, "shard does not match the manifest at", "rebuild the cache")
     assert result.stdout == ""
 
@@ -124,7 +125,7 @@ def test_inspect_refuses_a_shard_whose_checksum_fails(small_cache, tmp_path):
     data = bytearray(shard.read_bytes())
     data[-5] ^= 0x40  # same size, different bytes
     shard.write_bytes(bytes(data))
-    result = destila("cache", "inspect", cache)
+    result = destila_in_process("cache", "inspect", cache)
     error_line(result, "cache", 2, "shard checksum mismatch", f"at {shard}")
     assert result.stdout == ""
 

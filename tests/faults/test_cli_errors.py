@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 from conftest import make_tiny_model, requires_real_teacher
-from fault_helpers import ENV, build_command, destila, error_line, small_cache  # noqa: F401 (fixtures)
+from fault_helpers import (  # noqa: F401 (fixtures)
+    ENV, build_command, destila, destila_in_process, error_line, small_cache,
+)
 
 STAGING = ".smollm2-135m-instruct-"
 
@@ -26,7 +28,7 @@ def binary_txt(tmp_path):
 
 
 def test_a_binary_txt_file_is_named(tiny_llama_dir, binary_txt, tmp_path):
-    result = destila(*build_command(tiny_llama_dir, binary_txt, tmp_path / "cache"))
+    result = destila_in_process(*build_command(tiny_llama_dir, binary_txt, tmp_path / "cache"))
     error_line(result, "cache", 2, f"not UTF-8 text at {binary_txt}", "expected a UTF-8 .txt file")
     assert not (tmp_path / "cache").exists()
 
@@ -39,7 +41,7 @@ def test_debug_flag_and_environment_variable_show_the_traceback(tiny_llama_dir, 
 
 
 def test_student_init_into_an_impossible_folder_names_the_users_path(tiny_llama_dir):
-    result = destila("student", "init", tiny_llama_dir, "-o", "/proc/x", "--layers", "2")
+    result = destila_in_process("student", "init", tiny_llama_dir, "-o", "/proc/x", "--layers", "2")
     line = error_line(result, "student", 2, "cannot write the student folder /proc/x")
     assert "/proc/." not in line  # no internal temporary name
 
@@ -48,7 +50,7 @@ def test_eval_with_a_student_of_another_vocabulary_is_one_line(small_cache, tiny
     other = tmp_path / "other-vocab"
     make_tiny_model("gpt2", len(tiny_tokenizer) + 80, layers=1).save_pretrained(other)
     tiny_tokenizer.save_pretrained(other)
-    result = destila("eval", other, "--cache", small_cache, "--max-tokens", "64", "--new-tokens", "2")
+    result = destila_in_process("eval", other, "--cache", small_cache, "--max-tokens", "64", "--new-tokens", "2")
     error_line(result, "eval", 2, f"has a vocabulary of {len(tiny_tokenizer) + 80} tokens but the cache at "
                f"{small_cache} was made with {len(tiny_tokenizer)}")
 

@@ -10,7 +10,8 @@ import shutil
 import pytest
 import torch
 from fault_helpers import (  # noqa: F401 (fixtures)
-    build_command, copy_of, destila, edit_manifest, error_line, small_cache, snapshot, student, train_cache, train_command,
+    build_command, copy_of, destila_in_process, edit_manifest, error_line, small_cache, snapshot, student,
+    train_cache, train_command,
 )
 from safetensors.torch import load_file, save_file
 
@@ -39,7 +40,7 @@ def test_conversations_without_an_assistant_turn_are_refused(tiny_chat_llama_dir
     rows = [{"messages": [{"role": "user", "content": f"question number {i} about the weather"}]} for i in range(30)]
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     out = tmp_path / "cache"
-    result = destila(*build_command(tiny_chat_llama_dir, data, out, "--messages-field", "messages"))
+    result = destila_in_process(*build_command(tiny_chat_llama_dir, data, out, "--messages-field", "messages"))
     error_line(result, "cache", 2, f"data: {data} has no trained position in the 9 conversations read",
                "no conversation has an assistant turn")
     assert not out.exists()
@@ -50,7 +51,7 @@ def test_records_without_text_are_counted_in_a_warning(tiny_llama_dir, tmp_path)
     rows = [{"text": None}, {"title": "no text field"}, {"text": ""}]  # first: read before the token budget ends
     rows += [{"text": f"document {i} of the collection, with a few words in it"} for i in range(40)]
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    result = destila(*build_command(tiny_llama_dir, data, tmp_path / "cache"))
+    result = destila_in_process(*build_command(tiny_llama_dir, data, tmp_path / "cache"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"data: 3 of the 20 records read from {data} were left out: their 'text' field is missing, null, " \
            "empty or not a string" in result.stderr
@@ -66,10 +67,10 @@ def test_records_without_text_are_counted_in_a_warning(tiny_llama_dir, tmp_path)
 def test_inspect_and_eval_refuse_impossible_log_probs(small_cache, student, tmp_path, edit, needle):
     cache = copy_of(small_cache, tmp_path)
     shard = rewrite_shard(cache, edit)
-    inspected = destila("cache", "inspect", cache)
+    inspected = destila_in_process("cache", "inspect", cache)
     error_line(inspected, "cache", 2, f"{shard}: row 0 holds {needle}", "no statistics from damaged data")
     assert inspected.stdout == ""
-    evaluated = destila("eval", student, "--cache", cache, "--max-tokens", "64", "--new-tokens", "2")
+    evaluated = destila_in_process("eval", student, "--cache", cache, "--max-tokens", "64", "--new-tokens", "2")
     error_line(evaluated, "eval", 2, f"{shard}: row 0 (sequence 0) holds {needle}", "destila cache verify")
 
 
@@ -77,7 +78,7 @@ def test_train_refuses_impossible_log_probs_naming_the_shard(small_cache, studen
     cache = copy_of(small_cache, tmp_path)
     shard = rewrite_shard(cache, lambda t: t["topk_logprobs"].view(-1)[3:5].fill_(float("nan")))
     out = tmp_path / "out"
-    trained = destila(*train_command(student, cache, out, "--max_steps", "4"))  # 4 steps of 4: every sequence
+    trained = destila_in_process(*train_command(student, cache, out, "--max_steps", "4"))  # 4 of 4: every sequence
     line = error_line(trained, "train", 2, f"{shard}: row 0 (sequence 0) holds 2 top-K log-probs are NaN or +inf",
                       "destila cache verify")
     assert "Python" not in line and not (out / "model.safetensors").exists()
@@ -90,16 +91,17 @@ def test_train_refuses_impossible_log_probs_naming_the_shard(small_cache, studen
 def test_an_edited_manifest_is_refused_by_inspect_and_verify(small_cache, tmp_path, change, needle):
     cache = copy_of(small_cache, tmp_path)
     edit_manifest(cache, change)
-    inspected = destila("cache", "inspect", cache)
+    inspected = destila_in_process("cache", "inspect", cache)
     error_line(inspected, "cache", 2, f"{cache / 'manifest.json'} contradicts itself ({needle})")
-    verified = destila("cache", "verify", cache)
+    verified = destila_in_process("cache", "verify", cache)
     assert verified.returncode == 1 and f"FAULT manifest.json: {needle}" in verified.stdout
 
 
 def test_inspect_refuses_a_cache_whose_tokenizer_was_deleted(small_cache, tmp_path):
     cache = copy_of(small_cache, tmp_path)
     shutil.rmtree(cache / "tokenizer")
-    error_line(destila("cache", "inspect", cache), "cache", 2, "the tokenizer copied from the teacher is missing")
+    error_line(destila_in_process("cache", "inspect", cache), "cache", 2,
+               "the tokenizer copied from the teacher is missing")
 
 
 def swap_first_two_shards(raw):
@@ -111,7 +113,7 @@ def test_train_refuses_shards_out_of_order_before_writing_anything(small_cache, 
     cache = copy_of(small_cache, tmp_path)
     edit_manifest(cache, swap_first_two_shards)
     out = tmp_path / "out"
-    result = destila(*train_command(student, cache, out, "--max_steps", "1"))
+    result = destila_in_process(*train_command(student, cache, out, "--max_steps", "1"))
     error_line(result, "train", 2, "its sequence_index differs from the manifest's", "destila cache verify")
     assert not out.exists()
 
@@ -119,7 +121,7 @@ def test_train_refuses_shards_out_of_order_before_writing_anything(small_cache, 
 @pytest.mark.slow  # a training run and four refused resumes
 def test_resume_refuses_another_cache_student_or_learning_rate(train_cache, student, small_cache, tmp_path):
     out = tmp_path / "out"
-    first = destila(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1"))
+    first = destila_in_process(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1"))
     assert first.returncode == 0, first.stderr[-2000:]
     before = snapshot(out)
     other_student = tmp_path / "other-student"
@@ -135,7 +137,7 @@ def test_resume_refuses_another_cache_student_or_learning_rate(train_cache, stud
          "seed 7 (recorded) vs 8 (given)"),                                 # seed decides the batches' order too
     ]
     for command, needle in cases:
-        result = destila(*command)
+        result = destila_in_process(*command)
         error_line(result, "train", 2, f"resume: the run in {out} was trained with other inputs", needle, "--overwrite")
         assert snapshot(out) == before
 
@@ -148,17 +150,18 @@ def test_a_rebuild_over_a_damaged_shard_recomputes_it(small_cache, tiny_llama_di
     data = bytearray(shard.read_bytes())
     data[-10] ^= 0xFF  # same size, other bytes: only the checksum tells
     shard.write_bytes(bytes(data))
-    rebuilt = destila(*build_command(tiny_llama_dir, "pydoc", cache))
+    rebuilt = destila_in_process(*build_command(tiny_llama_dir, "pydoc", cache))
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
     assert f"shard {shard.name}: checksum mismatch" in rebuilt.stderr
     assert "wrote 4 sequences" in rebuilt.stdout
     assert snapshot(cache) == original
-    assert destila("cache", "verify", cache).returncode == 0
+    assert destila_in_process("cache", "verify", cache).returncode == 0
 
 
 def test_hidden_layers_with_sampled_targets_is_refused_before_the_teacher_pass(tiny_llama_dir, tmp_path):
     out = tmp_path / "cache"
-    result = destila(*build_command(tiny_llama_dir, "pydoc", out, "--hidden-layers", "1", "--targets", "sampled"))
+    result = destila_in_process(*build_command(tiny_llama_dir, "pydoc", out, "--hidden-layers", "1",
+                                               "--targets", "sampled"))
     error_line(result, "cache", 2, "hidden_layers: teacher hidden states are stored beside top-K targets only",
                "drop --targets sampled or --hidden-layers")
     assert not out.exists()
@@ -193,6 +196,6 @@ def test_train_refuses_a_cache_without_trained_positions(small_cache, student, t
         shard["sha256"], shard["bytes"] = sha256_file(cache / shard["name"]), (cache / shard["name"]).stat().st_size
     (cache / "manifest.json").write_text(json.dumps(manifest, indent=1))
     out = tmp_path / "out"
-    result = destila(*train_command(student, cache, out, "--max_steps", "1"))
+    result = destila_in_process(*train_command(student, cache, out, "--max_steps", "1"))
     error_line(result, "train", 2, f"{cache}: the cache holds no trained position")
     assert not out.exists()

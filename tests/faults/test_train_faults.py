@@ -16,7 +16,7 @@ import time
 import pytest
 import torch
 from fault_helpers import (  # noqa: F401 (fixtures)
-    ENV, destila, error_line, snapshot, student, tmpfs, train_cache, train_command,
+    ENV, destila, destila_in_process, error_line, snapshot, student, tmpfs, train_cache, train_command,
 )
 from transformers import AutoModelForCausalLM
 
@@ -41,10 +41,10 @@ def assert_same_run(got, want):
 
 def test_a_folder_holding_a_finished_run_is_refused_and_left_untouched(train_cache, student, tmp_path):
     out = tmp_path / "out"
-    first = destila(*train_command(student, train_cache, out, "--max_steps", "3", "--save_steps", "2"))
+    first = destila_in_process(*train_command(student, train_cache, out, "--max_steps", "3", "--save_steps", "2"))
     assert first.returncode == 0, first.stderr[-2000:]
     before = snapshot(out)
-    again = destila(*train_command(student, train_cache, out, "--max_steps", "3", "--save_steps", "2"))
+    again = destila_in_process(*train_command(student, train_cache, out, "--max_steps", "3", "--save_steps", "2"))
     error_line(again, "train", 2, f"already holds a training run at {out}", "steps 1–3 logged",
                "checkpoints checkpoint-2, checkpoint-3", "pass --resume to continue it, --overwrite")
     assert snapshot(out) == before
@@ -73,7 +73,7 @@ def test_a_second_writer_fails_at_once_with_a_clear_line(train_cache, student, t
 def test_train_onto_a_read_only_file_system_is_one_line(train_cache, student, tmpfs):
     disk = tmpfs.mount("1m")
     tmpfs.read_only(disk)
-    result = destila(*train_command(student, train_cache, disk / "out", "--max_steps", "2"))
+    result = destila_in_process(*train_command(student, train_cache, disk / "out", "--max_steps", "2"))
     error_line(result, "train", 1, f"read-only file system at {disk / 'out'}",
                "choose an output folder on a writable file system")
 
@@ -81,13 +81,13 @@ def test_train_onto_a_read_only_file_system_is_one_line(train_cache, student, tm
 @pytest.mark.slow
 def test_overwrite_replaces_the_old_run_entirely(train_cache, student, tmp_path):
     out, reference = tmp_path / "out", tmp_path / "reference"
-    assert destila(*train_command(student, train_cache, out, "--max_steps", "4", "--save_steps", "2",
+    assert destila_in_process(*train_command(student, train_cache, out, "--max_steps", "4", "--save_steps", "2",
                                   "--seed", "3")).returncode == 0
     old_run = json.loads((out / "destila_run.json").read_text())["run_id"]
     args = ("--max_steps", "3", "--save_steps", "3")
-    redone = destila(*train_command(student, train_cache, out, *args, "--overwrite"))
+    redone = destila_in_process(*train_command(student, train_cache, out, *args, "--overwrite"))
     assert redone.returncode == 0, redone.stderr[-2000:]
-    assert destila(*train_command(student, train_cache, reference, *args)).returncode == 0
+    assert destila_in_process(*train_command(student, train_cache, reference, *args)).returncode == 0
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3"]  # none of the old run's
     assert json.loads((out / "destila_run.json").read_text())["run_id"] != old_run
     assert_same_run(out, reference)
@@ -97,15 +97,15 @@ def test_overwrite_replaces_the_old_run_entirely(train_cache, student, tmp_path)
 def test_resume_never_takes_a_checkpoint_of_another_run(train_cache, student, tmp_path):
     args = ("--max_steps", "8", "--save_steps", "4")
     other, out, reference = tmp_path / "other", tmp_path / "out", tmp_path / "reference"
-    assert destila(*train_command(student, train_cache, other, *args, "--seed", "11")).returncode == 0
-    assert destila(*train_command(student, train_cache, reference, *args)).returncode == 0
+    assert destila_in_process(*train_command(student, train_cache, other, *args, "--seed", "11")).returncode == 0
+    assert destila_in_process(*train_command(student, train_cache, reference, *args)).returncode == 0
     # out: the reference run stopped after checkpoint-4, and another run's checkpoint-8 dropped beside it
     shutil.copytree(reference, out)
     shutil.rmtree(out / "checkpoint-8")
     for final in ("model.safetensors", "config.json", "generation_config.json"):
         (out / final).unlink(missing_ok=True)
     shutil.copytree(other / "checkpoint-8", out / "checkpoint-8")
-    resumed = destila(*train_command(student, train_cache, out, *args, "--resume"))
+    resumed = destila_in_process(*train_command(student, train_cache, out, *args, "--resume"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert_same_run(out, reference)  # continued from its own checkpoint-4, not the other run's 8
 

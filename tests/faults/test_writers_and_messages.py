@@ -21,7 +21,7 @@ import time
 import pytest
 from conftest import requires_real_teacher
 from fault_helpers import (  # noqa: F401 (fixtures)
-    ENV, build_command, destila, error_line, snapshot, student, tmpfs, train_cache, train_command,
+    ENV, build_command, destila, destila_in_process, error_line, snapshot, student, tmpfs, train_cache, train_command,
 )
 
 from destila.io import exclusive_lock, output_lock
@@ -74,7 +74,7 @@ def test_student_init_is_refused_while_another_command_writes_the_folder(tiny_ll
 
 def test_student_files_are_readable_like_the_rest(tiny_llama_dir, tmp_path):
     out = tmp_path / "student"
-    result = destila("student", "init", tiny_llama_dir, "-o", out, "--layers", "2")
+    result = destila_in_process("student", "init", tiny_llama_dir, "-o", out, "--layers", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
     assert modes["model.safetensors"] == modes["config.json"] == 0o666 & ~_umask(), modes
@@ -91,7 +91,7 @@ def test_generate_onto_a_read_only_disk_names_the_output(tiny_llama_dir, tmpfs, 
     point = tmpfs.mount("1m")
     tmpfs.read_only(point)
     out = point / "answers.jsonl"
-    result = destila("generate", tiny_llama_dir, prompts_file(tmp_path), "-o", out, "--max-new-tokens", "2")
+    result = destila_in_process("generate", tiny_llama_dir, prompts_file(tmp_path), "-o", out, "--max-new-tokens", "2")
     line = error_line(result, "generate", 1, f"read-only file system at {out}")
     assert ".tmp" not in line and ".lock" not in line
 
@@ -164,14 +164,14 @@ def test_an_output_that_is_an_existing_file_is_a_usage_error_everywhere(tiny_lla
         ("student", ["student", "init", tiny_llama_dir, "-o", taken, "--layers", "2"], f"{taken} is a file"),
     ]
     for command, args, needle in cases:
-        error_line(destila(*args), command, 2, needle)
+        error_line(destila_in_process(*args), command, 2, needle)
         assert taken.read_text() == "the user's file\n"
 
 
 @pytest.mark.slow  # a short training run
 def test_a_run_interrupted_during_its_final_save_is_refused_as_a_model(train_cache, student, tmp_path):
     out = tmp_path / "out"
-    result = destila(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1"))
+    result = destila_in_process(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1"))
     assert result.returncode == 0, result.stderr[-2000:]
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir() if p.is_file()}
     assert modes["model.safetensors"] == modes["config.json"] == 0o666 & ~_umask(), modes
@@ -182,11 +182,12 @@ def test_a_run_interrupted_during_its_final_save_is_refused_as_a_model(train_cac
         (out / name).unlink()
     before = snapshot(out)
     advice = f"model: {out} holds a training run that was interrupted before or during its final save"
-    evaluated = destila("eval", out, "--cache", train_cache, "--max-tokens", "64", "--new-tokens", "2")
+    evaluated = destila_in_process("eval", out, "--cache", train_cache, "--max-tokens", "64", "--new-tokens", "2")
     error_line(evaluated, "eval", 2, advice, "--resume")
-    trained = destila(*train_command(out, train_cache, tmp_path / "next", "--max_steps", "1"))
+    trained = destila_in_process(*train_command(out, train_cache, tmp_path / "next", "--max_steps", "1"))
     error_line(trained, "train", 2, advice, "--resume")
     assert snapshot(out) == before
-    resumed = destila(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1", "--resume"))
+    resumed = destila_in_process(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1",
+                                                "--resume"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert not (out / ".destila-save-incomplete").exists() and (out / "tokenizer.json").is_file()
