@@ -30,8 +30,8 @@ class HiddenLossOptions:
 
     hidden_loss: str | None = field(default=None, metadata={
         "help": "nmse (scale-free: on the KL's scale at weight 1), mse or cosine: add a loss between student "
-                "and teacher layer outputs (None: off). Not yet measured against plain KD on a real model; see "
-                "docs/benchmarks.md",
+                "and teacher layer outputs (None: off). Measured on SmolLM2 at 32 steps, nmse at weight 1 ended "
+                "worse than plain KD on held-out KL (docs/benchmarks.md)",
         "choices": list(HIDDEN_LOSSES)})
     hidden_weight: float = field(default=1.0, metadata={"help": "weight of the hidden-state loss"})
     layer_map: str = field(default="auto", metadata={
