@@ -30,6 +30,8 @@ class SelfRequest:
 
 @dataclass
 class OnPolicyRequest:
+    """What `recipe on-policy` is given: the teacher, the starting student and the prompts it samples from."""
+
     teacher: str = field(metadata={"help": "HF model folder, hub id, .gguf file, or 'smollm2'", "metavar": "TEACHER"})
     student: str = field(metadata={
         "help": "the starting student (shares the teacher's tokenizer)", "metavar": "STUDENT"})
