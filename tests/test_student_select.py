@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM
 
 from destila.cli.main import main as cli
 from destila.student import cut_student, init_student, layer_scores, parse_layer_list, parse_layers
+from destila.student.importance import greedy_cut
 from destila.student.calibration import from_texts
 from destila.training.output_dir import read_log_records
 from student_models import FAMILIES, make_teacher, save_teacher
@@ -83,6 +84,40 @@ def test_scores_match_a_naive_cut_teacher(family, tiny_tokenizer):
     assert min(scores["skip_kl"]) > 0  # random layers all matter a little
 
 
+def _naive_kl(teacher, indices, ids, mask) -> float:
+    """KL(teacher ‖ teacher cut to ``indices``), float64, mean over the scored tokens."""
+    with torch.no_grad():
+        reference = torch.log_softmax(teacher(ids).logits.double(), -1)[mask]
+        cut, _ = cut_student(teacher, indices=indices)
+        other = torch.log_softmax(cut(ids).logits.double(), -1)[mask]
+    return (reference.exp() * (reference - other)).sum(-1).mean().item()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+def test_greedy_cut_matches_a_naive_greedy_search(family, tiny_tokenizer):
+    """Each round drops the layer whose removal, with those already dropped, costs least KL: checked by cutting."""
+    if family == "gpt2":
+        from conftest import make_tiny_model
+
+        teacher = make_tiny_model("gpt2", len(tiny_tokenizer))
+    else:
+        teacher = make_teacher(family, len(tiny_tokenizer), layers=4)
+    calibration = calibration_of(tiny_tokenizer, tokens=96)
+    ids, mask = calibration.input_ids, calibration.scored
+    path = greedy_cut(teacher, calibration, keep=1)
+    kept = list(range(4))
+    for layer, kl in path["dropped"]:
+        cost = {i: _naive_kl(teacher, [j for j in kept if j != i], ids, mask) for i in kept}
+        assert layer == min(cost, key=cost.get)
+        assert kl == pytest.approx(cost[layer], rel=1e-4, abs=1e-9)
+        kept.remove(layer)
+    assert path["kept"] == kept and len(path["dropped"]) == 3
+    one_at_a_time = layer_scores(teacher, calibration)["skip_kl"]
+    assert path["first_round"] == pytest.approx(one_at_a_time, rel=1e-6, abs=1e-12)
+    with pytest.raises(ValueError, match="between 1 and the teacher's 4 layers, found 5"):
+        greedy_cut(teacher, calibration, keep=5)
+
+
 def test_importance_drops_the_layers_that_do_nothing(identity_teacher, tiny_tokenizer, tmp_path):
     calibration = calibration_of(tiny_tokenizer)
     chosen = {}
@@ -98,6 +133,13 @@ def test_importance_drops_the_layers_that_do_nothing(identity_teacher, tiny_toke
     even = chosen["even"]  # drops two working layers: the figure moves (on random teachers, either way)
     assert abs(even["start_perplexity"] / even["teacher_perplexity"] - 1) > 1e-3
     record = json.loads((tmp_path / "importance" / "destila_student.json").read_text())
+    assert record["layers"]["criterion"] == "greedy_kl"  # the default
+    assert {d["layer"] for d in record["layers"]["dropped"]} == {2, 3}
+    assert max(d["kl"] for d in record["layers"]["dropped"]) == pytest.approx(0, abs=1e-9)
+    one_shot = init_student(str(identity_teacher), tmp_path / "skip", layers=4, select="importance",
+                            criterion="skip_kl", calibration=calibration)
+    assert one_shot["kept_layers"] == [0, 1, 4, 5]
+    record = json.loads((tmp_path / "skip" / "destila_student.json").read_text())
     assert record["layers"]["criterion"] == "skip_kl"
     assert len(record["layers"]["skip_kl"]) == len(record["layers"]["block_influence"]) == 6
     assert record["layers"]["skip_kl"][2] == pytest.approx(0, abs=1e-9)

@@ -22,7 +22,7 @@ from destila.io.permissions import readable_by_all
 from destila.student import calibration as calib
 from destila.student.cut import _supported_prefix, cut_student
 from destila.student.fresh import fresh_student
-from destila.student.importance import contiguous_cut, layer_scores, most_important
+from destila.student.importance import contiguous_cut, greedy_cut, layer_scores, most_important
 from destila.student.layers import CRITERIA, SELECTIONS, check_layer_indices, evenly_spaced_layers
 from destila.student.width import WIDTH_FIELDS, prune_width, resolve_targets
 
@@ -83,7 +83,7 @@ def choose_layers(teacher, layers, select: str | None, selection, criterion: str
     """``(kept teacher layers, record)`` for ``--layers`` (a count or a list) and ``--select``."""
     total = teacher.config.num_hidden_layers
     check_selection(layers, select, criterion)
-    criterion = criterion or "skip_kl"
+    criterion = criterion or "greedy_kl"
     if isinstance(layers, (list, tuple)):
         return check_layer_indices(list(layers), total), {"select": "list"}
     select = select or "even"
@@ -100,6 +100,11 @@ def choose_layers(teacher, layers, select: str | None, selection, criterion: str
         return kept, {"select": "contiguous", "criterion": "block_distance",
                       "block_distance": {str(k): v for k, v in scores["block_distance"].items()},
                       "calibration_tokens": scores["tokens"]}
+    if criterion == "greedy_kl":
+        path = greedy_cut(teacher, selection, layers, progress=progress)
+        return path["kept"], {"select": "importance", "criterion": criterion,
+                              "dropped": [{"layer": layer, "kl": kl} for layer, kl in path["dropped"]],
+                              "skip_kl": path["first_round"], "calibration_tokens": path["tokens"]}
     # Block influence alone costs one pass; skip-KL about half a pass per layer.
     scores = layer_scores(teacher, selection, skip_kl=criterion == "skip_kl", progress=progress)
     kept = most_important(scores[criterion], layers)
@@ -137,8 +142,8 @@ def init_student(
     ``num_attention_heads``, ``num_key_value_heads``: Minitron-style pruning
     of the cut, see :mod:`destila.student.width`), or ``config_overrides``
     (a fresh model). ``layer_indices`` is the same as a list in ``layers``.
-    ``criterion`` (``"skip_kl"``, the default, or ``"block_influence"``)
-    ranks the layers for ``select="importance"``. Calibration text
+    ``criterion`` (``"greedy_kl"``, the default, ``"skip_kl"`` or
+    ``"block_influence"``) ranks the layers for ``select="importance"``. Calibration text
     (``calibration`` token ids ``[S, L]``, a ``cache`` folder, or a ``data``
     source; about ``calibration_tokens`` tokens) is needed by the measured
     selections and width pruning; when given, the summary holds the starting

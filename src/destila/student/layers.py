@@ -8,7 +8,7 @@ from __future__ import annotations
 
 SELECTIONS = ("importance", "even", "contiguous")
 """How a count of layers is chosen (``--select``); see :mod:`destila.student.importance`."""
-CRITERIA = ("skip_kl", "block_influence")
+CRITERIA = ("greedy_kl", "skip_kl", "block_influence")
 """What ranks the layers for ``--select importance`` (``--criterion``)."""
 
 

@@ -53,9 +53,10 @@ class StudentInitSpec:
                 "states least (both need --cache or --data)",
         "choices": SELECTIONS})
     criterion: str | None = field(default=None, metadata={
-        "help": "importance measure: skip_kl (KL to the teacher with the layer skipped; default) or block_influence "
-                "(1 - cosine between the layer's input and output; one teacher pass instead of about half a pass "
-                "per layer)",
+        "help": "importance measure: greedy_kl (drop one layer at a time, each time the one whose removal costs "
+                "least KL to the teacher given those already dropped; default), skip_kl (each layer's KL when it "
+                "alone is skipped; about half a pass per layer) or block_influence (1 - cosine between the layer's "
+                "input and output; one teacher pass)",
         "choices": CRITERIA})
     hidden_size: int | None = field(default=None, metadata={"help": "residual stream width of the student"})
     intermediate_size: int | None = field(default=None, metadata={"help": "MLP width of the student"})
