@@ -12,9 +12,9 @@ about half the teacher's parameters. Rows:
 - ``even``, ``contiguous``, ``importance``, ``width``: ``kd`` from other
   students of the same size (11 layers spread evenly; the 11-layer contiguous
   block of least measured change; the 11 layers greedy skip-KL keeps on
-  calibration text, ``--select importance``, the demo's student; all 30
-  layers pruned in width by activation importance:
-  6 of 9 query heads, 2 of 3 key/value heads, 409 of 1,536 MLP channels).
+  calibration text, ``--select importance``; all 30 layers pruned in width
+  by activation importance: 6 of 9 query heads, 2 of 3 key/value heads,
+  409 of 1,536 MLP channels, the demo's student).
 
 Budgets are prefixes of one run: the learning rate is constant after its
 warm-up, so the checkpoint at ``B`` tokens is what a run of ``B`` tokens

@@ -293,14 +293,11 @@ def test_layer_lists_on_the_command_line():
     assert format_layer_list([29, 0, 1, 2, 14]) == "0-2,14,29"
     from destila.cli.demo import DemoRun
 
-    default = DemoRun().settings()  # the measured 11-layer cut, not pruned in width
-    assert default.student_layers == [0, 1, 8, 11, 21, 22, 23, 24, 27, 28, 29] and default.student_width == {}
-    assert DemoSettings().student_layers == default.student_layers
-    cut = DemoRun(layers="0-7,27-29").settings()
+    assert DemoRun().settings().student_layers is None  # the default student keeps every layer, pruned in width
+    assert DemoRun().settings().student_width == {"num_attention_heads": 6, "num_key_value_heads": 2,
+                                                  "intermediate_size": 409}
+    cut = DemoRun(layers="0-7,27-29", num_attention_heads=0, num_key_value_heads=0, intermediate_size=0).settings()
     assert cut.student_layers == [*range(8), 27, 28, 29] and cut.student_width == {}
-    width = DemoRun(layers="all", num_attention_heads=6, num_key_value_heads=2, intermediate_size=409).settings()
-    assert width.student_layers is None
-    assert width.student_width == {"num_attention_heads": 6, "num_key_value_heads": 2, "intermediate_size": 409}
     with pytest.raises(ValueError, match="expected teacher layer indices like 0-7,27-29, found 'six'"):
         parse_layer_list("six")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from destila.cli.fields import add_fields, values_of
-from destila.demo.settings import MEASURED_LAYERS, DemoSettings
-from destila.student.layers import format_layer_list, parse_layer_list
+from destila.demo.settings import DemoSettings
+from destila.student.layers import parse_layer_list
 
 
 @dataclass
@@ -17,14 +17,13 @@ class DemoRun:
     minutes: float = field(default=DemoSettings.minutes, metadata={
         "help": "wall-clock budget of the whole run; the cache size and the training steps are sized from "
                 "measured speed to fit it"})
-    layers: str = field(default=format_layer_list(MEASURED_LAYERS), metadata={
-        "help": "teacher layers the student keeps: indices and ranges, or all (the default: the 11 layers "
-                "`student init --layers 11 --select importance` measured on this text)"})
-    num_attention_heads: int = field(default=0, metadata={
+    layers: str = field(default="all", metadata={
+        "help": "teacher layers the student keeps: all, or indices and ranges such as 0-7,27-29"})
+    num_attention_heads: int = field(default=DemoSettings().student_width["num_attention_heads"], metadata={
         "help": "query heads the student keeps, by activation importance (0: the teacher's)"})
-    num_key_value_heads: int = field(default=0, metadata={
+    num_key_value_heads: int = field(default=DemoSettings().student_width["num_key_value_heads"], metadata={
         "help": "key/value heads the student keeps (0: the teacher's)"})
-    intermediate_size: int = field(default=0, metadata={
+    intermediate_size: int = field(default=DemoSettings().student_width["intermediate_size"], metadata={
         "help": "MLP channels the student keeps, by activation importance (0: the teacher's)"})
     train_tokens: int = field(default=DemoSettings.train_tokens, metadata={
         "help": "at most this many cached training tokens"})
