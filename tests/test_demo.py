@@ -86,29 +86,6 @@ def drive(budget: StepBudget, clock: FakeClock, seconds_per_step, first_step_sec
     return state.global_step
 
 
-def test_step_time_is_measured_on_the_trainers_fused_loss(tiny_llama_dir):
-    """The plan times the trainer's step (loss inside the head, AdamW), the median after the first step."""
-    import torch
-
-    from destila.demo.budget import measure_step_seconds
-    from destila.models import load_causal_lm
-
-    generator = torch.Generator().manual_seed(0)
-    vocab = load_causal_lm(str(tiny_llama_dir)).config.vocab_size
-    ids = torch.randint(0, vocab, (2, 16), generator=generator)
-    batch = {"input_ids": ids, "labels": ids.clone(), "position_ids": torch.arange(16).expand(2, 16),
-             "topk_ids": torch.randint(0, vocab, (2, 16, 4), generator=generator),
-             "topk_logprobs": torch.log_softmax(torch.randn(2, 16, 4, generator=generator), -1).half(),
-             "tail_logmass": torch.full((2, 16), -20.0)}
-    ticks = iter([0.0, 5.0, 5.0, 8.0, 8.0, 12.0])  # steps of 5, 3 and 4 s: the first is left out
-    seconds = measure_step_seconds(str(tiny_llama_dir), batch, freeze_embeddings=True, learning_rate=1e-3,
-                                   loss={"soft_weight": 1.0, "hard_weight": 1.0}, clock=lambda: next(ticks))
-    assert seconds == 3.5
-    with pytest.raises(ValueError, match="hard_weight"):  # the loss options are validated, not ignored
-        measure_step_seconds(str(tiny_llama_dir), batch, freeze_embeddings=True, learning_rate=1e-3,
-                             loss={"hard_weight": -1.0})
-
-
 def test_step_budget_stops_at_the_last_step_that_fits_and_reports_the_real_target():
     clock = FakeClock()
     # 100 s, 3 s per step, a slow first step (warm-up, not counted in the rate); first guess 50.

@@ -45,39 +45,26 @@ def split_seconds(seconds_left: float, reserve: float, trainings: int) -> float:
     return max(0.0, seconds_left - reserve) / trainings
 
 
-def measure_step_seconds(model_path: str, batch: dict, *, freeze_embeddings: bool, learning_rate: float,
-                         loss: dict | None = None, steps: int = 3, clock=time.monotonic) -> float:
-    """Seconds of one training step (forward, fused loss, backward, AdamW) of ``model_path`` on ``batch``.
+def measure_step_seconds(model_path: str, input_ids, *, freeze_embeddings: bool, learning_rate: float,
+                         steps: int = 3, clock=time.monotonic) -> float:
+    """Seconds of one training step (forward, backward, AdamW) of ``model_path`` on ``input_ids [B, T]``.
 
-    ``batch`` holds cache rows stacked: ``input_ids``, ``labels`` and ``position_ids`` ``[B, T]``,
-    ``topk_ids`` and ``topk_logprobs`` ``[B, T, K]``, ``tail_logmass`` ``[B, T]``; ``loss`` the loss
-    weights (:class:`~destila.losses.LossOptions` fields). The step is the trainer's: the loss is
-    computed inside the student's head, as :func:`~destila.training.head_loss.distill_through_forward`
-    does in training (Hugging Face's own ``labels=`` loss builds the full ``[B, T, V]`` logits and
-    costs far more when the head dominates, as in a few-layer student). The median of ``steps − 1``
-    timed steps after a first one that pays the one-time costs. Nothing is saved; the model is
-    dropped afterwards.
+    The median of ``steps − 1`` timed steps after a first one that pays the one-time costs. The loss is
+    the next-token cross-entropy, which costs what the fused KD loss does (both need the full head).
+    Nothing is saved; the model is dropped afterwards.
     """
-    import dataclasses
     import statistics
 
     import torch
-
-    from destila.data.collate import aligned_labels
-    from destila.losses.options import LossOptions
-    from destila.training.head_loss import distill_through_forward
 
     model = load_causal_lm(model_path).train()
     if freeze_embeddings:
         model.get_input_embeddings().weight.requires_grad_(False)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
-    options = dataclasses.asdict(LossOptions(**(loss or {})))
-    targets = {**batch, "labels": aligned_labels(batch["labels"])}
     seconds = []
     for _ in range(max(2, steps)):
         start = clock()
-        value, _ = distill_through_forward(model, targets, options, position_ids=batch["position_ids"])
-        value.backward()
+        model(input_ids=input_ids, labels=input_ids).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         seconds.append(clock() - start)

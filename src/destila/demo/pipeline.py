@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from torch.utils.data import default_collate
+import torch
 from rich.console import Console
 from transformers import AutoConfig
 
@@ -158,10 +158,9 @@ class Demo:
         """
         s = self.settings
         held = TopKCache(self.out / "cache-heldout")
-        batch = default_collate([held[i] for i in range(min(s.batch_size, len(held)))])
-        _, loss = TRAININGS["distilled"]
-        step_seconds = measure_step_seconds(student, batch, freeze_embeddings=s.freeze_embeddings,
-                                            learning_rate=s.learning_rate, loss=loss) * STEP_OVERHEAD
+        input_ids = torch.stack([held[i]["input_ids"] for i in range(min(s.batch_size, len(held)))])
+        step_seconds = measure_step_seconds(student, input_ids, freeze_embeddings=s.freeze_embeddings,
+                                            learning_rate=s.learning_rate) * STEP_OVERHEAD
         reserve = heldout["eval_reserve_seconds"]
         plan = plan_training(self.seconds_left() - reserve,
                              teacher_tokens_per_second=heldout["teacher_tokens_per_second"],
