@@ -7,9 +7,9 @@ Two measures per layer ``l`` (both: higher = more important, keep it):
   turns the hidden state changes little when removed.
 - **skip-KL**: ``KL(p_teacher || p_without_l)`` of the next-token
   distributions when layer ``l`` alone is skipped, averaged over tokens. It
-  measures what distillation cares about, the output, so it is the default
-  criterion; block influence costs one teacher pass instead of one pass per
-  layer and is kept beside it.
+  measures what distillation cares about, the output; block influence costs
+  one teacher pass instead of about half a pass per layer and is kept
+  beside it.
 
 Greedy skip-KL (the default criterion) repeats skip-KL on the shrinking
 student: it drops the layer whose removal costs least, then measures the
