@@ -58,15 +58,19 @@ def test_layer_lists_and_counts():
         parse_layers("a-b")
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
-def test_scores_match_a_naive_cut_teacher(family, tiny_tokenizer):
-    """skip-KL of layer l = KL(teacher ‖ the teacher cut without l); block influence = 1 - cos(h_l, h_{l+1})."""
+def four_layer_teacher(family: str, tokenizer):
+    """A random 4-layer teacher of ``family`` (GPT-2: its layer 0 reads embeddings plus positions, the other path)."""
     if family == "gpt2":
         from conftest import make_tiny_model
 
-        teacher = make_tiny_model("gpt2", len(tiny_tokenizer))
-    else:
-        teacher = make_teacher(family, len(tiny_tokenizer), layers=4)
+        return make_tiny_model("gpt2", len(tokenizer))
+    return make_teacher(family, len(tokenizer), layers=4)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+def test_scores_match_a_naive_cut_teacher(family, tiny_tokenizer):
+    """skip-KL of layer l = KL(teacher ‖ the teacher cut without l); block influence = 1 - cos(h_l, h_{l+1})."""
+    teacher = four_layer_teacher(family, tiny_tokenizer)
     calibration = calibration_of(tiny_tokenizer, tokens=96)
     scores = layer_scores(teacher, calibration)
     ids, mask = calibration.input_ids, calibration.scored
@@ -96,12 +100,7 @@ def _naive_kl(teacher, indices, ids, mask) -> float:
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
 def test_greedy_cut_matches_a_naive_greedy_search(family, tiny_tokenizer):
     """Each round drops the layer whose removal, with those already dropped, costs least KL: checked by cutting."""
-    if family == "gpt2":
-        from conftest import make_tiny_model
-
-        teacher = make_tiny_model("gpt2", len(tiny_tokenizer))
-    else:
-        teacher = make_teacher(family, len(tiny_tokenizer), layers=4)
+    teacher = four_layer_teacher(family, tiny_tokenizer)
     calibration = calibration_of(tiny_tokenizer, tokens=96)
     ids, mask = calibration.input_ids, calibration.scored
     path = greedy_cut(teacher, calibration, keep=1)
