@@ -119,6 +119,24 @@ def _kl_sum(teacher_probs: torch.Tensor, teacher_logprobs: torch.Tensor, logits:
     return float((teacher_probs * (teacher_logprobs - other)).sum(-1).double().sum())
 
 
+def _logits_without(model, kwargs: dict, inputs: dict, kept: list[int], position: int,
+                    from_embeds: bool) -> torch.Tensor:
+    """Logits ``[B, T, V]`` of ``model`` running layers ``kept`` except ``kept[position]``.
+
+    ``inputs`` holds each layer's input hidden states from a forward over ``kept``; where the
+    family's first layer reads the embeddings as is, the forward starts from the skipped layer's
+    input and runs only the layers after it (the ones before it would compute the same states).
+    """
+    layer = kept[position]
+    if from_embeds:
+        rest = dict(kwargs, inputs_embeds=inputs[layer])
+        del rest["input_ids"]
+        with running_layers(model, kept[position + 1:]):
+            return model(**rest, use_cache=False).logits
+    with running_layers(model, kept[:position] + kept[position + 1:]):
+        return model(**kwargs, use_cache=False).logits
+
+
 def layer_scores(model, calibration: Calibration, *, skip_kl: bool = True, drop_block: int = 0,
                  progress: bool = False) -> dict:
     """Per-layer importance of ``model`` on ``calibration``.
@@ -161,14 +179,7 @@ def layer_scores(model, calibration: Calibration, *, skip_kl: bool = True, drop_
             teacher_probs = teacher_logprobs.exp()
             del logits
             for layer in range(total):
-                if from_embeds:
-                    rest = dict(kwargs, inputs_embeds=inputs[layer])
-                    del rest["input_ids"]
-                    with running_layers(model, list(range(layer + 1, total))):
-                        skipped = model(**rest, use_cache=False).logits
-                else:
-                    with running_layers(model, [i for i in range(total) if i != layer]):
-                        skipped = model(**kwargs, use_cache=False).logits
+                skipped = _logits_without(model, kwargs, inputs, list(range(total)), layer, from_embeds)
                 kl[layer] += _kl_sum(teacher_probs, teacher_logprobs, skipped, mask)
                 bar.update()
     count = max(count, 1)
@@ -242,14 +253,7 @@ def greedy_cut(model, calibration: Calibration, keep: int, progress: bool = Fals
                     model(**kwargs, use_cache=False)
                 bar.update()
                 for position, layer in enumerate(kept):
-                    if from_embeds:
-                        rest = dict(kwargs, inputs_embeds=inputs[layer])
-                        del rest["input_ids"]
-                        with running_layers(model, kept[position + 1:]):
-                            skipped = model(**rest, use_cache=False).logits
-                    else:
-                        with running_layers(model, kept[:position] + kept[position + 1:]):
-                            skipped = model(**kwargs, use_cache=False).logits
+                    skipped = _logits_without(model, kwargs, inputs, kept, position, from_embeds)
                     cost[layer] += _kl_sum(probs, logprobs, skipped, mask)
                     bar.update()
             if first_round is None:
