@@ -299,7 +299,8 @@ def _teacher_folder(teacher: str) -> str:
     return resolve_source(teacher)[0]
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line this script reads (the commands shown in the docs are parsed with it by the tests)."""
     parser = argparse.ArgumentParser(prog="python benchmarks/cache_measure.py", description=__doc__.split("\n\n")[0])
     verbs = parser.add_subparsers(dest="verb", required=True)
     common = argparse.ArgumentParser(add_help=False)
@@ -345,7 +346,11 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--epochs", type=int, default=3)
     r.set_defaults(func=measure_reader)
 
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     args.func(args)
 
 

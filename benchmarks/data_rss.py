@@ -50,7 +50,8 @@ def data_stage(corpus: str, max_tokens: int, seq_len: int, teacher: str) -> dict
     return {"sequences": len(source), "fingerprint": source.fingerprint, "store_tokens": int(len(source.store.tokens))}
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line this script reads (the commands shown in the docs are parsed with it by the tests)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-mb", type=int, default=50)
     parser.add_argument("--grow", type=int, default=20)
@@ -58,7 +59,11 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--teacher", default="smollm2")
     parser.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "destila-data-rss"))
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
 
     from destila.eval.measure import run_isolated
 

@@ -50,7 +50,8 @@ def run(out: Path, student: Path, loss: str, learning_rate: float, steps: int, s
     return record
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line this script reads (the commands shown in the docs are parsed with it by the tests)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the folder `student_quality.py prepare` filled")
     parser.add_argument("--student", type=Path, help="the student to train (default: OUT/students/width)")
@@ -58,7 +59,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--learning-rate", type=float, default=5e-4)
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     student = args.student or args.out / "students" / "width"
     print(json.dumps(run(args.out, student, args.loss, args.learning_rate, args.steps, args.seed)))
 

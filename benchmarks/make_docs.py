@@ -480,10 +480,15 @@ def render_docs(root: Path = ROOT) -> dict[Path, str]:
     return {root / doc: _MARKER.sub(fill, text) for doc, text in texts.items()}
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line this script reads (the commands shown in the docs are parsed with it by the tests)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only report docs that are not up to date (exit 1)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     stale = []
     try:
         docs = render_docs()

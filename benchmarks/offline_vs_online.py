@@ -38,11 +38,16 @@ def median_step_seconds(log: Path) -> tuple[int, float]:
     return len(times), statistics.median(b - a for a, b in zip(times, times[1:]))
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line this script reads (the commands shown in the docs are parsed with it by the tests)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", default="bench-offline-online", help="working folder")
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps of each run")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     common = ["--max_steps", str(args.steps), "--per_device_train_batch_size", "4", "--learning_rate", "5e-4",

@@ -187,7 +187,8 @@ def isolated(target: str, kwargs: dict, device: str) -> dict:
     return run
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line this script reads (the commands shown in the docs are parsed with it by the tests)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teacher", default="smollm2")
     parser.add_argument("--student", help="starting student (default: --layers layers cut from the teacher)")
@@ -208,7 +209,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--work", type=Path, default=Path("/tmp/on-policy-bench"))
     parser.add_argument("--json", type=Path, help="append one JSON line per (method, seed) here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
     args.work.mkdir(parents=True, exist_ok=True)
 

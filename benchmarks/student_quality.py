@@ -240,7 +240,8 @@ def plot(out: Path) -> Path:
     return out / "curves.png"
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line this script reads (the commands shown in the docs are parsed with it by the tests)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
     for name in ("prepare", "students", "run", "table"):
@@ -254,7 +255,11 @@ def main(argv: list[str] | None = None) -> None:
             stage.add_argument("--budgets", default="2048,8192,32768",
                                help="training tokens at which to score, each a multiple of 1024 tokens (one step)")
             stage.add_argument("--learning-rate", type=float, default=5e-4)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.stage == "prepare":
         prepare(args.out, args.train_tokens)
     elif args.stage == "students":

@@ -220,7 +220,8 @@ def stage_plot(args) -> None:
     print(f"wrote {args.png}")
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line this script reads (the commands shown in the docs are parsed with it by the tests)."""
     parser = argparse.ArgumentParser(prog="python benchmarks/targets_compare.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("stage", choices=["caches", "students", "plot"])
     parser.add_argument("--out", required=True, help="folder for the caches and results.jsonl")
@@ -239,7 +240,11 @@ def main(argv=None) -> None:
     parser.add_argument("--held-out-documents", type=int, default=40, help="students: last pydoc topics held out")
     parser.add_argument("--eval-tokens", type=int, default=4096, help="students: held-out tokens evaluated")
     parser.add_argument("--png", default="targets.png", help="plot: the file written")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
     {"caches": stage_caches, "students": stage_students, "plot": stage_plot}[args.stage](args)
 
 

@@ -44,7 +44,8 @@ from pathlib import Path
 ROWS = ("kd", "kd+hidden", "mixture", "generated+real", "progressive", "self")
 
 
-def parse() -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line this script reads (the commands shown in the docs are parsed with it by the tests)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="work folder (resumable: finished commands are skipped)")
     parser.add_argument("--teacher", default="smollm2")
@@ -63,7 +64,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--new-tokens", type=int, default=128, help="tokens per generated answer")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--rows", default=",".join(ROWS))
-    return parser.parse_args()
+    return parser
 
 
 class Lab:
@@ -115,8 +116,8 @@ def mix_generated(out: Path) -> None:
     (out / "mixed.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in mixed))
 
 
-def main() -> None:
-    a = parse()
+def main(argv: list[str] | None = None) -> None:
+    a = build_parser().parse_args(argv)
     out = Path(a.out).resolve()
     lab = Lab(out)
     rows = a.rows.split(",")

@@ -1,5 +1,6 @@
 """Every `destila …` command shown in README.md and docs/*.md is accepted by the real command-line parser,
-and so is every `python -m benchmarks.peers …` command (the peer comparisons beside the package).
+and so is every `python -m benchmarks.peers …` command (the peer comparisons beside the package) and every
+`python benchmarks/SCRIPT.py …` command (each script's ``build_parser()``).
 
 The commands are parsed, not run (running them is what the other tests and
 the benchmarks do): a flag renamed in the code and not in the docs, a wrong
@@ -26,6 +27,7 @@ _FENCE = re.compile(r"^\s*```(\w*)\s*$")
 # Output shown in a block ("destila cache: error: …") is not a command: the verb must be a plain word.
 _ENTRY = re.compile(r"^(?:torchrun\s.*?-m\s+destila|(?:\.venv/bin/)?destila|python\s+-m\s+destila)\s+([a-z][a-z-]*(?:\s.*)?)$")
 _PEERS = re.compile(r"^python\s+-m\s+benchmarks\.peers\s+([a-z][a-z0-9-]*(?:\s.*)?)$")
+_SCRIPTS = re.compile(r"^python\s+(benchmarks/[a-z_]+\.py(?:\s.*)?)$")
 
 
 def shown_commands(doc: Path, entry: re.Pattern = _ENTRY) -> list[tuple[int, str]]:
@@ -78,6 +80,7 @@ def parse(argv: list[str]) -> None:
 
 COMMANDS = all_commands()
 PEER_COMMANDS = all_commands(_PEERS)
+SCRIPT_COMMANDS = all_commands(_SCRIPTS)
 
 
 def test_the_docs_show_commands():
@@ -116,3 +119,29 @@ def test_shown_peer_command_parses(where, command):
 def test_a_stale_flag_is_caught():
     with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
         parse(["cache", "build", "smollm2", "pydoc", "-o", "cache/", "--no-such-flag", "3"])
+
+
+def test_the_docs_show_the_benchmark_scripts():
+    shown = {shlex.split(command)[0] for _, command in SCRIPT_COMMANDS}
+    assert {"benchmarks/student_quality.py", "benchmarks/demo_recipe.py", "benchmarks/make_docs.py"} <= shown
+
+
+@pytest.mark.parametrize("where, command", SCRIPT_COMMANDS, ids=[where for where, _ in SCRIPT_COMMANDS])
+def test_shown_benchmark_command_parses(where, command):
+    script, *argv = shlex.split(command)
+    assert (ROOT / script).is_file(), f"{where}: `python {script}` names a script that does not exist"
+    module = import_module(script.removesuffix(".py").replace("/", "."))
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            module.build_parser().parse_args(argv)
+    except SystemExit as exit_:
+        pytest.fail(f"{where}: `python {command}` is refused by the script's parser (exit {exit_.code}):\n"
+                    f"{stderr.getvalue()}")
+
+
+def test_a_stale_benchmark_flag_is_caught():
+    from benchmarks.student_quality import build_parser
+
+    with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+        build_parser().parse_args(["run", "OUT", "--row", "kd", "--no-such-flag"])

@@ -24,6 +24,9 @@ import typing
 
 _SIMPLE = (bool, int, float, str)
 
+MODEL_HELP = "HF model folder, hub id, .gguf file, or 'smollm2'"
+"""What a teacher or student argument accepts; the help of every command that loads a model."""
+
 
 def _scalar_type(cls, name: str):
     """The flag's type from the field's annotation: ``int | None`` → int; anything else not simple → str."""

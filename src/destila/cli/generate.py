@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from destila.cli.fields import add_fields, values_of
+from destila.cli.fields import MODEL_HELP, add_fields, values_of
 from destila.generation import GenerateSpec, generate
 
 
@@ -12,7 +12,7 @@ from destila.generation import GenerateSpec, generate
 class GenerateInputs:
     """The command's own flags, beside the sampling spec: what is read, where it is written, how it runs."""
 
-    teacher: str = field(metadata={"help": "HF model folder, hub id, .gguf file, or 'smollm2'", "metavar": "TEACHER"})
+    teacher: str = field(metadata={"help": MODEL_HELP, "metavar": "TEACHER"})
     prompts: str = field(metadata={
         "help": ".txt (one prompt per line), .jsonl, .json or .parquet", "metavar": "PROMPTS"})
     output: str = field(metadata={

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from destila.cli.fields import add_fields, values_of
+from destila.cli.fields import MODEL_HELP, add_fields, values_of
 from destila.losses.options import LossOptions
 from destila.recipes import ProgressiveRecipe, RecipeSettings, SelfRecipe
 from destila.recipes.on_policy import LOSS_FIELDS_LEFT_OUT, OnPolicyRecipe, OnPolicySettings
@@ -14,7 +14,7 @@ _DATA_HELP = "'pydoc', a text file or folder (as for cache build)"
 
 @dataclass
 class ProgressiveRequest:
-    teacher: str = field(metadata={"help": "HF model folder, hub id, .gguf file, or 'smollm2'", "metavar": "TEACHER"})
+    teacher: str = field(metadata={"help": MODEL_HELP, "metavar": "TEACHER"})
     data: str = field(metadata={"help": _DATA_HELP, "metavar": "DATA"})
     stages: str = field(metadata={"help": "layer counts of the models in turn, e.g. 15,6"})
 
@@ -22,7 +22,7 @@ class ProgressiveRequest:
 @dataclass
 class SelfRequest:
     model: str = field(metadata={
-        "help": "teacher or student: HF model folder, hub id, .gguf, 'smollm2'", "metavar": "MODEL"})
+        "help": "teacher or student: " + MODEL_HELP, "metavar": "MODEL"})
     data: str = field(metadata={"help": _DATA_HELP, "metavar": "DATA"})
     init: str = field(default="random", metadata={
         "help": "weights the copy starts from (random: the born-again setting)", "choices": ["random", "copy"]})
@@ -32,7 +32,7 @@ class SelfRequest:
 class OnPolicyRequest:
     """What `recipe on-policy` is given: the teacher, the starting student and the prompts it samples from."""
 
-    teacher: str = field(metadata={"help": "HF model folder, hub id, .gguf file, or 'smollm2'", "metavar": "TEACHER"})
+    teacher: str = field(metadata={"help": MODEL_HELP, "metavar": "TEACHER"})
     student: str = field(metadata={
         "help": "the starting student (shares the teacher's tokenizer)", "metavar": "STUDENT"})
     prompts: str = field(metadata={

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from destila.cli.fields import add_fields, given_flags, values_of
+from destila.cli.fields import MODEL_HELP, add_fields, given_flags, values_of
 from destila.cli.parser import Parser
 from destila.data.spec import DataSpec
 from destila.models.placement import PlacementSpec
@@ -48,7 +48,7 @@ class TrainTargets:
 
     cache: str | None = field(default=None, metadata={"help": "top-K cache from `destila cache build` (offline)"})
     teacher: str | None = field(default=None, metadata={
-        "help": "online: teacher folder, hub id, .gguf file or 'smollm2'"})
+        "help": "online: " + MODEL_HELP})
     teacher_gguf_file: str | None = field(default=None, metadata={
         "help": "online: GGUF file name inside the teacher folder"})
     data: str | None = field(default=None, metadata={
