@@ -7,6 +7,8 @@ about half the teacher's parameters. Rows:
 - ``ce``: the hand cut (teacher layers 0-7, 27-29) trained on the next token
   only, no teacher (the baseline);
 - ``kd``: the same cut, forward KL to the cached top-K;
+- ``kd+ce``: the same cut, that KL plus the next-token cross-entropy (1:1,
+  the demo's loss);
 - ``kd+hidden``: ``kd`` plus the hidden-state term (``--hidden_loss nmse``,
   its default weight) on the cached teacher layers the cut keeps;
 - ``even``, ``contiguous``, ``importance``, ``width``: ``kd`` from other
@@ -45,8 +47,10 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 HAND_CUT = [*range(8), 27, 28, 29]
-ROWS = ("ce", "kd", "kd+hidden", "even", "contiguous", "importance", "width")
-STUDENT_OF_ROW = {"ce": "hand", "kd": "hand", "kd+hidden": "hand", "even": "even", "contiguous": "contiguous",
+ROWS = ("ce", "kd", "kd+ce", "kd+hidden", "even", "contiguous", "importance", "width")
+LOSS_OF_ROW = {"ce": dict(soft_weight=0.0, hard_weight=1.0), "kd+ce": dict(soft_weight=1.0, hard_weight=1.0),
+               "kd+hidden": dict(soft_weight=1.0, hard_weight=0.0, hidden_loss="nmse")}  # any other row: KL only
+STUDENT_OF_ROW = {"ce": "hand", "kd": "hand", "kd+ce": "hand", "kd+hidden": "hand", "even": "even", "contiguous": "contiguous",
                   "importance": "importance", "width": "width"}
 SEQ_LEN, TOP_K, BATCH, HIDDEN_DIM = 256, 100, 4, 64
 # All 30 layers, fewer heads and narrower MLPs: 67.2 M parameters, as the demo's student (0.50× the teacher).
@@ -121,9 +125,7 @@ def run(out: Path, row: str, seed: int, budgets: list[int], learning_rate: float
     student = out / "students" / STUDENT_OF_ROW[row]
     folder = out / "runs" / f"{row}-seed{seed}"
     shutil.rmtree(folder, ignore_errors=True)
-    loss = dict(soft_weight=0.0, hard_weight=1.0) if row == "ce" else dict(soft_weight=1.0, hard_weight=0.0)
-    if row == "kd+hidden":
-        loss.update(hidden_loss="nmse")
+    loss = LOSS_OF_ROW.get(row, dict(soft_weight=1.0, hard_weight=0.0))
     start = time.monotonic()
     load_before = os.getloadavg()[0]
     result = train_from_cache(
@@ -155,9 +157,9 @@ def run(out: Path, row: str, seed: int, budgets: list[int], learning_rate: float
     (out / "curves" / f"{row}-seed{seed}.json").write_text(json.dumps(curve))
 
 
-def data_efficiency(records: list[dict]) -> dict | None:
-    """Tokens KD needs to reach CE's final perplexity, as a fraction of CE's tokens (linear in log-tokens
-    between budgets; ``None`` when KD never gets there within the budgets)."""
+def data_efficiency(records: list[dict], row: str = "kd") -> dict | None:
+    """Tokens ``row`` (a loss with the teacher) needs to reach CE's final perplexity, as a fraction of CE's tokens
+    (linear in log-tokens between budgets; ``None`` when it never gets there within the budgets)."""
     import math
     import statistics
 
@@ -168,7 +170,7 @@ def data_efficiency(records: list[dict]) -> dict | None:
                 by_budget.setdefault(r["budget_tokens"], []).append(r["perplexity"])
         return sorted((b, statistics.mean(v)) for b, v in by_budget.items())
 
-    ce, kd = mean_ppl("ce"), mean_ppl("kd")
+    ce, kd = mean_ppl("ce"), mean_ppl(row)
     if not ce or not kd:
         return None
     ce_tokens, target = ce[-1]
@@ -192,7 +194,7 @@ def table(records: list[dict]) -> str:
     import statistics
 
     rows = []
-    keys = sorted({(r["row"], r["budget_tokens"]) for r in records if r["budget_tokens"] or r["row"] not in ("ce", "kd+hidden")}, key=lambda k: (ROWS.index(k[0]), k[1]))
+    keys = sorted({(r["row"], r["budget_tokens"]) for r in records if r["budget_tokens"] or r["row"] not in ("ce", "kd+ce", "kd+hidden")}, key=lambda k: (ROWS.index(k[0]), k[1]))
     for row, budget in keys:
         group = [r for r in records if r["row"] == row and r["budget_tokens"] == budget]
 
@@ -206,14 +208,17 @@ def table(records: list[dict]) -> str:
                     f"{cell('kl_to_teacher', '{:.3f}'.format)} |")
     lines = ["| row | training tokens | steps | seeds | held-out ppl | accuracy | agreement | KL (nats/token) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|", *rows]
-    efficiency = data_efficiency(records)
-    if efficiency:
-        bound = "at most " if efficiency["at_most"] else ""
-        lines += ["", f"Data efficiency: KD reaches the CE-only baseline's final perplexity "
-                      f"({efficiency['ce_ppl']:.1f} after {efficiency['ce_tokens']:,} tokens) with {bound}"
-                      f"{efficiency['kd_tokens']:,} tokens, **{efficiency['fraction']:.2f}×** the baseline's."]
-    else:
-        lines += ["", "Data efficiency: KD does not reach the CE-only baseline's final perplexity within these budgets."]
+    names = {"kd": "KD", "kd+ce": "KD + CE"}
+    for row in [r for r in names if any(record["row"] == r for record in records)]:
+        efficiency = data_efficiency(records, row)
+        if efficiency:
+            bound = "at most " if efficiency["at_most"] else ""
+            lines += ["", f"Data efficiency: {names[row]} reaches the CE-only baseline's final perplexity "
+                          f"({efficiency['ce_ppl']:.1f} after {efficiency['ce_tokens']:,} tokens) with {bound}"
+                          f"{efficiency['kd_tokens']:,} tokens, **{efficiency['fraction']:.2f}×** the baseline's."]
+        else:
+            lines += ["", f"Data efficiency: {names[row]} does not reach the CE-only baseline's final perplexity "
+                          "within these budgets."]
     return "\n".join(lines)
 
 
