@@ -4,7 +4,9 @@ One training of a student from a top-K cache for ``--steps`` steps (batch 4
 × 256 tokens, 5 warm-up steps then a constant learning rate, embeddings
 frozen: the demo's settings), then its held-out perplexity, next-token
 accuracy, top-1 agreement and KL to the teacher on every token of a held-out
-cache. One JSON line per run is printed and appended to ``OUT/recipe.jsonl``.
+cache, and the number of distinct words in its greedy continuation of each of
+the demo's prompts (32 new tokens, as the demo's report). One JSON line per
+run is printed and appended to ``OUT/recipe.jsonl``.
 
     python benchmarks/student_quality.py prepare OUT
     destila student init smollm2 -o OUT/students/width --num-attention-heads 6 --num-key-value-heads 2 \\
@@ -30,10 +32,12 @@ METRICS = ("perplexity", "accuracy", "top1_agreement", "kl_to_teacher", "tokens"
 
 
 def run(out: Path, student: Path, loss: str, learning_rate: float, steps: int, seed: int) -> dict:
+    from destila.demo.samples import continuations, degenerate, distinct_words
+    from destila.demo.settings import DEMO_PROMPTS, DemoSettings
     from destila.demo.stages import train_from_cache
     from destila.eval.run import evaluate_model
 
-    folder = out / "recipe-runs" / f"{loss}-lr{learning_rate:g}-seed{seed}"
+    folder = out / "recipe-runs" / f"{student.name}-{loss}-lr{learning_rate:g}-seed{seed}"
     shutil.rmtree(folder, ignore_errors=True)
     start = time.monotonic()
     result = train_from_cache(str(student), folder, out / "cache", max_steps=steps, batch_size=4,
@@ -42,8 +46,11 @@ def run(out: Path, student: Path, loss: str, learning_rate: float, steps: int, s
     seconds = time.monotonic() - start
     metrics = evaluate_model(result["path"], cache=str(out / "cache-heldout"), max_tokens=8192, new_tokens=1,
                              batch_size=4)
+    texts = [row["greedy"] for row in continuations(result["path"], list(DEMO_PROMPTS), DemoSettings.new_tokens)]
     record = {"loss": loss, "learning_rate": learning_rate, "seed": seed, "steps": result["steps"],
-              "student": str(student), **{k: metrics[k] for k in METRICS}, "train_seconds": round(seconds, 1)}
+              "student": str(student), **{k: metrics[k] for k in METRICS}, "train_seconds": round(seconds, 1),
+              "distinct_words": [distinct_words(text) for text in texts],
+              "degenerate": [degenerate(text) for text in texts], "continuations": texts}
     shutil.rmtree(folder, ignore_errors=True)  # the model and its optimizer state: hundreds of MB per run
     with open(out / "recipe.jsonl", "a") as f:
         f.write(json.dumps(record) + "\n")

@@ -219,7 +219,8 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path, monkeypat
         score_in_this_process(monkeypatch)
     settings = DemoSettings(
         teacher=str(tiny_llama_dir), seq_len=32, train_tokens=32 * 48, eval_tokens=32 * 8, top_k=8,
-        student_layers=None, student_width={"intermediate_size": 32}, calibration_tokens=64, batch_size=4, max_steps=6,
+        student_layers=None, student_width={"hidden_size": 24, "intermediate_size": 32}, calibration_tokens=64,
+        batch_size=4, max_steps=6,
         minutes=30, new_tokens=4, eval_every=3, task_questions=4,
         eval_curve_sequences=2, eval_reserve_seconds=5,
     )
@@ -258,7 +259,7 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path, monkeypat
     for plot in ("training_curves.png", "metrics.png"):
         assert (tmp_path / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # A second run finds every stage done and only rewrites the report.
-    console = Console(record=True, width=120)
+    console = Console(record=True, width=200)  # one line per stage: the student's description is long
     Demo(tmp_path, settings, texts=pydoc_texts(12), console=console).run()
     assert console.export_text().count("done before") == 8
 
@@ -271,9 +272,10 @@ def test_layer_lists_on_the_command_line():
     from destila.cli.demo import DemoRun
 
     assert DemoRun().settings().student_layers is None  # the default student keeps every layer, pruned in width
-    assert DemoRun().settings().student_width == {"num_attention_heads": 6, "num_key_value_heads": 2,
-                                                  "intermediate_size": 409}
-    cut = DemoRun(layers="0-7,27-29", num_attention_heads=0, num_key_value_heads=0, intermediate_size=0).settings()
+    assert DemoRun().settings().student_width == {"hidden_size": 528, "num_attention_heads": 6,
+                                                  "num_key_value_heads": 2, "intermediate_size": 527}
+    cut = DemoRun(layers="0-7,27-29", hidden_size=0, num_attention_heads=0, num_key_value_heads=0,
+                  intermediate_size=0).settings()
     assert cut.student_layers == [*range(8), 27, 28, 29] and cut.student_width == {}
     with pytest.raises(ValueError, match="expected teacher layer indices like 0-7,27-29, found 'six'"):
         parse_layer_list("six")

@@ -8,6 +8,8 @@ from destila.cli.fields import add_fields, values_of
 from destila.demo.settings import DemoSettings
 from destila.student.layers import parse_layer_list
 
+WIDTH_FLAGS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size")
+
 
 @dataclass
 class DemoRun:
@@ -19,6 +21,8 @@ class DemoRun:
                 "measured speed to fit it"})
     layers: str = field(default="all", metadata={
         "help": "teacher layers the student keeps: all, or indices and ranges such as 0-7,27-29"})
+    hidden_size: int = field(default=DemoSettings().student_width.get("hidden_size", 0), metadata={
+        "help": "residual stream width the student keeps, by activation importance (0: the teacher's)"})
     num_attention_heads: int = field(default=DemoSettings().student_width["num_attention_heads"], metadata={
         "help": "query heads the student keeps, by activation importance (0: the teacher's)"})
     num_key_value_heads: int = field(default=DemoSettings().student_width["num_key_value_heads"], metadata={
@@ -36,8 +40,7 @@ class DemoRun:
 
     def settings(self) -> DemoSettings:
         layers = None if self.layers == "all" else parse_layer_list(self.layers)
-        width = {key: getattr(self, key) for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size")
-                 if getattr(self, key)}
+        width = {key: getattr(self, key) for key in WIDTH_FLAGS if getattr(self, key)}
         return DemoSettings(teacher=self.teacher, minutes=self.minutes, student_layers=layers, student_width=width,
                             train_tokens=self.train_tokens, seeds=self.seeds, force=self.force)
 
