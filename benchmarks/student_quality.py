@@ -16,7 +16,8 @@ about half the teacher's parameters. Rows:
   block of least measured change; the 11 layers greedy skip-KL keeps on
   calibration text, ``--select importance``; all 30 layers pruned in width
   by activation importance: 6 of 9 query heads, 2 of 3 key/value heads,
-  409 of 1,536 MLP channels, the demo's student).
+  409 of 1,536 MLP channels; the demo's student also narrows the residual
+  stream, see docs/demo.md).
 
 Budgets are prefixes of one run: the learning rate is constant after its
 warm-up, so the checkpoint at ``B`` tokens is what a run of ``B`` tokens
@@ -53,7 +54,7 @@ LOSS_OF_ROW = {"ce": dict(soft_weight=0.0, hard_weight=1.0), "kd+ce": dict(soft_
 STUDENT_OF_ROW = {"ce": "hand", "kd": "hand", "kd+ce": "hand", "kd+hidden": "hand", "even": "even", "contiguous": "contiguous",
                   "importance": "importance", "width": "width"}
 SEQ_LEN, TOP_K, BATCH, HIDDEN_DIM = 256, 100, 4, 64
-# All 30 layers, fewer heads and narrower MLPs: 67.2 M parameters, as the demo's student (0.50× the teacher).
+# All 30 layers, fewer heads and narrower MLPs: 67.2 M parameters (0.50× the teacher).
 WIDTH = dict(num_attention_heads=6, num_key_value_heads=2, intermediate_size=409)
 
 
