@@ -31,23 +31,28 @@ LOSSES = {"ce": dict(soft_weight=0.0, hard_weight=1.0), "kd": dict(soft_weight=1
 METRICS = ("perplexity", "accuracy", "top1_agreement", "kl_to_teacher", "tokens")
 
 
-def run(out: Path, student: Path, loss: str, learning_rate: float, steps: int, seed: int) -> dict:
+def run(out: Path, student: Path, loss: str, learning_rate: float, steps: int, seed: int,
+        variant: dict | None = None) -> dict:
+    """One training and its scores. ``variant``: other loss options (``divergence``, ``temperature``,
+    ``hard_weight``) on top of ``loss``'s weights, recorded with the run."""
     from destila.demo.samples import continuations, degenerate, distinct_words
     from destila.demo.settings import DEMO_PROMPTS, DemoSettings
     from destila.demo.stages import train_from_cache
     from destila.eval.run import evaluate_model
 
-    folder = out / "recipe-runs" / f"{student.name}-{loss}-lr{learning_rate:g}-seed{seed}"
+    variant = variant or {}
+    tag = "".join(f"-{name}{value}" for name, value in sorted(variant.items()))
+    folder = out / "recipe-runs" / f"{student.name}-{loss}{tag}-lr{learning_rate:g}-seed{seed}"
     shutil.rmtree(folder, ignore_errors=True)
     start = time.monotonic()
     result = train_from_cache(str(student), folder, out / "cache", max_steps=steps, batch_size=4,
                               learning_rate=learning_rate, seed=seed, warmup_steps=5, weight_decay=0.0,
-                              freeze_embeddings=True, save_steps=100000, **LOSSES[loss])
+                              freeze_embeddings=True, save_steps=100000, **{**LOSSES[loss], **variant})
     seconds = time.monotonic() - start
     metrics = evaluate_model(result["path"], cache=str(out / "cache-heldout"), max_tokens=8192, new_tokens=1,
                              batch_size=4)
     texts = [row["greedy"] for row in continuations(result["path"], list(DEMO_PROMPTS), DemoSettings.new_tokens)]
-    record = {"loss": loss, "learning_rate": learning_rate, "seed": seed, "steps": result["steps"],
+    record = {"loss": loss, **variant, "learning_rate": learning_rate, "seed": seed, "steps": result["steps"],
               "student": str(student), **{k: metrics[k] for k in METRICS}, "train_seconds": round(seconds, 1),
               "distinct_words": [distinct_words(text) for text in texts],
               "degenerate": [degenerate(text) for text in texts], "continuations": texts}
@@ -66,13 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--learning-rate", type=float, default=5e-4)
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--divergence", help="the soft term's divergence (default: forward_kl)")
+    parser.add_argument("--temperature", type=float, help="softmax temperature of the soft term (default: 1)")
+    parser.add_argument("--hard-weight", type=float, help="the cross-entropy weight instead of --loss's")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     student = args.student or args.out / "students" / "width"
-    print(json.dumps(run(args.out, student, args.loss, args.learning_rate, args.steps, args.seed)))
+    variant = {name: value for name, value in (("divergence", args.divergence), ("temperature", args.temperature),
+                                               ("hard_weight", args.hard_weight)) if value is not None}
+    print(json.dumps(run(args.out, student, args.loss, args.learning_rate, args.steps, args.seed, variant)))
 
 
 if __name__ == "__main__":

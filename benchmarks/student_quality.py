@@ -58,9 +58,10 @@ SEQ_LEN, TOP_K, BATCH, HIDDEN_DIM = 256, 100, 4, 64
 WIDTH = dict(num_attention_heads=6, num_key_value_heads=2, intermediate_size=409)
 
 
-def prepare(out: Path, train_tokens: int) -> None:
+def prepare(out: Path, train_tokens: int, temperature: float = 1.0) -> None:
     """The held-out cache (the demo's 8,192 tokens), the training cache, and the same training tokens
-    again with the hand cut's teacher layers stored (for ``kd+hidden``)."""
+    again with the hand cut's teacher layers stored (for ``kd+hidden``). ``temperature``: the training
+    caches' softmax temperature (a student then trains at that temperature); the held-out cache stays at 1."""
     from destila.cache import BuildSpec, build_cache
     from destila.cache.extras import TeacherExtras
     from destila.data import pydoc_texts
@@ -75,7 +76,8 @@ def prepare(out: Path, train_tokens: int) -> None:
     hidden = TeacherExtras(hidden_layers=",".join(map(str, HAND_CUT)), hidden_dim=HIDDEN_DIM)
     for name, extra in (("cache", {}), ("cache-hidden", dict(extras=hidden))):
         start = time.monotonic()
-        report = build_cache(BuildSpec(teacher, train, out / name, max_tokens=train_tokens, **extra, **common))
+        spec = {**common, "targets": TargetSpec(top_k=TOP_K, temperature=temperature)}
+        report = build_cache(BuildSpec(teacher, train, out / name, max_tokens=train_tokens, **extra, **spec))
         print(json.dumps({"cache": name, "train_tokens": report.tokens, "seconds": round(time.monotonic() - start, 1)}))
 
 
@@ -255,6 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
         stage.add_argument("out", type=Path)
         if name == "prepare":
             stage.add_argument("--train-tokens", type=int, default=65536)
+            stage.add_argument("--temperature", type=float, default=1.0,
+                               help="softmax temperature of the training caches (the held-out cache stays at 1)")
         if name == "run":
             stage.add_argument("--row", choices=ROWS, required=True)
             stage.add_argument("--seed", type=int, default=0)
@@ -267,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.stage == "prepare":
-        prepare(args.out, args.train_tokens)
+        prepare(args.out, args.train_tokens, args.temperature)
     elif args.stage == "students":
         students(args.out)
     elif args.stage == "run":

@@ -12,8 +12,8 @@ reserve (``eval_reserve_seconds``, scaled up when the teacher's measured
 speed shows a slower machine); the teacher pass gets the share of the rest that lets each
 student see its cache about ``epochs`` times; the trainings share what is
 left (the first a tenth less, so that the later ones, capped at its steps,
-can match them), each stopped by :class:`destila.demo.budget.StepBudget` at the last step
-that fits (measured seconds per step, re-sized every step).
+can match them), each stopped by :class:`destila.demo.budget.StepBudget` at
+the last step that fits (measured seconds per step, re-sized every step).
 
 Every stage records itself in ``OUT/stages.json`` when it finishes; running
 the demo again skips finished stages and resumes an interrupted one (the
