@@ -51,8 +51,8 @@ HAND_CUT = [*range(8), 27, 28, 29]
 ROWS = ("ce", "kd", "kd+ce", "kd+hidden", "even", "contiguous", "importance", "width")
 LOSS_OF_ROW = {"ce": dict(soft_weight=0.0, hard_weight=1.0), "kd+ce": dict(soft_weight=1.0, hard_weight=1.0),
                "kd+hidden": dict(soft_weight=1.0, hard_weight=0.0, hidden_loss="nmse")}  # any other row: KL only
-STUDENT_OF_ROW = {"ce": "hand", "kd": "hand", "kd+ce": "hand", "kd+hidden": "hand", "even": "even", "contiguous": "contiguous",
-                  "importance": "importance", "width": "width"}
+STUDENT_OF_ROW = {"ce": "hand", "kd": "hand", "kd+ce": "hand", "kd+hidden": "hand", "even": "even",
+                  "contiguous": "contiguous", "importance": "importance", "width": "width"}
 SEQ_LEN, TOP_K, BATCH, HIDDEN_DIM = 256, 100, 4, 64
 # All 30 layers, fewer heads and narrower MLPs: 67.2 M parameters (0.50× the teacher).
 WIDTH = dict(num_attention_heads=6, num_key_value_heads=2, intermediate_size=409)
@@ -197,7 +197,11 @@ def table(records: list[dict]) -> str:
     import statistics
 
     rows = []
-    keys = sorted({(r["row"], r["budget_tokens"]) for r in records if r["budget_tokens"] or r["row"] not in ("ce", "kd+ce", "kd+hidden")}, key=lambda k: (ROWS.index(k[0]), k[1]))
+    # The untrained student is shown once, under the first KL row that starts from it.
+    untrained_shown_elsewhere = ("ce", "kd+ce", "kd+hidden")
+    keys = sorted({(r["row"], r["budget_tokens"]) for r in records
+                   if r["budget_tokens"] or r["row"] not in untrained_shown_elsewhere},
+                  key=lambda k: (ROWS.index(k[0]), k[1]))
     for row, budget in keys:
         group = [r for r in records if r["row"] == row and r["budget_tokens"] == budget]
 
