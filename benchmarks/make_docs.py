@@ -199,6 +199,38 @@ def e2e_cpu(result: dict) -> str:
                         render_rows(header, rows), cache_line + spread])
 
 
+@table("loss-gpu", "gpu-check/loss_32k.jsonl", "gpu-check/loss_256k.jsonl", doc="docs/gpu.md")
+def loss_gpu(*sweeps: list[dict]) -> str:
+    """`destila bench loss` as `benchmarks/gpu/check.sh` runs it: each impl's peak and time against the floor."""
+    records = [r for sweep in sweeps for r in sweep]
+    first = records[0]
+    rows = [[r["seq_len"], r["impl"], r["status"],
+             f"{r['peak_bytes'] / GIB:.2f}" if r["status"] == "ok" else "–",
+             f"{r['seconds']:.3f}" if r["status"] == "ok" else "–",
+             f"{r['seconds'] / r['floor_seconds']:.2f}" if r["status"] == "ok" and r["impl"] != "floor" else "–"]
+            for r in records]
+    by = {(r["impl"], r["seq_len"]): r for r in records if r["status"] == "ok"}
+    notes = []
+    for n in sorted({r["seq_len"] for r in records}):
+        fused, dense = by.get(("fused", n)), by.get(("dense", n))
+        if fused and dense:
+            notes.append(f"At N = {n:,}: dense / fused memory {dense['peak_bytes'] / fused['peak_bytes']:.1f}, "
+                         f"fused / dense time {fused['seconds'] / dense['seconds']:.2f}.")
+    settings = (f"{first['dtype']}, H {first['hidden']}, V {first['vocab']}, K {first['top_k']}, "
+                f"chunk {first['chunk_size']}; each impl's floor is timed in its own process; times are the median of "
+                "3.")
+    return "\n\n".join([machine_line(first) + " " + settings,
+                         render_rows(["N", "impl", "status", "peak GiB", "seconds", "× floor"], rows),
+                         " ".join(notes)])
+
+
+@table("e2e-gpu", "gpu-check/e2e_8k.json", doc="docs/gpu.md")
+def e2e_gpu(result: dict) -> str:
+    """`destila bench e2e` at 8K as `benchmarks/gpu/check.sh` runs it (the command names temporary folders)."""
+    config = {**result["config"], "teacher": "1B-class random Llama (16 layers)", "student": "2-layer cut (layers 0, 15)"}
+    return e2e_cpu({**result, "config": config}).split("\n\n", 1)[1]
+
+
 @table("e2e-long-context-cpu", "e2e_long_context_cpu.json")
 def e2e_long_context_cpu(result: dict) -> str:
     """`destila bench e2e --long-context`: one training step per loss and length under a memory budget."""

@@ -41,3 +41,22 @@ def test_an_unreachable_hub_switches_to_offline_once(monkeypatch):
         assert calls == [1] and huggingface_hub.constants.HF_HUB_OFFLINE is True
     finally:
         models.hub_unreachable.cache_clear()
+
+
+@pytest.mark.parametrize("given, expected", [(None, "NO"), ("YES", "YES")])
+def test_the_command_line_runs_no_kernel_fetched_from_the_hub_unless_asked(monkeypatch, given, expected):
+    """On CUDA transformers would swap the rotary embedding for a Hub kernel at the first step, which fails
+    offline; the command line turns that off, and a user's own setting wins."""
+    from transformers.integrations.hub_kernels import _kernels_enabled
+
+    from destila.cli import main as cli_main
+
+    monkeypatch.setenv("USE_HUB_KERNELS", "placeholder")  # recorded, so the test's end restores the original
+    if given is None:
+        monkeypatch.delenv("USE_HUB_KERNELS")
+    else:
+        monkeypatch.setenv("USE_HUB_KERNELS", given)
+    with pytest.raises(SystemExit):
+        cli_main.main(["--version"])
+    assert os.environ["USE_HUB_KERNELS"] == expected
+    assert _kernels_enabled() is (expected == "YES")

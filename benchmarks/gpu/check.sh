@@ -12,6 +12,8 @@
 # 4. `destila bench e2e` at 8K context with the 1B-class teacher (online, dense, chunked, fused).
 #
 # Any failing step stops the script with a non-zero exit and a line naming the step.
+# TOKENIZER=DIR takes the tokenizer from DIR instead (a machine without the embedded teacher's package:
+# save it elsewhere with AutoTokenizer.from_pretrained(embedded_teacher_dir()).save_pretrained(DIR)).
 set -euo pipefail
 
 RESULTS=${1:-benchmarks/results/gpu-check}
@@ -30,7 +32,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$RESULTS/g
 "$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'torch sees no CUDA device'; print(torch.__version__, torch.version.cuda)"
 
 STEP="1B-class random teacher"
-"$PYTHON" - "$WORK/teacher" <<'PY'
+"$PYTHON" - "$WORK/teacher" "${TOKENIZER:-}" <<'PY'
 import sys
 
 import torch
@@ -39,7 +41,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 from destila.models import embedded_teacher_dir
 
 out = sys.argv[1]
-tokenizer = AutoTokenizer.from_pretrained(embedded_teacher_dir())
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[2] or embedded_teacher_dir())
 config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                      num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
                      tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import sys
 from importlib import import_module
 
@@ -49,8 +50,16 @@ def _quiet_optional_engines() -> None:
     request_quiet_bars()
 
 
+def _no_code_from_the_hub() -> None:
+    """transformers swaps layers (rotary embeddings, on CUDA) for kernels fetched from the Hub at run time;
+    an offline machine then fails mid-training on the publisher check. destila runs what is installed:
+    ``USE_HUB_KERNELS=YES`` in the environment turns the swap back on."""
+    os.environ.setdefault("USE_HUB_KERNELS", "NO")
+
+
 def main(argv: list[str] | None = None) -> None:
     _quiet_optional_engines()
+    _no_code_from_the_hub()
     debug, argv = debug_requested(sys.argv[1:] if argv is None else list(argv))
     if argv and argv[0] in OWN_PARSERS:
         # This command parses its own flags (HfArgumentParser over a dataclass).
