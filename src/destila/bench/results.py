@@ -31,10 +31,12 @@ def _cpu_model() -> str:
 
 
 def machine_info() -> dict:
-    """Host, CPU, cores, RAM, Python/torch/destila versions, the command line and the time (UTC)."""
+    """Host, CPU, cores, RAM, the GPU (``None`` without CUDA), Python/torch/destila versions, the command line
+    and the time (UTC)."""
     import psutil
     import torch
 
+    program = os.path.basename(sys.argv[0])
     return {
         "host": platform.node(),
         "cpu": _cpu_model(),
@@ -43,7 +45,10 @@ def machine_info() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "destila": __version__,
-        "command": " ".join(shlex.quote(a) for a in [os.path.basename(sys.argv[0]), *sys.argv[1:]]),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        # `python -m destila bench …` runs as __main__.py: the command a reader retypes is `destila bench …`.
+        "command": " ".join(shlex.quote(a) for a in ["destila" if program == "__main__.py" else program,
+                                                    *sys.argv[1:]]),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 
