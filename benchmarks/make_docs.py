@@ -231,6 +231,21 @@ def e2e_gpu(result: dict) -> str:
     return e2e_cpu({**result, "config": config}).split("\n\n", 1)[1]
 
 
+@table("student-quality", "student_quality.jsonl")
+def student_quality(records: list[dict]) -> str:
+    """`benchmarks/student_quality.py table`: each row and budget over its seeds, then the data-efficiency lines."""
+    if str(ROOT) not in sys.path:  # run as a script, only benchmarks/ itself is on the path
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.student_quality import table as quality_table
+
+    return quality_table(records)
+
+
+@table("student-quality-long", "student_quality_long.jsonl")
+def student_quality_long(records: list[dict]) -> str:
+    return student_quality(records)
+
+
 @table("e2e-long-context-cpu", "e2e_long_context_cpu.json")
 def e2e_long_context_cpu(result: dict) -> str:
     """`destila bench e2e --long-context`: one training step per loss and length under a memory budget."""
