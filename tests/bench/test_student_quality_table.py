@@ -41,3 +41,18 @@ def test_table_says_so_when_a_loss_never_reaches_the_baseline():
     assert "Data efficiency: KD does not reach the CE-only baseline's final perplexity" in text
     assert "Data efficiency: KD + CE reaches the CE-only baseline's final perplexity (60.0 after 65,536 tokens)" in text
     assert "| kd+ce | 65,536 | 64 | 2 | 51.0 (50.0 / 52.0) |" in text
+
+
+def test_a_baseline_that_gets_worse_with_more_passes_is_also_measured_at_its_best():
+    # CE: best 40 at 32,768 tokens, then 50 at 65,536 (repeated data). KD+CE: 80 at 16,384, 30 at 32,768.
+    ce = records("ce", {16384: [120.0, 120.0], 32768: [40.0, 40.0], 65536: [50.0, 50.0]})
+    kd_ce = records("kd+ce", {16384: [80.0, 80.0], 32768: [30.0, 30.0], 65536: [25.0, 25.0]})
+    best = data_efficiency(ce + kd_ce, "kd+ce", against="best")
+    t = math.log(80 / 40) / math.log(80 / 30)
+    assert best["ce_ppl"] == 40.0 and best["ce_tokens"] == 32768
+    assert math.isclose(best["fraction"], math.exp(math.log(16384) + t * math.log(2)) / 32768, rel_tol=1e-9)
+    text = table(ce + kd_ce)
+    assert "final perplexity (50.0 after 65,536 tokens)" in text
+    assert f"Against the baseline's best perplexity (40.0 after 32,768 tokens; later budgets were worse): " \
+           f"KD + CE reaches it with {best['kd_tokens']:,} tokens, **{best['fraction']:.2f}×** the baseline's." in text
+    assert "best perplexity" not in table(CE + kd_ce)  # a baseline still improving at its last budget: no such line
