@@ -246,6 +246,11 @@ def student_quality_long(records: list[dict]) -> str:
     return student_quality(records)
 
 
+@table("student-quality-epochs", "student_quality_epochs.jsonl")
+def student_quality_epochs(records: list[dict]) -> str:
+    return student_quality(records)
+
+
 @table("e2e-long-context-cpu", "e2e_long_context_cpu.json")
 def e2e_long_context_cpu(result: dict) -> str:
     """`destila bench e2e --long-context`: one training step per loss and length under a memory budget."""
