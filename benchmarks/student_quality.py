@@ -220,6 +220,8 @@ def table(records: list[dict]) -> str:
     lines = ["| row | training tokens | steps | seeds | held-out ppl | accuracy | agreement | KL (nats/token) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|", *rows]
     names = {"kd": "KD", "kd+ce": "KD + CE"}
+    ce = mean_ppl_points(records, "ce")
+    best_tokens, best_ppl = min(ce, key=lambda point: point[1]) if ce else (None, None)
     for row in [r for r in names if any(record["row"] == r for record in records)]:
         efficiency = data_efficiency(records, row)
         if efficiency:
@@ -230,8 +232,6 @@ def table(records: list[dict]) -> str:
         else:
             lines += ["", f"Data efficiency: {names[row]} does not reach the CE-only baseline's final perplexity "
                           "within these budgets."]
-        ce = mean_ppl_points(records, "ce")
-        best_tokens, best_ppl = min(ce, key=lambda point: point[1]) if ce else (None, None)
         if ce and best_tokens != ce[-1][0]:  # the baseline got worse after its best budget: say so, and measure to it
             best = data_efficiency(records, row, against="best")
             reached = (f"{names[row]} reaches it with {'at most ' if best['at_most'] else ''}{best['kd_tokens']:,} "
