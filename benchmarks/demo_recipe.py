@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--divergence", help="the soft term's divergence (default: forward_kl)")
     parser.add_argument("--temperature", type=float, help="softmax temperature of the soft term (default: 1)")
     parser.add_argument("--hard-weight", type=float, help="the cross-entropy weight instead of --loss's")
+    parser.add_argument("--bf16", action="store_true", help="train in bfloat16 mixed precision (autocast)")
     return parser
 
 
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     student = args.student or args.out / "students" / "width"
     variant = {name: value for name, value in (("divergence", args.divergence), ("temperature", args.temperature),
-                                               ("hard_weight", args.hard_weight)) if value is not None}
+                                               ("hard_weight", args.hard_weight),
+                                               ("bf16", args.bf16 or None)) if value is not None}
     print(json.dumps(run(args.out, student, args.loss, args.learning_rate, args.steps, args.seed, variant)))
 
 

@@ -59,6 +59,66 @@ def test_plan_sizes_cache_and_steps_from_measured_speeds_and_says_when_the_minim
         plan_training(150, step_seconds=0.0, **common)
 
 
+def test_the_plan_trains_in_the_faster_precision_it_timed(tmp_path, monkeypatch):
+    """auto times float32, and bfloat16 autocast only where the CPU multiplies it natively (elsewhere it
+    is emulated and slower: timing it would waste the plan's time); the faster one is trained in."""
+    import torch
+
+    from destila.demo import pipeline
+
+    timed = []
+
+    def fake_measure(student, input_ids, *, bf16, **options):
+        timed.append("bfloat16" if bf16 else "float32")
+        return {"float32": 3.0, "bfloat16": 2.0}[timed[-1]]
+
+    monkeypatch.setattr(pipeline, "measure_step_seconds", fake_measure)
+    monkeypatch.setattr(pipeline, "TopKCache", lambda path: [{"input_ids": torch.zeros(256, dtype=torch.long)}] * 4)
+    heldout = {"teacher_tokens_per_second": 300.0, "eval_reserve_seconds": 60.0}
+
+    def plan(native: bool, precision: str = "auto") -> dict:
+        timed.clear()
+        monkeypatch.setattr(pipeline, "native_bf16", lambda: native)
+        demo = Demo(tmp_path, DemoSettings(minutes=10, precision=precision), texts=["unused"],
+                    console=Console(quiet=True))
+        return demo.plan("student", heldout)
+
+    native = plan(native=True)
+    assert timed == ["float32", "bfloat16"] and native["precision"] == "bfloat16"
+    assert native["step_seconds"] == pytest.approx(2.0 * pipeline.STEP_OVERHEAD)
+    assert native["timed_step_seconds"] == {"float32": 3.0, "bfloat16": 2.0}
+    emulated = plan(native=False)
+    assert timed == ["float32"] and emulated["precision"] == "float32"
+    forced = plan(native=False, precision="bfloat16")
+    assert timed == ["bfloat16"] and forced["precision"] == "bfloat16"
+    with pytest.raises(ValueError, match="precision: expected one of auto, float32, bfloat16, found 'fp16'"):
+        DemoSettings(precision="fp16")
+
+
+def test_a_bfloat16_step_is_timed_under_autocast(tiny_llama_dir, monkeypatch):
+    """The bf16 timing runs the forward under bfloat16 autocast, as the Trainer's bf16 training does; the
+    float32 timing does not."""
+    import torch
+
+    from destila.demo import budget
+
+    autocast_in_forward, load = [], budget.load_causal_lm
+
+    def load_and_watch(path):
+        model = load(path)
+        model.register_forward_hook(lambda module, args, output: autocast_in_forward.append(
+            torch.is_autocast_enabled("cpu")))
+        return model
+
+    monkeypatch.setattr(budget, "load_causal_lm", load_and_watch)
+    input_ids = torch.randint(0, 100, (2, 16))
+    for bf16 in (False, True):
+        autocast_in_forward.clear()
+        assert budget.measure_step_seconds(str(tiny_llama_dir), input_ids, freeze_embeddings=True,
+                                           learning_rate=1e-3, bf16=bf16) > 0
+        assert autocast_in_forward == [bf16] * 3
+
+
 def test_degenerate_continuations_are_named():
     assert degenerate("The Python 2.1, 200, 200, 200).") == "only 2 distinct words"
     assert degenerate("Open the file in the mode you need: 200, 200, 200") == "repeats '200' 3 times in a row"
@@ -262,6 +322,9 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path, monkeypat
     assert state["distilled"]["tokens"] == 6 * 4 * 32
     assert state["cache"]["train_tokens"] == 32 * 48 and state["heldout"]["held_out_tokens"] == 32 * 8
     assert state["plan"]["fits"] and state["plan"]["step_seconds"] > 0
+    precision = state["plan"]["precision"]  # the faster of those timed, what both students trained in
+    assert precision == min(state["plan"]["timed_step_seconds"], key=state["plan"]["timed_step_seconds"].get)
+    assert state["distilled"]["precision"] == state["baseline"]["precision"] == precision
     report = json.loads((tmp_path / "report.json").read_text())
     assert [r["model"] for r in report["results"]] == ["teacher", "distilled", "baseline"]
     teacher, distilled, baseline = report["results"]
@@ -282,6 +345,7 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path, monkeypat
     markdown = (tmp_path / "report.md").read_text()
     assert markdown.split("\n\n")[1].startswith("**Verdict.** Distillation reached held-out perplexity")
     assert f"Scored on {distilled['tokens']:,} held-out tokens" in markdown
+    assert f"| distilled | KL to the teacher's top-K + cross-entropy | {precision} | 6 |" in markdown
     assert all(r["pydoc_cloze"]["questions"] == 4 for r in report["results"])
     for section in ("Held-out comparison", "Task accuracy", "Training", "Generated text", "Time per stage", "Cache",
                     "Settings"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from destila.cli.fields import add_fields, values_of
-from destila.demo.settings import DemoSettings
+from destila.demo.settings import PRECISIONS, DemoSettings
 from destila.student.layers import parse_layer_list
 
 WIDTH_FLAGS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size")
@@ -34,6 +34,11 @@ class DemoRun:
     seeds: int = field(default=DemoSettings.seeds, metadata={
         "help": "train every student with this many seeds and report the spread"})
     teacher: str = field(default=DemoSettings.teacher, metadata={"help": "teacher (the embedded SmolLM2-135M)"})
+    precision: str = field(default=DemoSettings.precision, metadata={
+        "choices": PRECISIONS,
+        "help": "the students' training arithmetic: auto times a step in float32 and, where the CPU has native "
+                "bfloat16, under bfloat16 autocast, and trains in the faster; the teacher and the evaluation "
+                "stay in float32"})
     force: bool = field(default=False, metadata={
         "help": f"train even when fewer than {DemoSettings.min_steps} steps per student fit in --minutes (the demo "
                 "otherwise refuses before training); the report's first line then says so"})
@@ -42,7 +47,8 @@ class DemoRun:
         layers = None if self.layers == "all" else parse_layer_list(self.layers)
         width = {key: getattr(self, key) for key in WIDTH_FLAGS if getattr(self, key)}
         return DemoSettings(teacher=self.teacher, minutes=self.minutes, student_layers=layers, student_width=width,
-                            train_tokens=self.train_tokens, seeds=self.seeds, force=self.force)
+                            train_tokens=self.train_tokens, seeds=self.seeds, force=self.force,
+                            precision=self.precision)
 
 
 def register(subparsers) -> None:

@@ -46,13 +46,15 @@ def split_seconds(seconds_left: float, reserve: float, trainings: int) -> float:
 
 
 def measure_step_seconds(model_path: str, input_ids, *, freeze_embeddings: bool, learning_rate: float,
-                         steps: int = 3, clock=time.monotonic) -> float:
+                         steps: int = 3, bf16: bool = False, clock=time.monotonic) -> float:
     """Seconds of one training step (forward, backward, AdamW) of ``model_path`` on ``input_ids [B, T]``.
 
     The median of ``steps − 1`` timed steps after a first one that pays the one-time costs. The loss is
     the next-token cross-entropy, which costs what the fused KD loss does (both need the full head).
-    Nothing is saved; the model is dropped afterwards.
+    ``bf16``: under bfloat16 autocast, as the Trainer's ``bf16=True`` runs it (weights and optimizer
+    in float32). Nothing is saved; the model is dropped afterwards.
     """
+    import contextlib
     import statistics
 
     import torch
@@ -64,11 +66,22 @@ def measure_step_seconds(model_path: str, input_ids, *, freeze_embeddings: bool,
     seconds = []
     for _ in range(max(2, steps)):
         start = clock()
-        model(input_ids=input_ids, labels=input_ids).loss.backward()
+        autocast = torch.autocast(input_ids.device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        with autocast:
+            loss = model(input_ids=input_ids, labels=input_ids).loss
+        loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         seconds.append(clock() - start)
     return statistics.median(seconds[1:])
+
+
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX). Without it bfloat16 autocast
+    emulates the arithmetic and runs slower than float32, so timing it would only cost the plan time."""
+    import torch
+
+    return bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())  # private, but no public one
 
 
 def plan_training(seconds: float, *, teacher_tokens_per_second: float, step_seconds: float, step_tokens: int,

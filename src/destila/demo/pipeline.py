@@ -35,7 +35,7 @@ from transformers import AutoConfig
 
 from destila.cache import BuildSpec, TopKCache, build_cache, inspect_cache, read_manifest
 from destila.data import pydoc_texts
-from destila.demo.budget import StepBudget, measure_step_seconds, plan_training, split_seconds
+from destila.demo.budget import StepBudget, measure_step_seconds, native_bf16, plan_training, split_seconds
 from destila.demo.report import write_demo_report
 from destila.demo.samples import continuations
 from destila.demo.settings import DEMO_PROMPTS, TRAININGS, DemoSettings
@@ -165,15 +165,19 @@ class Demo:
         s = self.settings
         held = TopKCache(self.out / "cache-heldout")
         input_ids = torch.stack([held[i]["input_ids"] for i in range(min(s.batch_size, len(held)))])
-        step_seconds = measure_step_seconds(student, input_ids, freeze_embeddings=s.freeze_embeddings,
-                                            learning_rate=s.learning_rate) * STEP_OVERHEAD
+        timed = {precision: measure_step_seconds(student, input_ids, freeze_embeddings=s.freeze_embeddings,
+                                                 learning_rate=s.learning_rate, bf16=precision == "bfloat16")
+                 for precision in self._precisions_to_time()}
+        precision = min(timed, key=timed.get)
+        step_seconds = timed[precision] * STEP_OVERHEAD
         reserve = heldout["eval_reserve_seconds"]
         plan = plan_training(self.seconds_left() - reserve,
                              teacher_tokens_per_second=heldout["teacher_tokens_per_second"],
                              step_seconds=step_seconds, step_tokens=s.batch_size * s.seq_len, trainings=2 * s.seeds,
                              epochs=s.epochs, max_tokens=s.train_tokens // s.seq_len * s.seq_len,
                              min_steps=s.min_steps, max_steps=s.max_steps)
-        plan.update(step_seconds=step_seconds, eval_reserve_seconds=reserve)
+        plan.update(step_seconds=step_seconds, eval_reserve_seconds=reserve, precision=precision,
+                    timed_step_seconds=timed)
         if not plan["fits"]:
             elapsed = self.clock() - self.started
             minutes = math.ceil((elapsed + reserve + plan["seconds_needed"]) / 60)
@@ -186,6 +190,13 @@ class Demo:
             self.console.print(f"[yellow]--force: {message}")
             plan["steps"] = max(plan["steps"], 1)
         return plan
+
+    def _precisions_to_time(self) -> tuple[str, ...]:
+        """``auto``: float32, and bfloat16 too where the CPU has it natively (elsewhere it is slower)."""
+        s = self.settings
+        if s.precision != "auto":
+            return (s.precision,)
+        return ("float32", "bfloat16") if native_bf16() else ("float32",)
 
     def caches(self, teacher: str, plan: dict) -> dict:
         """The training cache, of the planned size (kept when resuming an interrupted build)."""
@@ -219,7 +230,7 @@ class Demo:
                 "start_perplexity": summary["start_perplexity"], "teacher_perplexity": summary["teacher_perplexity"]}
 
     def train(self, student: str, training: str, seed: int, cap: int, trainings_left: int, guess: int | None,
-              reserve: float, share: float = 1.0) -> dict:
+              reserve: float, share: float = 1.0, precision: str = "float32") -> dict:
         """One training, stopped by a :class:`StepBudget` at ``share`` × its equal share of the time left."""
         s = self.settings
         name = run_name(training, seed)
@@ -231,10 +242,11 @@ class Demo:
             learning_rate=s.learning_rate, seed=seed, callbacks=(budget,), warmup_steps=s.warmup_steps,
             weight_decay=0.0, freeze_embeddings=s.freeze_embeddings, eval_strategy="steps", eval_steps=s.eval_every,
             per_device_eval_batch_size=4, eval_cache=self.out / "cache-heldout",
-            eval_sequences=s.eval_curve_sequences, **loss,
+            eval_sequences=s.eval_curve_sequences, bf16=precision == "bfloat16", **loss,
         )
         return {**result, "kind": training, "seed": seed, "cap": cap, "planned_seconds": seconds,
-                "step_targets": budget.history, "tokens": result["steps"] * s.batch_size * s.seq_len}
+                "precision": precision, "step_targets": budget.history,
+                "tokens": result["steps"] * s.batch_size * s.seq_len}
 
     def evaluate(self, models: list[str], names: list[str]) -> dict:
         s = self.settings
@@ -273,7 +285,7 @@ class Demo:
         plan = self._stage("plan", "plan: one training step timed, the cache and the steps sized to fit",
                            lambda: self.plan(student, heldout))
         self.console.print(f"plan: {plan['tokens']:,} training tokens, {plan['steps']} steps per student "
-                           f"({plan['step_seconds']:.1f} s/step measured)")
+                           f"({plan['step_seconds']:.1f} s/step measured, {plan.get('precision', 'float32')})")
         cache = {**heldout, **self._stage("cache", "teacher pass: top-K cache of the training documents",
                                           lambda: self.caches(teacher, plan))}
         runs = training_runs(s.seeds)
@@ -289,7 +301,8 @@ class Demo:
             trained[name] = self._stage(
                 name, f"train {name} ({what}): {seconds / 60:.1f} min, planned {guess} steps (at most {cap})",
                 lambda training=training, seed=seed, cap=cap, left=left, guess=guess, share=share:
-                    self.train(student, training, seed, cap, left, guess, reserve, share),
+                    self.train(student, training, seed, cap, left, guess, reserve, share,
+                               plan.get("precision", "float32")),
             )
             # Every later student gets at most the steps of the first: same steps when there is time.
             cap = max(1, min(cap, trained[run_name("distilled", 0)]["steps"]))

@@ -340,12 +340,14 @@ def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: d
              markdown_table(named), "", f"![metrics]({metrics.name})", "",
              *task_lines(results, names),
              "## Training", "",
-             "| student | loss | steps | training tokens | step targets (at step → target) | seconds |",
-             "|---|---|---:|---:|---|---:|"]
+             "| student | loss | precision | steps | training tokens | step targets (at step → target) | seconds |",
+             "|---|---|---|---:|---:|---|---:|"]
     for name, info in trained.items():
         loss = TRAININGS[info["kind"]][0]
         targets = ", ".join(f"{step}→{target}" for step, target in info["step_targets"])
-        lines.append(f"| {name} | {loss} | {info['steps']} | {info['tokens']:,} | {targets} | {info['seconds']:.0f} |")
+        precision = info.get("precision", "float32")
+        lines.append(f"| {name} | {loss} | {precision} | {info['steps']} | {info['tokens']:,} | {targets} "
+                     f"| {info['seconds']:.0f} |")
     lines += ["", f"Held-out curves score the first {settings['eval_curve_sequences']} held-out sequences "
               f"({curve_tokens:,} tokens) every {settings['eval_every']} steps; the table above scores all of them.",
               "", f"![training curves]({curves.name})", "",
