@@ -9,7 +9,7 @@ from rich.console import Console
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from conftest import pydoc_texts
-from destila.demo.budget import StepBudget, plan_training, split_seconds, steps_that_fit
+from destila.demo.budget import StepBudget, plan_training, scaled_reserve, split_seconds, steps_that_fit
 from destila.demo import Demo, DemoSettings, split_documents, training_runs
 from destila.demo.report import curves_figure, metrics_figure, verdict
 from destila.demo.samples import degenerate, distinct_words
@@ -41,6 +41,13 @@ def test_budget_arithmetic():
     assert split_seconds(100, 180, 2) == 0
     with pytest.raises(ValueError, match="seconds_per_step"):
         steps_that_fit(10, 0, cap=5)
+    # The evaluation's reserve follows the teacher's measured speed, at most halved on a fast machine.
+    assert scaled_reserve(210, 450, measured_at=450) == 210
+    assert scaled_reserve(210, 150, measured_at=450) == 630  # a loaded machine: 3× slower, 3× the reserve
+    assert scaled_reserve(210, 600, measured_at=450) == pytest.approx(157.5)
+    assert scaled_reserve(210, 4500, measured_at=450) == 105  # never below half
+    with pytest.raises(ValueError, match="teacher_tokens_per_second: expected a positive number, found 0"):
+        scaled_reserve(210, 0, measured_at=450)
 
 
 def test_plan_sizes_cache_and_steps_from_measured_speeds_and_says_when_the_minimum_does_not_fit():
@@ -346,6 +353,7 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path, monkeypat
     assert markdown.split("\n\n")[1].startswith("**Verdict.** Distillation reached held-out perplexity")
     assert f"Scored on {distilled['tokens']:,} held-out tokens" in markdown
     assert f"| distilled | KL to the teacher's top-K + cross-entropy | {precision} | 6 |" in markdown
+    assert f"Precision: {precision}, the " in markdown
     assert all(r["pydoc_cloze"]["questions"] == 4 for r in report["results"])
     for section in ("Held-out comparison", "Task accuracy", "Training", "Generated text", "Time per stage", "Cache",
                     "Settings"):

@@ -7,6 +7,7 @@ throughput measured in this run:
 - :func:`split_seconds`: the training time left, shared between trainings;
 - :func:`measure_step_seconds`: what one optimizer step of a student costs on
   this machine now, timed on a real batch before any time is committed;
+- :func:`scaled_reserve`: the evaluation's reserve, scaled by the teacher's measured speed;
 - :func:`plan_training`: the cache size and steps per student that fit, or
   how many minutes the minimum would need;
 - :class:`StepBudget`: a ``transformers`` callback that measures the seconds
@@ -74,6 +75,16 @@ def measure_step_seconds(model_path: str, input_ids, *, freeze_embeddings: bool,
         optimizer.zero_grad(set_to_none=True)
         seconds.append(clock() - start)
     return statistics.median(seconds[1:])
+
+
+def scaled_reserve(seconds: float, teacher_tokens_per_second: float, measured_at: float,
+                   floor: float = 0.5) -> float:
+    """``seconds`` (a stage's time, measured where the teacher ran at ``measured_at`` tokens/s) scaled to
+    this run's teacher speed: ``seconds · measured_at / v``, never below ``floor · seconds``. The
+    evaluation is forward passes and generation, so it speeds up and slows down with the teacher."""
+    if teacher_tokens_per_second <= 0:
+        raise ValueError(f"teacher_tokens_per_second: expected a positive number, found {teacher_tokens_per_second}")
+    return seconds * max(floor, measured_at / teacher_tokens_per_second)
 
 
 def native_bf16() -> bool:

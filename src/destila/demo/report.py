@@ -304,13 +304,26 @@ def below_minimum_line(trained: dict[str, dict], min_steps: int) -> str | None:
             f"({', '.join(short)} steps; run with --force), too few to judge distillation by.**")
 
 
+def precision_lines(plan: dict | None) -> list[str]:
+    """Which precision the students trained in and the step times it was chosen by (none for an old plan)."""
+    timed = (plan or {}).get("timed_step_seconds")
+    if not timed:
+        return []
+    times = ", ".join(f"{precision} {seconds:.2f} s" for precision, seconds in timed.items())
+    why = "the faster of the two" if len(timed) > 1 else "the only one timed"
+    return ["", f"Precision: {plan['precision']}, {why} in the plan's timed step (forward, backward and update "
+                f"of one batch): {times}."]
+
+
 def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, trained: dict[str, dict],
-                      results: list[dict], names: list[str], command: str, untrained: list[str] = ()) -> dict:
+                      results: list[dict], names: list[str], command: str, untrained: list[str] = (),
+                      plan: dict | None = None) -> dict:
     """The demo's report: the verdict first, then as :func:`write_report` plus the training table and
     greedy continuations of every prompt.
 
     ``untrained``: students that made no training step; named, never scored (their numbers would be
-    the initial cut's). A student below ``settings["min_steps"]`` makes the report's first line say so."""
+    the initial cut's). A student below ``settings["min_steps"]`` makes the report's first line say so.
+    ``plan``: the plan stage's record; its timed steps per precision are listed under the training table."""
     out = Path(out)
     runs = {name: read_logs(Path(info["path"]) / "log.jsonl") for name, info in trained.items()}
     curve_tokens = settings["eval_curve_sequences"] * (settings["seq_len"] - 1)
@@ -348,6 +361,7 @@ def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: d
         precision = info.get("precision", "float32")
         lines.append(f"| {name} | {loss} | {precision} | {info['steps']} | {info['tokens']:,} | {targets} "
                      f"| {info['seconds']:.0f} |")
+    lines += precision_lines(plan)
     lines += ["", f"Held-out curves score the first {settings['eval_curve_sequences']} held-out sequences "
               f"({curve_tokens:,} tokens) every {settings['eval_every']} steps; the table above scores all of them.",
               "", f"![training curves]({curves.name})", "",
