@@ -100,6 +100,15 @@ def test_the_plan_trains_in_the_faster_precision_it_timed(tmp_path, monkeypatch)
     assert timed == ["bfloat16"] and forced["precision"] == "bfloat16"
     with pytest.raises(ValueError, match="precision: expected one of auto, float32, bfloat16, found 'fp16'"):
         DemoSettings(precision="fp16")
+    # The report says which precision and why.
+    from destila.demo.report import precision_lines
+
+    assert precision_lines(native)[1].startswith("Precision: bfloat16, the faster of the two; the plan's timed "
+                                                 "step (forward, backward and update of one batch): float32 3.00 s, "
+                                                 "bfloat16 2.00 s.")
+    assert "the CPU has no native bfloat16, so only it was timed" in precision_lines(emulated)[1]
+    assert "set by --precision" in precision_lines(forced, "bfloat16")[1]
+    assert precision_lines({"steps": 3}) == []  # a plan recorded before precisions were timed
 
 
 def test_a_bfloat16_step_is_timed_under_autocast(tiny_llama_dir, monkeypatch):

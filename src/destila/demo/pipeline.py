@@ -9,11 +9,14 @@ time → side-by-side evaluation and continuations → report.
 
 Budget (``--minutes M``, the whole run): evaluation and the report get a
 reserve (``eval_reserve_seconds``, scaled by the teacher's measured speed:
-larger on a slower or loaded machine, smaller on a faster one); the teacher pass gets the share of the rest that lets each
-student see its cache about ``epochs`` times; the trainings share what is
-left (the first a tenth less, so that the later ones, capped at its steps,
-can match them), each stopped by :class:`destila.demo.budget.StepBudget` at
-the last step that fits (measured seconds per step, re-sized every step).
+larger on a slower or loaded machine, smaller on a faster one); the teacher
+pass gets the share of the rest that lets each student see its cache about
+``epochs`` times; the plan times a training step in float32 and, where the
+CPU has native bfloat16, under bfloat16 autocast, and the students train in
+the faster; the trainings share what is left (the first a tenth less, so
+that the later ones, capped at its steps, can match them), each stopped by
+:class:`destila.demo.budget.StepBudget` at the last step that fits (measured
+seconds per step, re-sized every step).
 
 Every stage records itself in ``OUT/stages.json`` when it finishes; running
 the demo again skips finished stages and resumes an interrupted one (the

@@ -304,14 +304,16 @@ def below_minimum_line(trained: dict[str, dict], min_steps: int) -> str | None:
             f"({', '.join(short)} steps; run with --force), too few to judge distillation by.**")
 
 
-def precision_lines(plan: dict | None) -> list[str]:
-    """Which precision the students trained in and the step times it was chosen by (none for an old plan)."""
+def precision_lines(plan: dict | None, requested: str = "auto") -> list[str]:
+    """Which precision the students trained in and why: the step times it was chosen by, or what ruled
+    the choice out (``requested``: the ``--precision`` asked for). None for a plan that timed nothing."""
     timed = (plan or {}).get("timed_step_seconds")
     if not timed:
         return []
     times = ", ".join(f"{precision} {seconds:.2f} s" for precision, seconds in timed.items())
-    why = "the faster of the two" if len(timed) > 1 else "the only one timed"
-    return ["", f"Precision: {plan['precision']}, {why} in the plan's timed step (forward, backward and update "
+    why = ("the faster of the two" if len(timed) > 1 else
+           "set by --precision" if requested != "auto" else "the CPU has no native bfloat16, so only it was timed")
+    return ["", f"Precision: {plan['precision']}, {why}; the plan's timed step (forward, backward and update "
                 f"of one batch): {times}."]
 
 
@@ -361,7 +363,7 @@ def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: d
         precision = info.get("precision", "float32")
         lines.append(f"| {name} | {loss} | {precision} | {info['steps']} | {info['tokens']:,} | {targets} "
                      f"| {info['seconds']:.0f} |")
-    lines += precision_lines(plan)
+    lines += precision_lines(plan, settings.get("precision", "auto"))
     lines += ["", f"Held-out curves score the first {settings['eval_curve_sequences']} held-out sequences "
               f"({curve_tokens:,} tokens) every {settings['eval_every']} steps; the table above scores all of them.",
               "", f"![training curves]({curves.name})", "",
