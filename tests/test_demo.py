@@ -2,6 +2,7 @@
 
 import functools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -391,6 +392,21 @@ def test_layer_lists_on_the_command_line():
     assert cut.student_layers == [*range(8), 27, 28, 29] and cut.student_width == {}
     with pytest.raises(ValueError, match="expected teacher layer indices like 0-7,27-29, found 'six'"):
         parse_layer_list("six")
+
+
+def test_the_precision_flag_reaches_the_settings_and_refuses_an_unknown_one(capsys):
+    from destila.cli.demo import DemoRun
+    from destila.cli.main import build_parser, main
+
+    args = build_parser().parse_args(["demo", "--precision", "float32"])
+    assert args.precision == "float32" and DemoRun(precision=args.precision).settings().precision == "float32"
+    assert DemoRun().settings().precision == "auto"
+    with pytest.raises(SystemExit) as done:
+        main(["demo", "--precision", "fp16"])
+    assert done.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # argparse quotes the choices on some Pythons
+    assert re.fullmatch(r"destila demo: error: argument --precision: invalid choice: 'fp16' "
+                        r"\(choose from '?auto'?, '?float32'?, '?bfloat16'?\)", last), last
 
 
 def test_a_layer_the_teacher_lacks_is_refused_before_the_teacher_pass(tiny_llama_dir, tmp_path):
