@@ -290,8 +290,9 @@ class Demo:
                               lambda: self.student(teacher))["path"]
         plan = self._stage("plan", "plan: one training step timed, the cache and the steps sized to fit",
                            lambda: self.plan(student, heldout))
+        precision = plan.get("precision", "float32")  # a plan recorded before precisions were timed: float32
         self.console.print(f"plan: {plan['tokens']:,} training tokens, {plan['steps']} steps per student "
-                           f"({plan['step_seconds']:.1f} s/step measured, {plan.get('precision', 'float32')})")
+                           f"({plan['step_seconds']:.1f} s/step measured, {precision})")
         cache = {**heldout, **self._stage("cache", "teacher pass: top-K cache of the training documents",
                                           lambda: self.caches(teacher, plan))}
         runs = training_runs(s.seeds)
@@ -307,8 +308,7 @@ class Demo:
             trained[name] = self._stage(
                 name, f"train {name} ({what}): {seconds / 60:.1f} min, planned {guess} steps (at most {cap})",
                 lambda training=training, seed=seed, cap=cap, left=left, guess=guess, share=share:
-                    self.train(student, training, seed, cap, left, guess, reserve, share,
-                               plan.get("precision", "float32")),
+                    self.train(student, training, seed, cap, left, guess, reserve, share, precision),
             )
             # Every later student gets at most the steps of the first: same steps when there is time.
             cap = max(1, min(cap, trained[run_name("distilled", 0)]["steps"]))
