@@ -23,6 +23,10 @@ torch.set_num_threads(int(os.environ.get("DESTILA_TEST_THREADS", "1")))
 os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("DESTILA_TEST_THREADS", "1"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Without a GPU the Triton row kernels are tested on CPU tensors under Triton's interpreter. It must be on before
+# anything imports triton (its library functions are decorated at import, some test modules import it indirectly).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 TINY_VOCAB = 320
 

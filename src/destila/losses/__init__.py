@@ -7,6 +7,8 @@ for the options.
 """
 
 from destila.losses.api import DistillLoss, distill_loss
-from destila.losses.options import DIVERGENCES, IGNORE_INDEX, IMPLS, TAILS, LossOptions
+from destila.losses.options import DIVERGENCES, IGNORE_INDEX, IMPLS, KERNELS, PRECISIONS, TAILS, LossOptions
+from destila.losses.plan import describe_path
 
-__all__ = ["distill_loss", "DistillLoss", "LossOptions", "DIVERGENCES", "TAILS", "IMPLS", "IGNORE_INDEX"]
+__all__ = ["distill_loss", "DistillLoss", "LossOptions", "describe_path", "DIVERGENCES", "TAILS", "IMPLS",
+           "PRECISIONS", "KERNELS", "IGNORE_INDEX"]

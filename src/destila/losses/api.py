@@ -9,6 +9,7 @@ from destila.losses.dense import dense_loss
 from destila.losses.fused import fused_loss
 from destila.losses.inputs import check_and_prepare
 from destila.losses.options import LossOptions
+from destila.losses.plan import plan_for
 
 _IMPLS = {"fused": fused_loss, "chunked": chunked_loss, "dense": dense_loss}
 # The keyword defaults below are LossOptions' own, so the two cannot differ.
@@ -22,7 +23,8 @@ def _run(options: LossOptions, hidden, weight, topk_ids, topk_logprobs, tail_log
                               options)
     # The cross-entropy is computed for the loss, or for the statistics whenever labels are given.
     want_hard = labels is not None and (options.hard_weight > 0 or return_stats)
-    loss, sums = _IMPLS[options.impl](batch, options, want_hard)
+    plan = plan_for(options, batch.hidden, batch.weight, batch.bias)
+    loss, sums = _IMPLS[options.impl](batch, options, want_hard, plan)
     if not return_stats:
         return loss
     stats = {
@@ -40,8 +42,8 @@ def distill_loss(
     bias: Tensor | None = None, divergence: str = _DEFAULT.divergence, beta: float = _DEFAULT.beta,
     tail: str = _DEFAULT.tail, temperature: float = _DEFAULT.temperature, soft_weight: float = _DEFAULT.soft_weight,
     hard_weight: float = _DEFAULT.hard_weight, num_items: int | Tensor | None = None,
-    ignore_index: int = _DEFAULT.ignore_index, impl: str = _DEFAULT.impl, chunk_size: int = _DEFAULT.chunk_size,
-    return_stats: bool = False,
+    ignore_index: int = _DEFAULT.ignore_index, impl: str = _DEFAULT.impl, chunk_size: int | None = _DEFAULT.chunk_size,
+    precision: str = _DEFAULT.precision, kernels: str = _DEFAULT.kernels, return_stats: bool = False,
 ):
     """Distillation loss of a student's last hidden states against a teacher's cached top-K.
 
@@ -75,10 +77,13 @@ def distill_loss(
         L = T**2 * (lp.exp() * (lp - lq)).sum() / N
 
     Options are those of :class:`LossOptions` (divergence, beta, tail,
-    temperature, soft_weight, hard_weight, ignore_index, impl, chunk_size).
-    ``impl="fused"`` never holds more than ``chunk_size × V`` logits;
+    temperature, soft_weight, hard_weight, ignore_index, impl, chunk_size,
+    precision, kernels). ``impl="fused"`` never holds more than ``chunk_size × V``
+    logits (chunk_size None: chosen from V, H and the free memory);
     ``"chunked"`` and ``"dense"`` are the baselines. Gradients flow to hidden,
-    weight and bias for every impl.
+    weight and bias for every impl. ``precision`` and ``kernels`` choose how
+    fused computes (bf16 tensor-core GEMMs, Triton row kernels on CUDA);
+    :func:`destila.losses.describe_path` says which path a call takes.
 
     With ``return_stats=True`` returns ``(loss, stats)``; stats are detached
     float32 0-dim sums over kept rows: ``soft`` (Σ D, no T² or weights),

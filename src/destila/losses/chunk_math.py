@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from destila.losses import row_kernels
 from destila.losses.divergences import bucket_terms
 from destila.losses.inputs import Targets
 from destila.losses.options import LossOptions
@@ -94,67 +95,50 @@ def teacher_buckets(targets: Targets, options: LossOptions) -> TeacherBuckets:
 
 
 def chunk_loss_(scores: Tensor, teacher: TeacherBuckets, options: LossOptions, coef: Tensor, *,
-                want_grad: bool, want_hard: bool) -> ChunkSums:
-    """Loss sums of ``C`` rows; with ``want_grad``, ``scores`` ends up holding their logit gradient.
+                want_grad: bool, want_hard: bool, kernels: str = "torch", grad_out: Tensor | None = None) -> ChunkSums:
+    """Loss sums of ``C`` rows; with ``want_grad``, the rows' logit gradient is written to ``grad_out``.
 
     scores ``[C, V]`` float32/float64, contiguous: on entry ``s = z / T`` (the
-    student logits over the temperature); on return, if ``want_grad``,
-    ``G = ∂(Σ_r coef_r · loss_r)/∂z`` with ``loss_r = soft_weight·T²·D_r +
-    hard_weight·CE_r``, otherwise garbage. teacher: the chunk's rows of
-    :func:`teacher_buckets`. coef ``[C]``: each row's weight in the total, 0
-    for dropped rows (the caller passes ``keep / n``). want_hard: compute the
-    cross-entropy sum (needs labels), for the loss or for the statistics.
+    student logits over the temperature); on return garbage, or, with
+    ``want_grad`` and no ``grad_out``, ``G = ∂(Σ_r coef_r · loss_r)/∂z`` with
+    ``loss_r = soft_weight·T²·D_r + hard_weight·CE_r``. teacher: the chunk's
+    rows of :func:`teacher_buckets`. coef ``[C]``: each row's weight in the
+    total, 0 for dropped rows (the caller passes ``keep / n``). want_hard:
+    compute the cross-entropy sum (needs labels), for the loss or for the
+    statistics. kernels: ``"torch"`` (eager ops, in place) or ``"triton"``
+    (:mod:`destila.losses.row_kernels`: two passes over the buffer). grad_out:
+    where G goes instead of ``scores`` (Triton only): the bfloat16 view over
+    the buffer's own rows that the fast path's GEMMs read.
     """
+    if kernels == "triton":
+        return _chunk_loss_triton_(scores, teacher, options, coef, want_grad=want_grad, want_hard=want_hard,
+                                   grad_out=scores if grad_out is None else grad_out)
+    if grad_out is not None:
+        raise ValueError("grad_out: the eager row math writes G in place; pass grad_out only with kernels='triton'")
     temperature = options.temperature
     targets = teacher.targets
-    ids, keep = targets.ids, targets.keep
+    ids = targets.ids
     hard = want_hard and targets.labels is not None
-    s_topk = scores.gather(1, ids).masked_fill_(teacher.padding, _NEG_INF)
-    s_label = scores.gather(1, targets.labels[:, None]).squeeze(1) if hard else None
-
-    # Push the teacher's tokens to -inf so that what is left of each row is
-    # exactly the rest bucket. "amin" with +inf for padded entries leaves a
-    # real token alone even when a padded entry shares its (sanitised) id.
-    scores.scatter_reduce_(1, ids, teacher.fill, reduce="amin")
+    s_topk, s_label = _gather_and_mask_(scores, teacher, hard)
     rest_max = scores.amax(dim=1)  # -inf when the top-K covers the vocabulary
     shift = rest_max.clamp(min=torch.finfo(scores.dtype).min)  # finite, for an empty rest too
     scores.sub_(shift[:, None]).exp_()  # e_j = exp(s_j − shift) on R, 0 on the teacher tokens
     rest_sum = scores.sum(dim=1)
-    lse_rest = shift + rest_sum.log()
-    lse = torch.logaddexp(lse_rest, torch.logsumexp(s_topk, dim=1))
-    lq = torch.cat([s_topk, lse_rest[:, None]], 1).sub_(lse[:, None])  # student bucket log-probs [C, K+1]
-    terms, weights = bucket_terms(teacher.lp, lq, teacher.present, options.divergence, options.beta, p=teacher.p)
-    soft = (terms.sum(dim=1) * keep).sum()
+    rows = _bucket_rows(s_topk, rest_max, shift, rest_sum, teacher, options, coef, want_grad)
 
-    # Student top-1 equals the teacher's top-1 iff that token's logit is the row maximum.
-    row_max = torch.maximum(rest_max, s_topk.amax(dim=1))
-    agree = (teacher.counted & (s_topk.gather(1, teacher.top1).squeeze(1) >= row_max)).sum().to(scores.dtype)
-
-    zero = scores.new_zeros(())
     if not hard and not want_grad:
-        return ChunkSums(soft, zero, agree)
-
-    # G_j = tail_coef · e_j on R, topk_grad at the teacher tokens.
-    q_unit = torch.exp(shift - lse)  # q_j = e_j · q_unit on R
-    tail_coef = torch.zeros_like(lse)
-    topk_grad = torch.zeros_like(s_topk)
-    if want_grad and options.soft_weight > 0:
-        alpha = coef * (options.soft_weight * temperature)  # soft_weight · T² · (1/T) from s = z/T
-        gbar = weights.sum(dim=1)
-        w_rest = weights[:, -1] / rest_sum.clamp(min=1.0)  # q_j g_R = e_j · w_R / Σ e; Σ e ≥ 1 unless R is empty
-        tail_coef = alpha * (w_rest - q_unit * gbar)
-        topk_grad = alpha[:, None] * (weights[:, :-1] - lq[:, :-1].exp() * gbar[:, None])
-    beta_hard = coef * options.hard_weight
-
+        return ChunkSums(rows.soft, scores.new_zeros(()), rows.agree)
+    tail_coef, topk_grad, beta_hard, q_unit = rows.tail_coef, rows.topk_grad, rows.beta_hard, rows.q_unit
+    keep = targets.keep
     if not hard:
-        hard_sum = zero
+        hard_sum = scores.new_zeros(())
         scores.mul_(tail_coef[:, None])
     elif temperature == 1.0:
         # s = z: the cross-entropy's softmax is q itself, no extra pass.
-        hard_sum = ((lse - s_label) * keep).sum()
+        hard_sum = ((rows.lse - s_label) * keep).sum()
         if want_grad:
             scores.mul_((tail_coef + beta_hard * q_unit)[:, None])
-            topk_grad = topk_grad + beta_hard[:, None] * lq[:, :-1].exp()
+            topk_grad = topk_grad + beta_hard[:, None] * rows.lq[:, :-1].exp()
     else:
         lse_z = _cross_entropy_at_t1_(scores, s_topk, shift, tail_coef, beta_hard, temperature, want_grad)
         hard_sum = ((lse_z - temperature * s_label) * keep).sum()
@@ -164,7 +148,99 @@ def chunk_loss_(scores: Tensor, teacher: TeacherBuckets, options: LossOptions, c
         scores.scatter_add_(1, ids, topk_grad.masked_fill_(teacher.padding, 0.0))
         if hard and options.hard_weight > 0:
             scores.scatter_add_(1, targets.labels[:, None], -beta_hard[:, None])
-    return ChunkSums(soft, hard_sum, agree)
+    return ChunkSums(rows.soft, hard_sum, rows.agree)
+
+
+@dataclass
+class _BucketRows:
+    """What the per-bucket maths gives the row passes: sums, the student's bucket log-probs ``lq [C, K+1]``,
+    ``lse [C]`` (logsumexp of s), and G's coefficients: on R ``G_j = tail_coef·exp(s_j − shift)``, at the
+    teacher tokens ``topk_grad [C, K]``; ``q_unit = exp(shift − lse)``, ``beta_hard = coef·hard_weight``."""
+
+    soft: Tensor
+    agree: Tensor
+    lse: Tensor
+    lq: Tensor
+    q_unit: Tensor
+    tail_coef: Tensor
+    topk_grad: Tensor
+    beta_hard: Tensor
+
+
+def _gather_and_mask_(scores: Tensor, teacher: TeacherBuckets, hard: bool) -> tuple[Tensor, Tensor | None]:
+    """``s_topk [C, K]`` (padding at -inf) and the label's ``s [C]``; then the teacher's tokens pushed to -inf,
+    so that what is left of each row is exactly the rest bucket. "amin" with +inf for padded entries leaves a
+    real token alone even when a padded entry shares its (sanitised) id."""
+    targets = teacher.targets
+    s_topk = scores.gather(1, targets.ids).masked_fill_(teacher.padding, _NEG_INF)
+    s_label = scores.gather(1, targets.labels[:, None]).squeeze(1) if hard else None
+    scores.scatter_reduce_(1, targets.ids, teacher.fill, reduce="amin")
+    return s_topk, s_label
+
+
+def _bucket_rows(s_topk: Tensor, rest_max: Tensor, shift: Tensor, rest_sum: Tensor, teacher: TeacherBuckets,
+                 options: LossOptions, coef: Tensor, want_grad: bool) -> _BucketRows:
+    """The ``[C, K+1]`` bucket maths of a chunk from the row passes' results (the same for both kernels)."""
+    lse_rest = shift + rest_sum.log()
+    lse = torch.logaddexp(lse_rest, torch.logsumexp(s_topk, dim=1))
+    lq = torch.cat([s_topk, lse_rest[:, None]], 1).sub_(lse[:, None])  # student bucket log-probs [C, K+1]
+    terms, weights = bucket_terms(teacher.lp, lq, teacher.present, options.divergence, options.beta, p=teacher.p)
+    soft = (terms.sum(dim=1) * teacher.targets.keep).sum()
+
+    # Student top-1 equals the teacher's top-1 iff that token's logit is the row maximum.
+    row_max = torch.maximum(rest_max, s_topk.amax(dim=1))
+    agree = (teacher.counted & (s_topk.gather(1, teacher.top1).squeeze(1) >= row_max)).sum().to(s_topk.dtype)
+
+    # G_j = tail_coef · e_j on R, topk_grad at the teacher tokens.
+    q_unit = torch.exp(shift - lse)  # q_j = e_j · q_unit on R
+    tail_coef = torch.zeros_like(lse)
+    topk_grad = torch.zeros_like(s_topk)
+    if want_grad and options.soft_weight > 0:
+        alpha = coef * (options.soft_weight * options.temperature)  # soft_weight · T² · (1/T) from s = z/T
+        gbar = weights.sum(dim=1)
+        w_rest = weights[:, -1] / rest_sum.clamp(min=1.0)  # q_j g_R = e_j · w_R / Σ e; Σ e ≥ 1 unless R is empty
+        tail_coef = alpha * (w_rest - q_unit * gbar)
+        topk_grad = alpha[:, None] * (weights[:, :-1] - lq[:, :-1].exp() * gbar[:, None])
+    return _BucketRows(soft, agree, lse, lq, q_unit, tail_coef, topk_grad, coef * options.hard_weight)
+
+
+def _chunk_loss_triton_(scores: Tensor, teacher: TeacherBuckets, options: LossOptions, coef: Tensor, *,
+                        want_grad: bool, want_hard: bool, grad_out: Tensor) -> ChunkSums:
+    """:func:`chunk_loss_` with the two row passes as Triton kernels; ``scores`` keeps ``s`` (teacher tokens at
+    -inf) and G goes to ``grad_out``. Same maths, same bucket code."""
+    temperature = options.temperature
+    targets = teacher.targets
+    hard = want_hard and targets.labels is not None
+    need_t = hard and temperature != 1.0
+    t_value = torch.full((1,), temperature, dtype=scores.dtype, device=scores.device)
+    s_topk, s_label = _gather_and_mask_(scores, teacher, hard)
+    rest_max, rest_sum, lse_t_rest = row_kernels.rest_stats(scores, t_value, need_t)
+    shift = rest_max.clamp(min=torch.finfo(scores.dtype).min)
+    rows = _bucket_rows(s_topk, rest_max, shift, rest_sum, teacher, options, coef, want_grad)
+    if not hard and not want_grad:
+        return ChunkSums(rows.soft, scores.new_zeros(()), rows.agree)
+    keep = targets.keep
+    a, topk_grad, lse_z = rows.tail_coef, rows.topk_grad, None
+    if not hard:
+        hard_sum = scores.new_zeros(())
+    elif temperature == 1.0:
+        hard_sum = ((rows.lse - s_label) * keep).sum()
+        a = a + rows.beta_hard * rows.q_unit
+        topk_grad = topk_grad + rows.beta_hard[:, None] * rows.lq[:, :-1].exp()
+    else:
+        lse_z = torch.logaddexp(lse_t_rest, torch.logsumexp(temperature * s_topk, dim=1))
+        hard_sum = ((lse_z - temperature * s_label) * keep).sum()
+        topk_grad = topk_grad + rows.beta_hard[:, None] * torch.exp(temperature * s_topk - lse_z[:, None])
+    if want_grad:
+        label_term = hard and options.hard_weight > 0
+        if label_term:  # the label's -β at a teacher token; the kernel adds it at a rest token
+            topk_grad = topk_grad - rows.beta_hard[:, None] * (targets.ids == targets.labels[:, None])
+        row_kernels.write_grad(scores, grad_out, shift, a, temperature=t_value, lse_t=lse_z,
+                               b=rows.beta_hard if lse_z is not None else None,
+                               labels=targets.labels if label_term else None,
+                               beta=rows.beta_hard if label_term else None)
+        grad_out.scatter_add_(1, targets.ids, topk_grad.masked_fill_(teacher.padding, 0.0).to(grad_out.dtype))
+    return ChunkSums(rows.soft, hard_sum, rows.agree)
 
 
 def total_loss(sums: ChunkSums, n: Tensor, options: LossOptions) -> Tensor:

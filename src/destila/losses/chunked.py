@@ -21,14 +21,15 @@ from torch import Tensor
 from destila.losses.chunk_math import ChunkSums, chunk_loss_, teacher_buckets, total_loss
 from destila.losses.inputs import Batch, promoted_dtype
 from destila.losses.options import LossOptions
+from destila.losses.plan import Plan
 
 
 def _chunked_from_logits(logits: Tensor, batch: Batch, options: LossOptions, *, want_grad: bool,
-                         want_hard: bool) -> tuple[ChunkSums, Tensor | None]:
+                         want_hard: bool, plan: Plan) -> tuple[ChunkSums, Tensor | None]:
     """Loss sums over ``logits [N, V]`` and, with ``want_grad``, their gradient ``[N, V]`` (logits' dtype)."""
     rows, vocab = logits.shape
     cdt = batch.compute_dtype
-    chunk = max(1, min(options.chunk_size, rows))
+    chunk = plan.chunk
     coef = batch.keep.to(cdt) / batch.n
     buffer = torch.empty(chunk, vocab, dtype=cdt, device=logits.device)
     grad = torch.empty_like(logits) if want_grad else None
@@ -40,7 +41,8 @@ def _chunked_from_logits(logits: Tensor, batch: Batch, options: LossOptions, *, 
         if options.temperature != 1.0:
             scores.mul_(1.0 / options.temperature)
         teacher = teacher_buckets(batch.targets(start, stop), options)
-        sums = chunk_loss_(scores, teacher, options, coef[start:stop], want_grad=want_grad, want_hard=want_hard)
+        sums = chunk_loss_(scores, teacher, options, coef[start:stop], want_grad=want_grad, want_hard=want_hard,
+                           kernels=plan.kernels)
         soft, hard, agree = soft + sums.soft, hard + sums.hard, agree + sums.agree
         if want_grad:
             grad[start:stop].copy_(scores)
@@ -51,9 +53,9 @@ class ChunkedDistillFunction(torch.autograd.Function):
     """``(loss, soft, hard, agree) = f(logits)``; the logit gradient is computed in the forward."""
 
     @staticmethod
-    def forward(ctx, logits, batch: Batch, options: LossOptions, want_hard: bool):
+    def forward(ctx, logits, batch: Batch, options: LossOptions, want_hard: bool, plan: Plan):
         sums, grad = _chunked_from_logits(logits, batch, options, want_grad=ctx.needs_input_grad[0],
-                                          want_hard=want_hard)
+                                          want_hard=want_hard, plan=plan)
         ctx.save_for_backward(grad)  # freed by autograd right after backward
         ctx.mark_non_differentiable(sums.soft, sums.hard, sums.agree)
         return total_loss(sums, batch.n, options), sums.soft, sums.hard, sums.agree
@@ -64,16 +66,16 @@ class ChunkedDistillFunction(torch.autograd.Function):
         (grad,) = ctx.saved_tensors
         if not bool(grad_loss == 1):
             grad = grad * grad_loss.to(grad.dtype)
-        return grad, None, None, None
+        return grad, None, None, None, None
 
 
-def chunked_loss(batch: Batch, options: LossOptions, want_hard: bool) -> tuple[Tensor, ChunkSums]:
+def chunked_loss(batch: Batch, options: LossOptions, want_hard: bool, plan: Plan) -> tuple[Tensor, ChunkSums]:
     """The forward-chunked loss and its sums."""
     dtype = promoted_dtype(batch.hidden, batch.weight, batch.bias)
     bias = None if batch.bias is None else batch.bias.to(dtype)
     logits = F.linear(batch.hidden.to(dtype), batch.weight.to(dtype), bias)
     if torch.is_grad_enabled() and logits.requires_grad:
-        loss, soft, hard, agree = ChunkedDistillFunction.apply(logits, batch, options, want_hard)
+        loss, soft, hard, agree = ChunkedDistillFunction.apply(logits, batch, options, want_hard, plan)
         return loss, ChunkSums(soft, hard, agree)
-    sums, _ = _chunked_from_logits(logits, batch, options, want_grad=False, want_hard=want_hard)
+    sums, _ = _chunked_from_logits(logits, batch, options, want_grad=False, want_hard=want_hard, plan=plan)
     return total_loss(sums, batch.n, options), sums

@@ -27,7 +27,7 @@ from destila.losses.inputs import Batch, promoted_dtype
 from destila.losses.options import LossOptions
 
 
-def dense_loss(batch: Batch, options: LossOptions, want_hard: bool) -> tuple[Tensor, ChunkSums]:
+def dense_loss(batch: Batch, options: LossOptions, want_hard: bool, plan=None) -> tuple[Tensor, ChunkSums]:
     """The loss over full ``[N, V]`` grids and its sums (same contract as the other impls)."""
     t, cdt = batch.targets(), batch.compute_dtype
     dtype = promoted_dtype(batch.hidden, batch.weight, batch.bias)

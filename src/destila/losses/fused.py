@@ -37,6 +37,8 @@ from torch import Tensor
 from destila.losses.chunk_math import ChunkSums, chunk_loss_, teacher_buckets, total_loss
 from destila.losses.inputs import Batch
 from destila.losses.options import LossOptions
+from destila.losses.plan import Plan
+from destila.losses.row_kernels import bf16_rows_over
 
 
 @contextlib.contextmanager
@@ -55,17 +57,21 @@ def _lossless_tf32(device: torch.device, *dtypes: torch.dtype):
 
 
 def fused_forward(batch: Batch, options: LossOptions, *, need_dh: bool, need_dw: bool, need_db: bool,
-                  want_hard: bool) -> tuple[ChunkSums, Tensor | None, Tensor | None, Tensor | None]:
+                  want_hard: bool, plan: Plan) -> tuple[ChunkSums, Tensor | None, Tensor | None, Tensor | None]:
     """Loss sums over all rows and, as asked, ``dh [N, H]``, ``dW [V, H]``, ``db [V]`` of ``Σ_r coef_r·loss_r``.
 
     Gradients are those of the normalised loss (rows weighted by ``keep / n``),
-    in the dtypes of hidden, weight and bias.
+    in the dtypes of hidden, weight and bias. ``plan``: precision, row kernels
+    and chunk rows (:func:`destila.losses.plan.plan_for`).
     """
+    if plan.precision == "fast":
+        return _fused_fast(batch, options, need_dh=need_dh, need_dw=need_dw, need_db=need_db, want_hard=want_hard,
+                           plan=plan)
     hidden, weight, bias = batch.hidden, batch.weight, batch.bias
     cdt, device = batch.compute_dtype, hidden.device
     rows, size = hidden.shape
     vocab = weight.shape[0]
-    chunk = max(1, min(options.chunk_size, rows))
+    chunk = plan.chunk
     inv_t = 1.0 / options.temperature
     want_grad = need_dh or need_dw or need_db
     coef = batch.keep.to(cdt) / batch.n
@@ -91,7 +97,8 @@ def fused_forward(batch: Batch, options: LossOptions, *, need_dh: bool, need_dw:
             else:
                 torch.mm(h, w.t(), out=scores)
             teacher = teacher_buckets(batch.targets(start, stop), options)
-            sums = chunk_loss_(scores, teacher, options, coef[start:stop], want_grad=want_grad, want_hard=want_hard)
+            sums = chunk_loss_(scores, teacher, options, coef[start:stop], want_grad=want_grad, want_hard=want_hard,
+                               kernels=plan.kernels)
             soft, hard, agree = soft + sums.soft, hard + sums.hard, agree + sums.agree
             if need_dh:
                 if dh_cast is None:
@@ -102,9 +109,86 @@ def fused_forward(batch: Batch, options: LossOptions, *, need_dh: bool, need_dw:
                 dw.addmm_(scores.t(), h)
             if need_db:
                 db.add_(scores.sum(dim=0))
+    del buffer, dh_cast, w, b  # freed before the casts below, which make the output copies
     if dw is not None and dw.dtype != weight.dtype:
         dw = dw.to(weight.dtype)
     if db is not None and db.dtype != bias.dtype:
+        db = db.to(bias.dtype)
+    return ChunkSums(soft, hard, agree), dh, dw, db
+
+
+def _fused_fast(batch: Batch, options: LossOptions, *, need_dh: bool, need_dw: bool, need_db: bool, want_hard: bool,
+                plan: Plan) -> tuple[ChunkSums, Tensor | None, Tensor | None, Tensor | None]:
+    """:func:`fused_forward` for bfloat16 hidden, weight (and bias): the GEMMs of a plain bf16 lm_head.
+
+    Per chunk: ``s = h Wᵀ / T`` by a bf16 GEMM that writes float32 (the logits
+    are never rounded to bf16, and no float32 copy of W exists); the row math;
+    G rounded once to bf16 (by the Triton kernel into the first half of each
+    float32 row's bytes, or by a cast after the eager ops); ``dh = G W`` in
+    bf16 and ``dW += Gᵀ h`` into a float32 accumulator, both bf16 GEMMs with
+    float32 accumulation. The buffer is freed before dW is cast to bf16.
+
+    Emulated on CPU (``plan.emulated``): the same roundings, with float32
+    GEMMs of the upcast values (the products of bf16 values are exact in
+    float32), so the tests check these numerics without a GPU.
+    """
+    hidden, weight, bias = batch.hidden, batch.weight, batch.bias
+    device, f32 = hidden.device, torch.float32
+    rows, size = hidden.shape
+    vocab = weight.shape[0]
+    chunk, emulated, triton_rows = plan.chunk, plan.emulated, plan.kernels == "triton"
+    inv_t = 1.0 / options.temperature
+    want_grad = need_dh or need_dw or need_db
+    coef = batch.keep.to(f32) / batch.n
+
+    w32 = weight.to(f32) if emulated else None  # CPU has no bf16 → float32 GEMM: upcast, exact products
+    b32 = None if bias is None else bias.to(f32)
+    buffer = torch.empty(chunk, vocab, dtype=f32, device=device)
+    dh = torch.empty(rows, size, dtype=hidden.dtype, device=device) if need_dh else None
+    dw = torch.zeros(vocab, size, dtype=f32, device=device) if need_dw else None
+    db = torch.zeros(vocab, dtype=f32, device=device) if need_db else None
+    soft, hard, agree = (torch.zeros((), dtype=f32, device=device) for _ in range(3))
+
+    for start in range(0, rows, chunk):
+        stop = min(start + chunk, rows)
+        scores = buffer[: stop - start]
+        h = hidden[start:stop]
+        if emulated:
+            torch.mm(h.to(f32), w32.t(), out=scores)
+        elif b32 is None and inv_t != 1.0:
+            torch.addmm(scores, h, weight.t(), beta=0.0, alpha=inv_t, out_dtype=f32, out=scores)
+        else:
+            torch.mm(h, weight.t(), out_dtype=f32, out=scores)
+        if b32 is not None:
+            scores.add_(b32)
+        if (emulated or b32 is not None) and inv_t != 1.0:
+            scores.mul_(inv_t)
+        teacher = teacher_buckets(batch.targets(start, stop), options)
+        g16 = bf16_rows_over(scores) if want_grad and triton_rows else None
+        sums = chunk_loss_(scores, teacher, options, coef[start:stop], want_grad=want_grad, want_hard=want_hard,
+                           kernels=plan.kernels, grad_out=g16)
+        soft, hard, agree = soft + sums.soft, hard + sums.hard, agree + sums.agree
+        if not want_grad:
+            continue
+        if g16 is None:
+            g16 = scores.to(torch.bfloat16)  # eager row math: G is float32 in place; one rounding
+        if emulated:
+            g = g16.to(f32)
+            if need_dh:
+                dh[start:stop].copy_(g @ w32)
+            if need_dw:
+                dw.addmm_(g.t(), h.to(f32))
+        else:
+            if need_dh:
+                torch.mm(g16, weight, out=dh[start:stop])
+            if need_dw:
+                torch.addmm(dw, g16.t(), h, out_dtype=f32, out=dw)
+        if need_db:
+            db.add_(g16.sum(dim=0, dtype=f32))
+    del buffer, w32, b32  # freed before the casts below, which make the output copies
+    if dw is not None:
+        dw = dw.to(weight.dtype)
+    if db is not None:
         db = db.to(bias.dtype)
     return ChunkSums(soft, hard, agree), dh, dw, db
 
@@ -113,10 +197,10 @@ class FusedDistillFunction(torch.autograd.Function):
     """``(loss, soft, hard, agree) = f(hidden, weight, bias)``; only ``loss`` is differentiable."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, batch: Batch, options: LossOptions, want_hard: bool):
+    def forward(ctx, hidden, weight, bias, batch: Batch, options: LossOptions, want_hard: bool, plan: Plan):
         need_dh, need_dw, need_db = ctx.needs_input_grad[:3]
         sums, dh, dw, db = fused_forward(batch, options, need_dh=need_dh, need_dw=need_dw,
-                                         need_db=need_db and bias is not None, want_hard=want_hard)
+                                         need_db=need_db and bias is not None, want_hard=want_hard, plan=plan)
         # Saved (not kept as ctx attributes) so that autograd frees them right
         # after backward, and a leaf's .grad can take them over without a copy.
         ctx.present = tuple(g is not None for g in (dh, dw, db))
@@ -133,14 +217,15 @@ class FusedDistillFunction(torch.autograd.Function):
         # scaled the loss (gradient accumulation, loss scaling).
         if not bool(grad_loss == 1):
             grads = [None if g is None else g * grad_loss.to(g.dtype) for g in grads]
-        return (*grads, None, None, None)
+        return (*grads, None, None, None, None)
 
 
-def fused_loss(batch: Batch, options: LossOptions, want_hard: bool) -> tuple[Tensor, ChunkSums]:
+def fused_loss(batch: Batch, options: LossOptions, want_hard: bool, plan: Plan) -> tuple[Tensor, ChunkSums]:
     """The fused loss and its sums; builds an autograd node only when a gradient can be asked for."""
     params = (batch.hidden, batch.weight, batch.bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in params):
-        loss, soft, hard, agree = FusedDistillFunction.apply(*params, batch, options, want_hard)
+        loss, soft, hard, agree = FusedDistillFunction.apply(*params, batch, options, want_hard, plan)
         return loss, ChunkSums(soft, hard, agree)
-    sums, *_ = fused_forward(batch, options, need_dh=False, need_dw=False, need_db=False, want_hard=want_hard)
+    sums, *_ = fused_forward(batch, options, need_dh=False, need_dw=False, need_db=False, want_hard=want_hard,
+                             plan=plan)
     return total_loss(sums, batch.n, options), sums

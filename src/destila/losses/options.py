@@ -17,6 +17,10 @@ from destila.losses.divergences import divergence_help, divergence_names, get_di
 DIVERGENCES = divergence_names()  # the built-in ones; the registry may hold more
 TAILS = ("bucket", "renorm", "none")
 IMPLS = ("fused", "chunked", "dense")
+PRECISIONS = ("auto", "fast", "exact")
+KERNELS = ("auto", "triton", "torch")
+# What a caller that needs a fixed number of rows uses (evaluation's own row blocks); the loss itself
+# picks its chunk from the vocabulary, hidden size and free memory when chunk_size is None.
 DEFAULT_CHUNK_SIZE = 2048
 
 
@@ -68,14 +72,35 @@ class LossOptions:
         "choices": list(IMPLS),
         "help": "fused: lm_head inside the loss, [chunk, V] memory; chunked: full logits once, loss "
                 "over row chunks; dense: full [N, V] grids through autograd (the reference)."})
-    chunk_size: int = field(default=DEFAULT_CHUNK_SIZE, metadata={
+    chunk_size: int | None = field(default=None, metadata={
         "help": "Rows per chunk for fused and chunked: the [chunk, V] float32 buffer is their "
-                "largest allocation. Ignored by dense."})
+                "largest allocation. Default: chosen from V, H and the free memory (docs/loss.md, "
+                "'chunk size'). Ignored by dense."})
+    precision: str = field(default="auto", metadata={
+        "choices": list(PRECISIONS),
+        "help": "fused only. fast: bf16 GEMMs with float32 logits, the logit gradient rounded to bf16 for "
+                "the two gradient GEMMs, dW summed in float32 (bf16 inputs; CUDA, or emulated on CPU); "
+                "exact: float32 GEMMs on a float32 copy of the head; auto: fast on CUDA for bf16 inputs, "
+                "else exact."})
+    kernels: str = field(default="auto", metadata={
+        "choices": list(KERNELS),
+        "help": "fused and chunked: the row math between the GEMMs. triton: two Triton kernels per chunk "
+                "(needs the triton extra and a CUDA device); torch: eager torch ops; auto: triton on CUDA "
+                "when installed, else torch. The path taken is logged and reported by "
+                "destila.losses.describe_path."})
 
     def __post_init__(self) -> None:
         get_divergence(self.divergence)  # a registered name, or the error listing them
         _choice("tail", self.tail, TAILS)
         _choice("impl", self.impl, IMPLS)
+        _choice("precision", self.precision, PRECISIONS)
+        _choice("kernels", self.kernels, KERNELS)
+        if self.precision != "auto" and self.impl != "fused":
+            raise ValueError(f"precision: expected 'auto' with impl={self.impl!r}, found {self.precision!r}; "
+                             f"the GEMM precision is a choice of impl='fused' only")
+        if self.kernels == "triton" and self.impl == "dense":
+            raise ValueError("kernels: expected 'auto' or 'torch' with impl='dense', found 'triton'; "
+                             "the Triton row kernels serve impl='fused' and 'chunked'")
         # frozen dataclass: normalise ints to floats through object.__setattr__
         set_ = object.__setattr__
         set_(self, "beta", _number("beta", self.beta, low=0.0, low_open=True, high=1.0, high_open=True))
@@ -87,8 +112,9 @@ class LossOptions:
                              "the loss would be 0 whatever the student does")
         if isinstance(self.ignore_index, bool) or not isinstance(self.ignore_index, int):
             raise ValueError(f"ignore_index: expected an int, found {self.ignore_index!r}")
-        if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
+        if self.chunk_size is not None and (isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int)
+                                            or self.chunk_size < 1):
             raise ValueError(
-                f"chunk_size: expected a positive int (rows per chunk), found {self.chunk_size!r}; "
-                f"{DEFAULT_CHUNK_SIZE} (the default) was fastest on a 2-core CPU; smaller saves memory"
+                f"chunk_size: expected a positive int (rows per chunk) or None (chosen from V, H and the free "
+                f"memory), found {self.chunk_size!r}; smaller saves memory"
             )
