@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 TEST_JOBS ?= auto
 comma := ,
 
-.PHONY: install install-demo test test-slow test-all demo bench-loss docs clean
+.PHONY: install install-demo test test-slow test-all demo bench-loss docs gpu-wheels clean
 
 # Everything the tests use (every extra). `make demo` installs only what the demo runs (the `eval` extra for its
 # task accuracy), so a fresh machine reaches the demo a minute sooner; a later `make test` adds the rest.
@@ -30,7 +30,7 @@ $(VENV)/.installed-demo: pyproject.toml Makefile
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.installed-demo
-	$(PIP) install -e ".[test,eval,peft,deepspeed,peers$(if $(shell command -v nvidia-smi 2>/dev/null),$(comma)peers-gpu,)]"
+	$(PIP) install -e ".[test,eval,peft,deepspeed,triton,peers$(if $(shell command -v nvidia-smi 2>/dev/null),$(comma)peers-gpu,)]"
 	touch $@
 
 test: install
@@ -47,6 +47,17 @@ demo: install-demo
 
 bench-loss: install
 	$(VENV)/bin/destila bench loss --json benchmarks/results/loss_cpu.jsonl --csv benchmarks/results/loss_cpu.csv --plot benchmarks/results/loss_cpu.png
+
+# What benchmarks/gpu/check.sh needs on a GPU machine that has no network and lacks these packages:
+# the wheels of benchmarks/gpu/wheels.txt (CPython 3.12, manylinux x86-64) and the embedded teacher's
+# tokenizer, in the git-ignored .gpu/ (carried with the checkout; checked to stay under 64 MiB).
+GPU_DIR ?= .gpu
+GPU_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64,--platform $(p))
+gpu-wheels: install
+	rm -rf $(GPU_DIR)/wheels
+	$(PIP) download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $(GPU_PLATFORMS) \
+		-d $(GPU_DIR)/wheels -r benchmarks/gpu/wheels.txt
+	$(PY) benchmarks/gpu/prepare.py $(GPU_DIR)
 
 # The measured tables of docs/benchmarks.md and README.md, from benchmarks/results/.
 docs:

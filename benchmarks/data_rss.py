@@ -3,7 +3,7 @@
 The data stage is what `destila cache build` does before the teacher runs:
 load the source (datasets converts a jsonl to memory-mapped Arrow), tokenise
 into the token store until the budget is met, and open the packed source.
-Each size runs in a fresh process (destila.eval.measure.run_isolated) with fresh
+Each size runs in a fresh process (destila.bench.run_isolated) with fresh
 datasets and token-store caches; the peak is that process's RSS peak minus
 its baseline after imports.
 
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
 
-    from destila.eval.measure import run_isolated
+    from destila.bench import run_isolated
 
     folder = Path(args.folder)
     folder.mkdir(parents=True, exist_ok=True)

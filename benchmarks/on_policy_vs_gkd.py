@@ -8,7 +8,7 @@ at equal student steps, from the same starting student.
   teacher is loaded beside it and scores the samples over the full vocabulary), ``rounds × steps_per_round`` steps.
 
 All three use the same loss (generalised JSD, ``beta``), batch size, learning rate, sampling temperature and answer
-length. Each trains in its own process (:func:`destila.eval.measure.run_isolated`): its peak memory (RSS on CPU,
+length. Each trains in its own process (:func:`destila.bench.run_isolated`): its peak memory (RSS on CPU,
 allocated bytes on CUDA) and wall time are its own. Every final student is then scored on the held-out prompts,
 with the teacher's top-K bucket KL per answer token (K = ``top_k``):
 
@@ -179,7 +179,7 @@ def score(teacher: str, student: str, prompts: str, out: str, settings: dict, te
 
 
 def isolated(target: str, kwargs: dict, device: str) -> dict:
-    from destila.eval.measure import run_isolated
+    from destila.bench import run_isolated
 
     run = run_isolated(f"{WORKER}:{target}", kwargs, device=device)
     if run["status"] != "ok":

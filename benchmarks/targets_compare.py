@@ -139,8 +139,7 @@ def stage_students(args) -> None:
 
     Each student is trained and evaluated in its own process (``run_isolated``), like ``destila bench e2e``.
     """
-    from destila.bench.e2e import train_worker
-    from destila.eval.measure import run_isolated
+    from destila.bench import run_isolated, train_worker
     from destila.models import EMBEDDED, embedded_teacher_dir
     from destila.student import init_student
 

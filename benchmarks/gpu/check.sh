@@ -1,102 +1,153 @@
 #!/usr/bin/env bash
-# One-command GPU check for destila on one large GPU (written for one H200; about 8 minutes).
+# The GPU check: one command on a bare GPU machine (no network), its results named after the card.
 #
-#   benchmarks/gpu/check.sh [RESULTS_DIR]        # default: benchmarks/results/gpu-check
+#   make gpu-wheels                                   # here, with the package index: fills .gpu/
+#   bash benchmarks/gpu/check.sh [OUT_DIR]            # there, from the checkout root, with .gpu/ carried
+#   bash benchmarks/gpu/check.sh --dry-run [OUT_DIR]  # anywhere: checks .gpu/, prints every step, runs nothing
 #
-# 1. a 1B-class Llama teacher built from a config with random weights (bf16), its tokenizer taken from the
-#    embedded SmolLM2 (vocabulary 49152); a 2-layer student cut from it; a cache of 64K tokens on the GPU;
-# 2. training smoke in bf16 with the fused loss: torchrun with 1 process as DDP, then FSDP full-shard;
-#    each must log the engine it really ran, finite losses, and save a model;
-# 3. `destila bench loss` at the reference head shape (hidden 4096, vocab 131072): 32K tokens for
-#    fused, chunked and dense; 256K tokens for fused;
-# 4. `destila bench e2e` at 8K context with the 1B-class teacher (online, dense, chunked, fused).
+# It installs .gpu/wheels (benchmarks/gpu/wheels.txt: what those machines lack) into a folder of its own with
+# `pip install --no-index --no-deps --target`, then runs, most important first, each step with its own time
+# limit and all within BUDGET_S seconds (default 360, so that a rerun fits a 15-minute lease):
 #
-# Any failing step stops the script with a non-zero exit and a line naming the step.
-# TOKENIZER=DIR takes the tokenizer from DIR instead (a machine without the embedded teacher's package:
-# save it elsewhere with AutoTokenizer.from_pretrained(embedded_teacher_dir()).save_pretrained(DIR)).
-set -euo pipefail
+#   1. tests: the CUDA oracle tests (float64, float32 and bf16 against the float64 oracle; the Triton row
+#      kernels compiled, the fast path's memory);
+#   2. loss: `python -m benchmarks.peers loss` at H 4096, V 131072, K 100, bf16, N 8K / 16K / 32K: the floor,
+#      fused (fast), fused-exact and chunked beside Liger's fused linear JSD (β = 0: forward KL), Liger's
+#      chunked distillation loss and Cut Cross-Entropy's linear cross-entropy (the CE speed reference);
+#   3. loss_256k: `destila bench loss` at 256K rows (floor, fused, fused-exact);
+#   4. e2e: `destila bench e2e` at 8K context, offline chunked and fused, a 1B-class random Llama teacher with
+#      the embedded teacher's tokenizer (.gpu/tokenizer) and a 2-layer student cut from it;
+#   5. precision: each path's error against a float64 reference (benchmarks/loss_precision.py);
+#   6. chunk_curve: fused at 32K rows for chunk sizes 512 to 4096 (benchmarks/chunk_curve.py);
+#   7. verdicts: the acceptance lines, from the files above (benchmarks/gpu/verdicts.py).
+#
+# Results, at most 8 files, in OUT_DIR/gpu-CARD/ (CARD from nvidia-smi, e.g. h100): check_CARD.log (every
+# step's output and time), loss_CARD.jsonl, loss_CARD.png, loss_256k_CARD.jsonl, e2e_8k_CARD.json,
+# precision_CARD.jsonl, chunk_curve_CARD.jsonl, verdicts_CARD.txt. Copy that folder to benchmarks/results/ and
+# run `make docs`. A step that fails or runs out of time is written as such and the next step runs; the exit
+# code is 1 if any step did not pass.
+set -uo pipefail
 
-RESULTS=${1:-benchmarks/results/gpu-check}
-PYTHON=${PYTHON:-python}
-DESTILA=("$PYTHON" -m destila)
-TORCHRUN=("$PYTHON" -m torch.distributed.run)
-STEP="setup"
-trap 'echo "gpu check FAILED during: $STEP (exit $?)" >&2' ERR
+DRY_RUN=0
+if [[ "${1:-}" == "--dry-run" ]]; then DRY_RUN=1; shift; fi
+OUT_DIR=${1:-benchmarks/results}
+PYTHON=${PYTHON:-python3}
+GPU_DIR=${GPU_DIR:-.gpu}
+SITE=${SITE:-/tmp/destila-gpu-site}
+BUDGET_S=${BUDGET_S:-360}
+STARTED=$SECONDS
+FAILED=()
 
-mkdir -p "$RESULTS"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/destila-gpu-check.XXXXXX")
-echo "work folder: $WORK; results: $RESULTS"
+cd "$(dirname "$0")/../.." || exit 2
+ROOT=$PWD
 
-STEP="GPU present"
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$RESULTS/gpu.txt"
-"$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'torch sees no CUDA device'; print(torch.__version__, torch.version.cuda)"
+if [[ $DRY_RUN == 1 ]]; then
+    CARD=dry-run
+else
+    CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 \
+           | grep -oiE '(h100|h200|a100|l40s?|b200|gh200|a10g?|l4|rtx ?[0-9]+)' | head -1 | tr -d ' ' \
+           | tr '[:upper:]' '[:lower:]')
+    CARD=${CARD:-gpu}
+fi
+RESULTS=$OUT_DIR/gpu-$CARD
+WORK=${TMPDIR:-/tmp}/destila-gpu-check
+LOG=$RESULTS/check_$CARD.log
+if [[ $DRY_RUN == 1 ]]; then LOG=/dev/null; else mkdir -p "$RESULTS" "$WORK" && : > "$LOG"; fi
 
-STEP="1B-class random teacher"
-"$PYTHON" - "$WORK/teacher" "${TOKENIZER:-}" <<'PY'
-import sys
+say() { echo "$*" | tee -a "$LOG"; }
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
-
-from destila.models import embedded_teacher_dir
-
-out = sys.argv[1]
-tokenizer = AutoTokenizer.from_pretrained(sys.argv[2] or embedded_teacher_dir())
-config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                     num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
-                     tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
-torch.manual_seed(0)
-with torch.device("cuda"):
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-print(f"teacher: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters")
-model.save_pretrained(out)
-tokenizer.save_pretrained(out)
-PY
-
-STEP="student and cache"
-"${DESTILA[@]}" student init "$WORK/teacher" -o "$WORK/student" --layers 2
-"${DESTILA[@]}" cache build "$WORK/teacher" pydoc -o "$WORK/cache" --seq-len 1024 --max-tokens 65536 \
-    --device cuda --quiet
-
-check_run() {  # OUT ENGINE: the run logged ENGINE, finite losses, and saved a model
-    "$PYTHON" - "$1" "$2" <<'PY'
-import json, math, pathlib, sys
-
-out, engine = pathlib.Path(sys.argv[1]), sys.argv[2]
-records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
-ran = [r for r in records if "engine" in r]
-losses = [r["loss"] for r in records if "loss" in r]
-assert ran and ran[0]["engine"] == engine, f"expected engine {engine}, the log says {ran}"
-assert losses and all(math.isfinite(x) for x in losses), losses
-assert (out / "model.safetensors").is_file() or any(out.glob("model-*.safetensors")), "no saved model"
-print(f"{out.name}: {engine}, {len(losses)} logged steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}")
-PY
+# step NAME CAP_SECONDS COMMAND...: run COMMAND with a limit of min(CAP, what is left of the budget), its output
+# in the log; in a dry run, print it instead.
+step() {
+    local name=$1 cap=$2
+    shift 2
+    if [[ $DRY_RUN == 1 ]]; then
+        printf 'step %s (%ss):' "$name" "$cap"; printf ' %q' "$@"; printf '\n'
+        return 0
+    fi
+    local left=$((BUDGET_S - (SECONDS - STARTED)))
+    local limit=$((cap < left ? cap : left))
+    if ((limit < 20)); then
+        say "== $name: NOT RUN (no time left: ${left}s of the ${BUDGET_S}s budget)"
+        FAILED+=("$name")
+        return 0
+    fi
+    say "== $name (limit ${limit}s): $*"
+    local began=$SECONDS
+    timeout --kill-after=10 "$limit" "$@" >>"$LOG" 2>&1
+    local code=$?
+    if ((code == 0)); then
+        say "== $name: passed in $((SECONDS - began))s"
+    else
+        say "== $name: FAILED (exit $code$( ((code == 124)) && echo ', out of time')) after $((SECONDS - began))s"
+        FAILED+=("$name")
+    fi
 }
 
-TRAIN=(-m destila train "$WORK/student" --cache "$WORK/cache" --bf16 --max_steps 20 --logging_steps 5
-       --per_device_train_batch_size 4 --save_strategy no)
-STEP="DDP smoke (torchrun, 1 GPU, bf16, fused loss)"
-"${TORCHRUN[@]}" --standalone --nproc-per-node 1 "${TRAIN[@]}" -o "$WORK/ddp"
-check_run "$WORK/ddp" single
-STEP="FSDP full-shard smoke (torchrun, 1 GPU, bf16, fused loss)"
-"${TORCHRUN[@]}" --standalone --nproc-per-node 1 "${TRAIN[@]}" -o "$WORK/fsdp" --fsdp full_shard
-check_run "$WORK/fsdp" fsdp2
+# -- setup: the carried wheels and tokenizer ----------------------------------------------------------------
+"$PYTHON" - "$GPU_DIR/wheels" <<'PY' || { echo "gpu check: $GPU_DIR is not ready: run 'make gpu-wheels' where pip reaches the package index, and carry $GPU_DIR" >&2; exit 2; }
+import sys
+sys.path.insert(0, "benchmarks/gpu")
+from pathlib import Path
+from prepare import wheel_problems
+problems = wheel_problems(Path(sys.argv[1]))
+for line in problems:
+    print(f"gpu check: {line}", file=sys.stderr)
+sys.exit(1 if problems else 0)
+PY
+[[ -f $GPU_DIR/tokenizer/tokenizer_config.json ]] || { echo "gpu check: no tokenizer in $GPU_DIR/tokenizer: run 'make gpu-wheels'" >&2; exit 2; }
 
-STEP="bench loss at 32K (hidden 4096, vocab 131072, bf16)"
-"${DESTILA[@]}" bench loss --device cuda --dtype bfloat16 --hidden 4096 --vocab 131072 --seq-lens 32K \
-    --impls fused,chunked,dense --repeats 3 --max-seconds 20 \
-    --json "$RESULTS/loss_32k.jsonl" --csv "$RESULTS/loss_32k.csv"
-STEP="bench loss at 256K (fused)"
-"${DESTILA[@]}" bench loss --device cuda --dtype bfloat16 --hidden 4096 --vocab 131072 --seq-lens 256K \
-    --impls fused --repeats 3 --max-seconds 30 \
-    --json "$RESULTS/loss_256k.jsonl" --csv "$RESULTS/loss_256k.csv"
+if [[ $DRY_RUN == 0 ]]; then
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+        "$GPU_DIR"/wheels/*.whl >>"$LOG" 2>&1 || { say "gpu check: installing the wheels failed (see $LOG)"; exit 2; }
+fi
+export PYTHONPATH=$SITE:$ROOT/src:$ROOT${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false USE_HUB_KERNELS=NO
 
-STEP="bench e2e at 8K with the 1B-class teacher"
-"${DESTILA[@]}" bench e2e --device cuda --dtype bfloat16 --teacher "$WORK/teacher" --student "$WORK/student" \
-    --data pydoc --seq-len 8192 --batch-size 1 --steps 4 --methods online,dense,chunked,fused \
-    --gradient-checkpointing --workdir "$WORK/e2e" \
-    --json "$RESULTS/e2e_8k.json" --csv "$RESULTS/e2e_8k.csv" --plot "$RESULTS/e2e_8k.png"
+if [[ $DRY_RUN == 0 ]]; then
+    {
+        date -u +%Y-%m-%dT%H:%M:%SZ
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+        "$PYTHON" -c 'import importlib.metadata as m, sys
+for n in ("torch", "triton", "transformers", "accelerate", "datasets", "pyarrow", "fsspec", "huggingface-hub",
+          "liger-kernel", "trl", "cut-cross-entropy", "zstandard", "gguf"):
+    try: print(n, m.version(n))
+    except m.PackageNotFoundError: print(n, "MISSING")
+import torch, destila, destila.losses, datasets, zstandard, gguf
+from destila.losses.plan import bf16_gemm_to_float32
+print("cuda", torch.version.cuda, "bf16 GEMM writing float32:", bf16_gemm_to_float32(torch.device("cuda")))'
+    } 2>&1 | tee -a "$LOG"
+fi
 
-STEP="done"
+# -- the steps, most important first ---------------------------------------------------------------------
+HEAD=(--device cuda --dtype bfloat16 --hidden 4096 --vocab 131072 --top-k 100)
+
+step tests 120 "$PYTHON" -m pytest -q -m "" -p no:randomly -x tests/losses/test_cuda.py tests/losses/test_triton_rows.py
+
+step loss 170 "$PYTHON" -m benchmarks.peers loss "${HEAD[@]}" --seq-lens 8K,16K,32K \
+    --impls fused,fused-exact,chunked --peers liger-fljsd,liger-distill,cce --repeats 3 --max-seconds 10 \
+    --timeout 120 --json "$RESULTS/loss_$CARD.jsonl" --plot "$RESULTS/loss_$CARD.png"
+
+step loss_256k 70 "$PYTHON" -m destila bench loss "${HEAD[@]}" --seq-lens 256K --impls fused,fused-exact \
+    --repeats 2 --max-seconds 10 --timeout 60 --json "$RESULTS/loss_256k_$CARD.jsonl"
+
+step teacher 40 "$PYTHON" benchmarks/gpu/random_teacher.py "$WORK/teacher" "$GPU_DIR/tokenizer"
+step student 30 "$PYTHON" -m destila student init "$WORK/teacher" -o "$WORK/student" --layers 2
+step e2e 110 "$PYTHON" -m destila bench e2e --device cuda --dtype bfloat16 --teacher "$WORK/teacher" \
+    --student "$WORK/student" --data pydoc --seq-len 8192 --batch-size 1 --steps 4 --methods chunked,fused \
+    --gradient-checkpointing --workdir "$WORK/e2e" --json "$RESULTS/e2e_8k_$CARD.json"
+
+step precision 40 "$PYTHON" benchmarks/loss_precision.py --device cuda --json "$RESULTS/precision_$CARD.jsonl"
+
+step chunk_curve 80 "$PYTHON" benchmarks/chunk_curve.py "${HEAD[@]}" --seq-len 32K --chunk-sizes 512,1024,2048,4096 \
+    --repeats 2 --max-seconds 5 --json "$RESULTS/chunk_curve_$CARD.jsonl"
+
+step verdicts 20 "$PYTHON" benchmarks/gpu/verdicts.py "$RESULTS" "$CARD"
+
+if [[ $DRY_RUN == 1 ]]; then
+    echo "dry run: $GPU_DIR is ready; results would go to $RESULTS"
+    exit 0
+fi
 rm -rf "$WORK"
-echo "gpu check passed; results in $RESULTS"
+say "gpu check: $((SECONDS - STARTED))s; results in $RESULTS; ${#FAILED[@]} step(s) not passed: ${FAILED[*]:-none}"
+((${#FAILED[@]} == 0))

@@ -37,9 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from destila.bench.e2e import _row, prepare_student, run_e2e, step_clock
-from destila.bench.parsing import name_list
-from destila.eval.measure import run_isolated
+from destila.bench import method_row, name_list, prepare_student, run_e2e, run_isolated, step_clock
 from destila.models import EMBEDDED, embedded_teacher_dir
 
 PEER_TRAINERS = {
@@ -169,7 +167,7 @@ def run_peer_trainers(cfg, teacher: str, student: str, peers: tuple[str, ...], o
             ), device=cfg.device, timeout=cfg.timeout, threads=cfg.threads)
             if run["status"] == "ok":  # GKD logs no kl/ce split: its loss is the KL
                 run["result"].update(kl=run["result"]["losses"], ce=[])
-            row = _row(name, run, cfg)
+            row = method_row(name, run, cfg)
         row["trainer"] = PEER_TRAINERS[name]
         rows.append(row)
         if on_row:

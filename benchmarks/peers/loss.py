@@ -23,6 +23,8 @@ trl-chunked     ``_chunked_divergence_loss`` (the loss of        teacher hidden 
 liger-fljsd     ``LigerFusedLinearJSD`` (Triton; GPU only)       teacher hidden and head
 liger-distill   ``LigerFusedLinearJSDLoss`` (Liger's fused       teacher hidden and head
                 linear distillation base; GPU only)
+cce             ``linear_cross_entropy`` (Cut Cross-Entropy;     none: the labels' cross-entropy, the
+                Triton, GPU only)                                speed reference of a fused CE kernel
 ==============  ===============================================  =====================================
 
 destila's rows need only the cached top-K (ids, log-probs, tail: ``N·(6K+4)``
@@ -48,8 +50,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from destila.bench.loss import DTYPE_BYTES, LossBenchConfig
-from destila.bench.parsing import name_list
+from destila.bench import DTYPE_BYTES, LossBenchConfig, name_list
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class LossPeer:
     called: str
     inputs: str  # the teacher-side input it needs, counted in its memory
     divergence: str
-    teacher: str  # "logits" or "hidden"
+    teacher: str  # "logits", "hidden", or "none" (a reference that is not a distillation loss)
     gpu_only: bool = False
 
 
@@ -77,6 +78,9 @@ PEERS = {p.name: p for p in (
              "teacher hidden [N,H] + head [V,H]", "generalized JSD β", "hidden", gpu_only=True),
     LossPeer("liger-distill", "liger-kernel", "liger_kernel.chunked_loss", "LigerFusedLinearJSDLoss",
              "teacher hidden [N,H] + head [V,H]", "generalized JSD β", "hidden", gpu_only=True),
+    # Not a distillation loss: the cross-entropy on the labels, the time a fused CE kernel takes on this head.
+    LossPeer("cce", "cut-cross-entropy", "cut_cross_entropy", "linear_cross_entropy", "labels only",
+             "cross-entropy on labels (reference)", "none", gpu_only=True),
 )}
 DESTILA_INPUTS = "top-K ids, log-probs, tail [N,K]"
 DESTILA_DIVERGENCE = "forward KL, K+1 buckets"
@@ -105,6 +109,8 @@ def unavailable_reason(peer: str, device: str) -> str | None:
 
 def teacher_bytes(peer: str, n: int, hidden: int, vocab: int, elem: int) -> int:
     """Bytes of the teacher-side input ``peer`` needs for ``n`` rows."""
+    if PEERS[peer].teacher == "none":
+        return 0
     if PEERS[peer].teacher == "logits":
         return n * vocab * elem
     return n * hidden * elem + vocab * hidden * elem
@@ -127,6 +133,8 @@ def make_teacher(peer: str, n: int, hidden: int, vocab: int, dtype, device: str,
     """
     import torch
 
+    if PEERS[peer].teacher == "none":
+        return {}
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     weight = torch.randn(vocab, hidden, device=device, generator=gen, dtype=dtype) * (2.0 / math.sqrt(hidden))
     th = torch.randn(n, hidden, device=device, generator=gen, dtype=dtype)
@@ -178,6 +186,10 @@ def peer_loss(peer: str, hidden, weight, teacher: dict, labels, *, beta: float =
         loss_fn = LigerFusedLinearJSDLoss(weight_hard_loss=0.0, weight_soft_loss=1.0, beta=beta,
                                           chunk_size=chunk_size)
         return loss_fn(hidden, weight, teacher["hidden"], teacher["weight"], labels)
+    if peer == "cce":
+        from cut_cross_entropy import linear_cross_entropy
+
+        return linear_cross_entropy(hidden, weight, labels)
     raise ValueError(f"peer: expected one of {', '.join(PEERS)}, found {peer!r}")
 
 
@@ -254,7 +266,8 @@ def peer_verdicts(table: list[dict]) -> list[str]:
     """Per N, whether fused uses less peak memory than every peer that ran, and is no slower than the fastest."""
     lines = []
     for n in sorted({e["seq_len"] for e in table}):
-        ran = [e for e in table if e["seq_len"] == n and e["impl"] in PEERS and e["status"] == "ok"]
+        ran = [e for e in table if e["seq_len"] == n and e["impl"] in PEERS and e["status"] == "ok"
+               and PEERS[e["impl"]].teacher != "none"]  # a reference (CE only) is no distillation peer
         if not ran or not any(e["impl"] == "fused" and e["status"] == "ok" for e in table if e["seq_len"] == n):
             continue
         leanest = min(ran, key=lambda e: e["memory_vs_fused"])

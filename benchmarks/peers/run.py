@@ -17,10 +17,8 @@ from rich.console import Console
 from benchmarks.peers.e2e import PeerTrainers, run_e2e_with_peers
 from benchmarks.peers.loss import PeerRows
 from benchmarks.peers.report import plot_peers, print_e2e_table, print_peer_table
-from destila.bench.e2e import E2EConfig, save_json
-from destila.bench.loss import LossBenchConfig, run_loss_sweep, summarise
-from destila.bench.results import OutputFiles, machine_info, write_csv, write_jsonl
-from destila.bench.tables import LOSS_HEADER, e2e_row_line, loss_row_line
+from destila.bench import (LOSS_HEADER, E2EConfig, LossBenchConfig, OutputFiles, e2e_row_line, loss_row_line,
+                           machine_info, run_loss_sweep, save_json, summarise, write_csv, write_jsonl)
 from destila.cli.bench import loss_config
 from destila.cli.fields import add_fields, values_of
 from destila.cli.parser import Parser

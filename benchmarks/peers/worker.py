@@ -26,15 +26,15 @@ def peer_worker(peer: str, seq_len: int, hidden: int, vocab: int, dtype: str, de
 
     The student's hidden states and head are drawn as destila's rows draw
     theirs (same shapes, same distribution); the teacher input is the
-    peer's own (see :mod:`benchmarks.peers.loss`). Timed like destila's rows, by :func:`~destila.bench.loss.time_against_floor`.
+    peer's own (see :mod:`benchmarks.peers.loss`). Timed like destila's rows, by :func:`destila.bench.time_against_floor`.
     """
     import torch
 
     # Imported inside the measured call, as destila's own loss_worker imports the loss: both rows pay alike.
-    from destila.bench.loss import _make_inputs, time_against_floor
+    from destila.bench import make_loss_inputs, time_against_floor
 
     torch_dtype = getattr(torch, dtype)
-    h, w = _make_inputs(seq_len, hidden, vocab, 0, torch_dtype, device, seed)[:2]
+    h, w = make_loss_inputs(seq_len, hidden, vocab, 0, torch_dtype, device, seed)[:2]
     teacher = make_teacher(peer, seq_len, hidden, vocab, torch_dtype, device, seed)
     labels = torch.arange(seq_len, device=device) % vocab  # every row counts
 

@@ -26,6 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from destila.bench.harness import step_clock, synchronize
 from destila.bench.parsing import gib, int_list, name_list
 from destila.models import EMBEDDED, embedded_teacher_dir, final_hidden_states, load_causal_lm, output_head
 
@@ -158,25 +159,6 @@ def train_worker(method: str, student: str, out: str, cache: str | None, teacher
             "kl": [r["kl"] for r in records], "ce": [r["ce"] for r in records]}
 
 
-def step_clock(device: str):
-    """A Trainer callback that records each optimizer step's wall time in ``.seconds``."""
-    from transformers import TrainerCallback
-
-    class StepClock(TrainerCallback):
-        def __init__(self):
-            self.seconds, self.start = [], None
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            _synchronize(device)
-            self.start = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            _synchronize(device)
-            self.seconds.append(time.perf_counter() - self.start)
-
-    return StepClock()
-
-
 def long_context_worker(impl: str, student: str, seq_len: int, top_k: int, device: str, dtype: str,
                         gradient_checkpointing: bool) -> dict:
     """One forward+backward of the student on one sequence of ``seq_len`` tokens with random top-K targets."""
@@ -203,15 +185,8 @@ def long_context_worker(impl: str, student: str, seq_len: int, top_k: int, devic
     weight, bias = output_head(model)
     loss = distill_loss(hidden, weight, topk_ids, topk_logprobs, tail, bias=bias, impl=impl)
     loss.backward()
-    _synchronize(device)
+    synchronize(device)
     return {"seconds": time.perf_counter() - start, "loss": loss.item()}
-
-
-def _synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize()
 
 
 # -- the comparison ------------------------------------------------------------------
@@ -256,7 +231,7 @@ def run_e2e(cfg: E2EConfig, on_row=None) -> dict:
             seq_len=cfg.seq_len, steps=cfg.steps, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
             seed=cfg.seed, device=cfg.device, dtype=cfg.dtype, gradient_checkpointing=cfg.gradient_checkpointing,
         ), device=cfg.device, timeout=cfg.timeout, threads=cfg.threads)
-        row = _row(method, run, cfg)
+        row = method_row(method, run, cfg)
         rows.append(row)
         if on_row:
             on_row(row)
@@ -265,7 +240,7 @@ def run_e2e(cfg: E2EConfig, on_row=None) -> dict:
             "break_even_runs": break_even_runs(cache_info["seconds"], rows, cfg.steps)}
 
 
-def _row(method: str, run: dict, cfg: E2EConfig) -> dict:
+def method_row(method: str, run: dict, cfg: E2EConfig) -> dict:
     row = {"method": method, "status": run["status"], "seq_len": cfg.seq_len, "batch_size": cfg.batch_size,
            "device": cfg.device, "dtype": cfg.dtype, "peak_bytes": run["peak_bytes"], "error": run["error"]}
     if run["status"] == "ok":

@@ -24,19 +24,22 @@ larger N for that impl are then ``skipped``. The sweep always goes on.
 
 from __future__ import annotations
 
-import math
-import statistics
-import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from destila.bench.harness import make_loss_inputs, run_isolated, time_against_floor
 from destila.bench.parsing import gib, int_list, name_list
-from destila.eval.measure import PeakMeter, active_meter, run_isolated
-from destila.losses import distill_loss
+from destila.losses import LossOptions, distill_loss
 from destila.losses.options import DEFAULT_CHUNK_SIZE
+from destila.losses.plan import plan_for
 
 WORKER = "destila.bench.loss:loss_worker"
-IMPLS = ("fused", "chunked", "dense")
+# fused: the default path on these tensors (on CUDA with bf16: precision fast and the Triton row kernels);
+# fused-exact: precision="exact" (float32 GEMMs); fused-torch: the row math as eager torch ops.
+IMPLS = ("fused", "fused-exact", "fused-torch", "chunked", "dense")
+IMPL_OPTIONS = {"fused": {}, "fused-exact": {"impl": "fused", "precision": "exact"},
+                "fused-torch": {"impl": "fused", "kernels": "torch"}, "chunked": {}, "dense": {}}
+DEFAULT_IMPLS = ("fused", "chunked", "dense")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Float32 [N, V] arrays' worth of memory at dense's peak (log-softmax, dense
 # teacher grid, masks, gradients), measured with this sweep on CPU: +1.28 GiB
@@ -56,11 +59,13 @@ class LossBenchConfig:
     top_k: int = field(default=100, metadata={"help": "teacher entries per row K"})
     seq_lens: tuple[int, ...] = field(default=(2048, 4096, 8192, 16384, 32768, 65536), metadata={
         "help": "comma-separated N", "type": int_list})
-    impls: tuple[str, ...] = field(default=IMPLS, metadata={
-        "help": "comma-separated impls (the floor always runs)", "type": name_list})
+    impls: tuple[str, ...] = field(default=DEFAULT_IMPLS, metadata={
+        "help": f"comma-separated impls among {', '.join(IMPLS)} (the floor always runs)", "type": name_list})
     dtype: str = field(default="float32", metadata={"help": "inputs' dtype", "choices": list(DTYPE_BYTES)})
     device: str = field(default="cpu", metadata={"help": "cpu or cuda[:i]"})
-    chunk_size: int = field(default=DEFAULT_CHUNK_SIZE, metadata={"help": "rows per chunk (fused, chunked, floor)"})
+    chunk_size: int | None = field(default=None, metadata={
+        "help": "rows per chunk (fused, chunked, floor); default: the loss's own choice from V, H and the free "
+                "memory, recorded in each row"})
     repeats: int = field(default=3, metadata={"help": "timed runs per configuration (median reported)"})
     max_seconds: float = field(default=30.0, metadata={
         "help": "stop repeating a configuration once its timed runs add up to this"})
@@ -80,7 +85,7 @@ class LossBenchConfig:
         if unknown:
             raise ValueError(f"impls: expected some of {', '.join(IMPLS)}, found {unknown}")
         for name in ("hidden", "vocab", "top_k", "chunk_size", "repeats"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected a positive integer, found {getattr(self, name)}")
         if self.top_k > self.vocab:
             raise ValueError(f"top_k: expected ≤ vocab = {self.vocab}, found {self.top_k}")
@@ -114,126 +119,37 @@ def input_bytes(n: int, cfg: LossBenchConfig) -> int:
 def predicted_bytes(impl: str, n: int, cfg: LossBenchConfig) -> int:
     """A generous estimate of a configuration's peak above baseline, to skip what cannot fit."""
     e, v, h, k = DTYPE_BYTES[cfg.dtype], cfg.vocab, cfg.hidden, cfg.top_k
-    chunk = min(cfg.chunk_size, n)
+    chunk = min(cfg.chunk_size or DEFAULT_CHUNK_SIZE, n)
     base = input_bytes(n, cfg) + n * k * (8 + 4 + 1) * 2  # + cleaned targets (int64 ids, log-probs, masks)
     float32_head = 0 if e == 4 else 2 * v * h * 4  # float32 copy of W and dW accumulator
-    if impl in ("fused", "floor"):
+    if impl in ("fused", "fused-exact", "fused-torch", "floor"):
         return base + chunk * v * 4 + float32_head
     if impl == "chunked":
         return base + 2 * n * v * e + chunk * v * 4
     return base + int(DENSE_GRIDS * n * v * 4)
 
 
-def _make_inputs(n: int, hidden: int, vocab: int, top_k: int, dtype, device: str, seed: int):
-    """Random inputs generated on ``device`` in row blocks (no large temporaries left in the peak)."""
-    import torch
-
-    gen = torch.Generator(device=device).manual_seed(seed)
-    h = torch.empty(n, hidden, dtype=dtype, device=device)
-    w = torch.empty(vocab, hidden, dtype=dtype, device=device)
-    ids = torch.empty(n, top_k, dtype=torch.int32, device=device)
-    lp = torch.empty(n, top_k, dtype=torch.float16, device=device)
-    # Distinct ids per row without an [N, V] permutation: start + k·step mod V
-    # with step coprime to V visits K different tokens.
-    steps = torch.tensor([s for s in (1, 3, 5, 7, 11, 13, 17, 19, 23) if math.gcd(s, vocab) == 1], device=device)
-    offsets = torch.arange(top_k, device=device)
-    block = 4096
-    for start in range(0, max(n, vocab), block):
-        if start < vocab:
-            rows = min(block, vocab - start)
-            w[start:start + rows] = torch.randn(rows, hidden, device=device, generator=gen) / math.sqrt(hidden)
-        if start < n:
-            rows = min(block, n - start)
-            h[start:start + rows] = torch.randn(rows, hidden, device=device, generator=gen)
-            first = torch.randint(0, vocab, (rows, 1), device=device, generator=gen)
-            step = steps[torch.randint(0, len(steps), (rows, 1), device=device, generator=gen)]
-            ids[start:start + rows] = (first + step * offsets) % vocab
-            # Peaked teacher: the top-K holds 95% of the mass, the tail the rest.
-            logits = 2.0 * torch.randn(rows, top_k, device=device, generator=gen)
-            lp[start:start + rows] = torch.log_softmax(logits, dim=1) + math.log(0.95)
-    tail = torch.full((n,), math.log(0.05), device=device)
-    return h.requires_grad_(True), w.requires_grad_(True), ids, lp, tail
-
-
-def _floor_step(h, w, chunk: int) -> None:
-    """The three lm_head GEMMs of fwd+bwd over row chunks, into buffers allocated per call as fused does."""
-    import torch
-
-    with torch.no_grad():
-        rows, vocab = h.shape[0], w.shape[0]
-        chunk = min(chunk, rows)
-        logits = torch.empty(chunk, vocab, dtype=h.dtype, device=h.device)
-        dh, dw = torch.empty_like(h), torch.zeros_like(w)
-        for start in range(0, rows, chunk):
-            stop = min(start + chunk, rows)
-            g = logits[: stop - start]
-            torch.mm(h[start:stop], w.t(), out=g)
-            torch.mm(g, w, out=dh[start:stop])
-            dw.addmm_(g.t(), h[start:stop])
-
-
 def loss_worker(impl: str, seq_len: int, hidden: int, vocab: int, top_k: int, dtype: str, device: str,
-                chunk_size: int, repeats: int, max_seconds: float, seed: int = 0) -> dict:
-    """One configuration, run inside :func:`run_isolated`: see :func:`time_against_floor`."""
-    import torch
+                chunk_size: int | None, repeats: int, max_seconds: float, seed: int = 0) -> dict:
+    """One configuration, run inside :func:`run_isolated`: see :func:`time_against_floor`.
 
-    h, w, ids, lp, tail = _make_inputs(seq_len, hidden, vocab, top_k, getattr(torch, dtype), device, seed)
-
-    def loss(rows: int) -> None:
-        distill_loss(h[:rows], w, ids[:rows], lp[:rows], tail[:rows], impl=impl, chunk_size=chunk_size).backward()
-
-    return time_against_floor(loss, h, w, seq_len=seq_len, chunk_size=chunk_size, repeats=repeats,
-                              max_seconds=max_seconds, device=device, floor_only=impl == "floor")
-
-
-def time_against_floor(run, h, w, *, seq_len: int, chunk_size: int, repeats: int, max_seconds: float,
-                       device: str, floor_only: bool = False) -> dict:
-    """Time ``run(rows)`` (one fwd+bwd over the first ``rows`` rows) against the floor, in this process.
-
-    Each timed run is followed by a timed run of the floor (:func:`_floor_step`
-    on the same ``h [N, H]`` and ``w [V, H]``), so that both see the same
-    machine load (other processes on a shared machine shift absolute times
-    by tens of percent within minutes). Peak memory counts ``run``'s runs
-    only, inputs included (everything alive when this is called).
-    ``floor_only``: time the floor itself as the run.
+    ``chunk_size`` None: the loss's own choice for all ``seq_len`` rows, decided
+    once here and used by every run and by the floor; the result says which
+    rows per chunk and which path (:func:`destila.losses.describe_path`) ran.
     """
     import torch
 
-    meter = active_meter() or PeakMeter(device)
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    h, w, ids, lp, tail = make_loss_inputs(seq_len, hidden, vocab, top_k, getattr(torch, dtype), device, seed)
+    options = {"impl": impl, **IMPL_OPTIONS.get(impl, {})} if impl != "floor" else {"impl": "fused"}
+    plan = plan_for(LossOptions(**options, chunk_size=chunk_size), h.detach(), w.detach(), None)
+    chunk = plan.chunk
 
-    def floor(rows: int) -> None:
-        _floor_step(h.detach()[:rows], w.detach(), chunk_size)
+    def loss(rows: int) -> None:
+        distill_loss(h[:rows], w, ids[:rows], lp[:rows], tail[:rows], **options, chunk_size=chunk).backward()
 
-    if floor_only:
-        run = floor
-
-    def timed(fn, rows: int) -> float:
-        h.grad = w.grad = None  # the previous run's gradients are not this run's memory
-        sync()
-        began = time.perf_counter()
-        fn(rows)
-        sync()
-        return time.perf_counter() - began
-
-    meter.restart_peak()
-    timed(run, min(seq_len, 2 * chunk_size))  # warm-up: allocator, kernels, code paths
-    peak = meter.peak()
-    if not floor_only:
-        timed(floor, min(seq_len, 2 * chunk_size))
-    times: list[float] = []
-    floor_times: list[float] = []
-    while len(times) < repeats and (not times or sum(times) + sum(floor_times) < max_seconds):
-        meter.restart_peak()
-        times.append(timed(run, seq_len))
-        peak = max(peak, meter.peak())
-        if not floor_only:
-            floor_times.append(timed(floor, seq_len))
-    floor_times = floor_times or times
-    gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
-    return {"times": times, "seconds": statistics.median(times), "repeats_done": len(times),
-            "floor_times": floor_times, "floor_seconds": statistics.median(floor_times), "peak_bytes": peak,
-            "threads": torch.get_num_threads(), "gpu": gpu}
+    result = time_against_floor(loss, h, w, seq_len=seq_len, chunk_size=chunk, repeats=repeats,
+                                max_seconds=max_seconds, device=device, floor_only=impl == "floor")
+    return {**result, "chunk_size": chunk, "path": "the lm_head GEMMs" if impl == "floor" else plan.describe()}
 
 
 def run_loss_sweep(cfg: LossBenchConfig, on_row=None, others: OtherRows | None = None) -> list[dict]:
@@ -297,7 +213,8 @@ def _run_one(impl: str, n: int, cfg: LossBenchConfig, failed_at: dict, others: O
             "seconds": result.get("seconds"), "times": result.get("times"),
             "floor_seconds": result.get("floor_seconds"), "floor_times": result.get("floor_times"),
             "repeats_done": result.get("repeats_done", 0), "threads": result.get("threads"),
-            "gpu": result.get("gpu"), "wall_seconds": report["wall_seconds"]}
+            "gpu": result.get("gpu"), "wall_seconds": report["wall_seconds"],
+            "chunk_size": result.get("chunk_size", cfg.chunk_size), "path": result.get("path")}
 
 
 def summarise(rows: list[dict]) -> list[str]:

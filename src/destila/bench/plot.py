@@ -7,6 +7,8 @@ from pathlib import Path
 
 STYLE = {  # impl: (colour, line style, label)
     "fused": ("tab:green", "-", "fused"),
+    "fused-exact": ("tab:olive", "-.", "fused, precision exact"),
+    "fused-torch": ("tab:cyan", ":", "fused, torch row math"),
     "chunked": ("tab:orange", "-", "forward-chunked"),
     "dense": ("tab:red", "-", "dense"),
     "floor": ("tab:gray", "--", "floor (lm_head GEMMs)"),
