@@ -219,3 +219,23 @@ def test_the_path_is_said_and_refused_when_it_cannot_run(monkeypatch):
         monkeypatch.delenv("TRITON_INTERPRET")
         with pytest.raises(ValueError, match="kernels: 'triton' runs on CUDA tensors"):
             distill_loss(*case.args(), kernels="triton")
+
+
+def test_fast_precision_on_float32_inputs_rounds_them_as_autocast_does():
+    """Mixed-precision training hands the loss float32 hidden states and master weights: precision='fast' rounds
+    both to bf16 for the GEMMs (what autocast does for a plain lm_head) and returns float32 gradients. Against the
+    oracle on the rounded values: the loss to 1e-5, the gradients to 4e-3 (G's rounding to bf16 only: they are
+    not rounded on return)."""
+    base = make_case(n=64, h=48, v=300, k=12, seed=3)
+    rounded = base.to(torch.bfloat16, lp_dtype=torch.float64).to(torch.float64).leaves()
+    options = dict(divergence="forward_kl", tail="bucket", temperature=2.0, hard_weight=0.5)
+    want = oracle(rounded, **options)[0]
+    want.backward()
+    case = _on_device(base.to(torch.float32).leaves())
+    text = describe_path(LossOptions(precision="fast", kernels="torch"), case.hidden, case.weight, case.bias)
+    assert "float32 inputs rounded to bf16" in text
+    loss = distill_loss(*case.args(), bias=case.bias, chunk_size=32, precision="fast", kernels="torch", **options)
+    loss.backward()
+    assert rel_err(loss, want) <= 1e-5
+    for got, ref in ((case.hidden.grad, rounded.hidden.grad), (case.weight.grad, rounded.weight.grad)):
+        assert got.dtype == torch.float32 and rel_err(got, ref) <= 4e-3

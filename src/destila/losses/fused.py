@@ -19,12 +19,19 @@ for O(N·H + V·H) of stored gradient instead of O(N·H) of saved input. The
 backward then only scales the stored gradients by the incoming scalar. Under
 ``torch.no_grad()`` (evaluation) no gradient work is done at all.
 
-Inputs in bfloat16/float16 are multiplied in float32 (exact products, float32
-sums); gradients come back in each input's dtype. On CUDA those float32 GEMMs
-run with TF32 enabled: a bf16/fp16 value is exactly representable in TF32,
-so the logits are what a float32 GEMM would give, at tensor-core speed; the
-two gradient GEMMs round G to TF32 (10 mantissa bits, finer than the bf16
-that a plain bf16 lm_head's backward would use).
+Two precisions (:mod:`destila.losses.plan` picks one per call):
+
+- exact: inputs in bfloat16/float16 are multiplied in float32 (exact
+  products, float32 sums) through a float32 copy of the head; gradients
+  come back in each input's dtype. On CUDA those float32 GEMMs run with TF32
+  enabled: a bf16/fp16 value is exactly representable in TF32, so the
+  logits are what a float32 GEMM would give; the two gradient GEMMs round G
+  to TF32 (10 mantissa bits).
+- fast (bf16 inputs; on CUDA by default): the GEMMs of a plain bf16 lm_head,
+  see :func:`_fused_fast`.
+
+The row math between the GEMMs is :func:`chunk_loss_`, as eager torch ops or
+as the two Triton kernels of :mod:`destila.losses.row_kernels`.
 """
 
 from __future__ import annotations
@@ -119,7 +126,8 @@ def fused_forward(batch: Batch, options: LossOptions, *, need_dh: bool, need_dw:
 
 def _fused_fast(batch: Batch, options: LossOptions, *, need_dh: bool, need_dw: bool, need_db: bool, want_hard: bool,
                 plan: Plan) -> tuple[ChunkSums, Tensor | None, Tensor | None, Tensor | None]:
-    """:func:`fused_forward` for bfloat16 hidden, weight (and bias): the GEMMs of a plain bf16 lm_head.
+    """:func:`fused_forward` with the GEMMs of a plain bf16 lm_head (bf16 inputs; float32 ones rounded to bf16
+    first, as autocast rounds them; gradients come back in each input's dtype).
 
     Per chunk: ``s = h Wᵀ / T`` by a bf16 GEMM that writes float32 (the logits
     are never rounded to bf16, and no float32 copy of W exists); the row math;
@@ -141,8 +149,10 @@ def _fused_fast(batch: Batch, options: LossOptions, *, need_dh: bool, need_dw: b
     want_grad = need_dh or need_dw or need_db
     coef = batch.keep.to(f32) / batch.n
 
-    w32 = weight.to(f32) if emulated else None  # CPU has no bf16 → float32 GEMM: upcast, exact products
-    b32 = None if bias is None else bias.to(f32)
+    bf16 = torch.bfloat16
+    w16 = weight.to(bf16)  # a no-op for a bf16 head; for float32 master weights the copy autocast would make
+    w32 = w16.to(f32) if emulated else None  # CPU has no bf16 → float32 GEMM: upcast, exact products
+    b32 = None if bias is None else bias.to(bf16).to(f32)
     buffer = torch.empty(chunk, vocab, dtype=f32, device=device)
     dh = torch.empty(rows, size, dtype=hidden.dtype, device=device) if need_dh else None
     dw = torch.zeros(vocab, size, dtype=f32, device=device) if need_dw else None
@@ -152,13 +162,13 @@ def _fused_fast(batch: Batch, options: LossOptions, *, need_dh: bool, need_dw: b
     for start in range(0, rows, chunk):
         stop = min(start + chunk, rows)
         scores = buffer[: stop - start]
-        h = hidden[start:stop]
+        h = hidden[start:stop].to(bf16)
         if emulated:
             torch.mm(h.to(f32), w32.t(), out=scores)
         elif b32 is None and inv_t != 1.0:
-            torch.addmm(scores, h, weight.t(), beta=0.0, alpha=inv_t, out_dtype=f32, out=scores)
+            torch.addmm(scores, h, w16.t(), beta=0.0, alpha=inv_t, out_dtype=f32, out=scores)
         else:
-            torch.mm(h, weight.t(), out_dtype=f32, out=scores)
+            torch.mm(h, w16.t(), out_dtype=f32, out=scores)
         if b32 is not None:
             scores.add_(b32)
         if (emulated or b32 is not None) and inv_t != 1.0:
@@ -180,14 +190,17 @@ def _fused_fast(batch: Batch, options: LossOptions, *, need_dh: bool, need_dw: b
                 dw.addmm_(g.t(), h.to(f32))
         else:
             if need_dh:
-                torch.mm(g16, weight, out=dh[start:stop])
+                if dh.dtype == bf16:
+                    torch.mm(g16, w16, out=dh[start:stop])
+                else:
+                    torch.mm(g16, w16, out_dtype=f32, out=dh[start:stop])
             if need_dw:
                 torch.addmm(dw, g16.t(), h, out_dtype=f32, out=dw)
         if need_db:
             db.add_(g16.sum(dim=0, dtype=f32))
-    del buffer, w32, b32  # freed before the casts below, which make the output copies
+    del buffer, w16, w32, b32  # freed before the casts below, which make the output copies
     if dw is not None:
-        dw = dw.to(weight.dtype)
+        dw = dw.to(weight.dtype)  # a no-op for float32 master weights
     if db is not None:
         db = db.to(bias.dtype)
     return ChunkSums(soft, hard, agree), dh, dw, db

@@ -50,6 +50,7 @@ class Plan:
     kernels: str
     chunk: int
     emulated: bool = False
+    rounded: bool = False  # fast on float32 inputs: rounded to bf16 for the GEMMs, as autocast does
 
     def describe(self) -> str:
         if self.impl == "dense":
@@ -57,6 +58,7 @@ class Plan:
         parts = [self.impl]
         if self.precision == "fast":
             parts.append("precision fast (bf16 GEMMs, float32 logits and dW, bf16 G"
+                         + (", float32 inputs rounded to bf16" if self.rounded else "")
                          + (", emulated with float32 GEMMs on CPU)" if self.emulated else ")"))
         elif self.precision == "exact":
             parts.append("precision exact (float32 GEMMs)")
@@ -80,7 +82,8 @@ def plan_for(options: LossOptions, hidden: Tensor, weight: Tensor, bias: Tensor 
         kernels = _kernels(options, hidden.device)
         copies = 2 if precision == "exact" and weight.dtype != torch.float32 else 1
         chunk = options.chunk_size or _auto_chunk_once(rows, vocab, size, hidden.device, copies)
-        plan = Plan(options.impl, precision, kernels, max(1, min(chunk, rows)), emulated)
+        rounded = precision == "fast" and any(t is not None and t.dtype == torch.float32 for t in (hidden, weight, bias))
+        plan = Plan(options.impl, precision, kernels, max(1, min(chunk, rows)), emulated, rounded)
     _log_once(plan.describe())
     return plan
 
@@ -95,15 +98,18 @@ def describe_path(options: LossOptions, hidden: Tensor, weight: Tensor, bias: Te
 
 
 def _precision(options: LossOptions, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[str, bool]:
-    all_bf16 = all(t is None or t.dtype == torch.bfloat16 for t in (hidden, weight, bias))
+    tensors = [t for t in (hidden, weight, bias) if t is not None]
+    all_bf16 = all(t.dtype == torch.bfloat16 for t in tensors)
     cuda = hidden.device.type == "cuda"
     if options.precision == "exact":
         return "exact", False
     if options.precision == "fast":
-        if not all_bf16:
-            found = sorted({str(t.dtype).removeprefix("torch.") for t in (hidden, weight, bias) if t is not None})
-            raise ValueError(f"precision: 'fast' expects bfloat16 hidden, weight and bias, found {', '.join(found)}; "
-                             f"use precision='exact' (or 'auto') for other dtypes")
+        # float32 inputs (mixed-precision training keeps float32 master weights) are rounded to bf16 for
+        # the GEMMs, as autocast would round them for a plain lm_head.
+        if not all(t.dtype in (torch.bfloat16, torch.float32) for t in tensors):
+            found = sorted({str(t.dtype).removeprefix("torch.") for t in tensors})
+            raise ValueError(f"precision: 'fast' expects bfloat16 or float32 hidden, weight and bias, found "
+                             f"{', '.join(found)}; use precision='exact' (or 'auto') for other dtypes")
         if cuda and not bf16_gemm_to_float32(hidden.device):
             raise ValueError(f"precision: 'fast' needs torch.mm(..., out_dtype=torch.float32) on CUDA, which "
                              f"torch {torch.__version__} lacks here; use precision='exact' or a newer torch")
