@@ -122,7 +122,7 @@ fi
 # -- the steps, most important first ---------------------------------------------------------------------
 HEAD=(--device cuda --dtype bfloat16 --hidden 4096 --vocab 131072 --top-k 100)
 
-step tests 120 "$PYTHON" -m pytest -q -m "" -p no:randomly -x tests/losses/test_cuda.py tests/losses/test_triton_rows.py
+step tests 120 "$PYTHON" -m pytest -q -n 4 -p no:randomly tests/losses/test_cuda.py tests/losses/test_triton_rows.py
 
 step loss 170 "$PYTHON" -m benchmarks.peers loss "${HEAD[@]}" --seq-lens 8K,16K,32K \
     --impls fused,fused-exact,chunked --peers liger-fljsd,liger-distill,cce --repeats 3 --max-seconds 10 \

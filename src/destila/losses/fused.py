@@ -116,7 +116,8 @@ def fused_forward(batch: Batch, options: LossOptions, *, need_dh: bool, need_dw:
                 dw.addmm_(scores.t(), h)
             if need_db:
                 db.add_(scores.sum(dim=0))
-    del buffer, dh_cast, w, b  # freed before the casts below, which make the output copies
+    # Freed before the casts below, which make the output copies: the buffer (and its view), the float32 head.
+    buffer = scores = dh_cast = w = b = h = None  # noqa: F841
     if dw is not None and dw.dtype != weight.dtype:
         dw = dw.to(weight.dtype)
     if db is not None and db.dtype != bias.dtype:
@@ -159,6 +160,7 @@ def _fused_fast(batch: Batch, options: LossOptions, *, need_dh: bool, need_dw: b
     db = torch.zeros(vocab, dtype=f32, device=device) if need_db else None
     soft, hard, agree = (torch.zeros((), dtype=f32, device=device) for _ in range(3))
 
+    g = None
     for start in range(0, rows, chunk):
         stop = min(start + chunk, rows)
         scores = buffer[: stop - start]
@@ -198,7 +200,9 @@ def _fused_fast(batch: Batch, options: LossOptions, *, need_dh: bool, need_dw: b
                 torch.addmm(dw, g16.t(), h, out_dtype=f32, out=dw)
         if need_db:
             db.add_(g16.sum(dim=0, dtype=f32))
-    del buffer, w16, w32, b32  # freed before the casts below, which make the output copies
+    # Freed before the casts below, which make the output copies: the buffer (and every view of it), the
+    # chunk's bf16 hidden and G, the head's bf16 and float32 copies.
+    buffer = scores = g16 = g = h = w16 = w32 = b32 = None  # noqa: F841
     if dw is not None:
         dw = dw.to(weight.dtype)  # a no-op for float32 master weights
     if db is not None:
