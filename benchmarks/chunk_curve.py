@@ -13,6 +13,7 @@ with ``chunk_size`` set.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from destila.bench import LossBenchConfig, int_list, machine_info, run_loss_sweep, write_jsonl
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    machine = machine_info()
+    machine = {**machine_info(), "command": shlex.join(["python", "benchmarks/chunk_curve.py", *sys.argv[1:]])}
     rows = []
     for chunk in (*args.chunk_sizes, None):
         cfg = LossBenchConfig(hidden=args.hidden, vocab=args.vocab, top_k=args.top_k, seq_lens=(args.seq_len,),

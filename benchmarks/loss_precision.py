@@ -14,6 +14,7 @@ bf16 computation of the same loss (what a model computing the loss in bf16 gets)
 from __future__ import annotations
 
 import argparse
+import shlex
 import math
 import sys
 
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    machine = machine_info()
+    machine = {**machine_info(), "command": shlex.join(["python", "benchmarks/loss_precision.py", *sys.argv[1:]])}
     c = make_case(args.rows, args.hidden, args.vocab, args.top_k, args.device)
     out = []
     for temperature, hard in ((1.0, 0.5), (2.0, 0.0)):

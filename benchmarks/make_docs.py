@@ -20,8 +20,10 @@ Adding a table for a new results file takes a function and a marker pair:
 then put ``<!-- table:cache-pass -->`` and ``<!-- /table:cache-pass -->`` in
 the doc (``doc=`` names another file than docs/benchmarks.md). ``.json`` files
 are passed parsed, ``.jsonl`` as a list of records, anything else as text. A
-marker without a registered table, or a registered table without its
-markers, is an error, so the two cannot drift apart.
+source with a ``*`` is a pattern: its renderer gets a list of ``(path, parsed)``
+for the files that match, possibly none (results that a GPU run adds, one
+folder per card). A marker without a registered table, or a registered table
+without its markers, is an error, so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -499,6 +501,89 @@ def demo(report: dict) -> str:
         f"Time per stage: {stage_line}."])
 
 
+def _precision_rows(records: list[dict]) -> list[list]:
+    return [[f"{r['temperature']:g}", f"{r['hard_weight']:g}", r["path"], f"{r['loss_error']:.1e}",
+             f"{r['dh_error']:.1e}", f"{r['dw_error']:.1e}"] for r in records]
+
+
+PRECISION_HEADER = ["T", "hard weight", "path", "loss", "dh", "dW"]
+
+
+@table("precision-cpu", "precision_cpu.jsonl", doc="docs/loss.md")
+def precision_cpu(records: list[dict]) -> str:
+    """Each path's relative error against the float64 reference (benchmarks/loss_precision.py)."""
+    first = records[0]
+    return "\n\n".join([
+        machine_line(first) + f" bf16 inputs: N {first['rows']}, H {first['hidden']}, V {first['vocab']}, "
+        f"K {first['top_k']}; error = max |x − reference| / max |reference|.",
+        render_rows(PRECISION_HEADER, _precision_rows(records), "rrlrrr")])
+
+
+def _curve_rows(records: list[dict]) -> list[list]:
+    return [[str(r.get("chunk_requested")), r["chunk_size"], r["impl"], r["status"],
+             f"{r['seconds']:.3f}" if r["status"] == "ok" else "–",
+             f"{r['ratio_to_floor']:.3f}" if r["status"] == "ok" and r["impl"] != "floor" else "–",
+             f"{r['peak_bytes'] / GIB:.2f}" if r["status"] == "ok" else "–"] for r in records]
+
+
+CURVE_HEADER = ["chunk asked", "rows", "row", "status", "seconds", "× floor", "peak GiB"]
+
+
+@table("chunk-curve-cpu", "chunk_curve_cpu.jsonl", "chunk_curve_cpu_load.txt", doc="docs/loss.md")
+def chunk_curve_cpu(records: list[dict], load_text: str) -> str:
+    """The fused loss against its chunk size on CPU (benchmarks/chunk_curve.py)."""
+    first = records[0]
+    return "\n\n".join([
+        command_block(first["command"]),
+        machine_line(first) + f" {first['dtype']}, N {first['seq_len']}, H {first['hidden']}, V {first['vocab']}, "
+        f"K {first['top_k']}; times are medians, × floor against the floor timed in the same process. "
+        f"Load while it ran: {load_text.strip()}",
+        render_rows(CURVE_HEADER, _curve_rows(records))])
+
+
+@table("gpu-check", "gpu-*/verdicts_*.txt", "gpu-*/loss_*.jsonl", "gpu-*/precision_*.jsonl",
+       "gpu-*/chunk_curve_*.jsonl", "gpu-*/e2e_8k_*.json", doc="docs/gpu.md")
+def gpu_check(verdicts, losses, precisions, curves, e2es) -> str:
+    """What `benchmarks/gpu/check.sh` wrote, one section per card folder `benchmarks/results/gpu-CARD/`."""
+    # gpu-check/ holds an earlier check's files, rendered by their own tables below.
+    verdicts, losses, precisions, curves, e2es = ([(path, data) for path, data in found if not path.startswith("gpu-check/")]
+                                                  for found in (verdicts, losses, precisions, curves, e2es))
+    if not verdicts and not losses:
+        return ("Not measured yet: no `benchmarks/results/gpu-CARD/` folder. Run the check above on a GPU machine "
+                "and copy its folder there; `make docs` then fills this section.")
+    parts = []
+    for card in sorted({path.split("/")[0] for path, _ in [*verdicts, *losses]}):
+        mine = lambda found: [data for path, data in found if path.startswith(card + "/")]  # noqa: E731
+        parts.append(f"**{card}**")
+        for text in mine(verdicts):
+            parts.append("\n".join(f"- {line}" for line in text.strip().splitlines()))
+        records = [r for sweep in mine(losses) for r in sweep]
+        if records:
+            parts.append(machine_line(records[0]) + f" {records[0]['dtype']}, H {records[0]['hidden']}, "
+                         f"V {records[0]['vocab']}, K {records[0]['top_k']}; each row's floor timed in its own process.")
+            parts.append(render_rows(
+                ["N", "row", "status", "peak GiB", "seconds", "× floor", "chunk"],
+                [[r["seq_len"], r.get("peer") or r["impl"], r["status"] if r["status"] == "ok" else
+                  f"{r['status']} ({r['error']})", f"{r['peak_bytes'] / GIB:.2f}" if r["status"] == "ok" else "–",
+                  f"{r['seconds']:.3f}" if r["status"] == "ok" else "–",
+                  f"{r['ratio_to_floor']:.2f}" if r["status"] == "ok" and r["impl"] != "floor" else "–",
+                  r.get("chunk_size") or "–"] for r in records]))
+        for found in mine(precisions):
+            parts.append(render_rows(PRECISION_HEADER, _precision_rows(found), "rrlrrr"))
+        for found in mine(curves):
+            parts.append(render_rows(CURVE_HEADER, _curve_rows(found)))
+        for result in mine(e2es):
+            config = result["config"]
+            parts.append(f"End to end: seq-len {config['seq_len']}, {config['steps']} steps ({config['warmup_steps']} "
+                         f"warm-up), 1B-class random Llama teacher, 2-layer student, {config['dtype']}.")
+            parts.append(render_rows(["method", "status", "peak memory", "step time", "tokens/s", "final loss"], [
+                [r["method"], r["status"], gib(r["peak_bytes"]),
+                 f"{r['step_seconds']:.3f} s" if r["status"] == "ok" else "–",
+                 f"{r['tokens_per_second']:.0f}" if r["status"] == "ok" else "–",
+                 f"{r['final_loss']:.6f}" if r["status"] == "ok" else "–"] for r in result["rows"]]))
+    return "\n\n".join(parts)
+
+
 # ---------------------------------------------------------------- driver
 
 _MARKER = re.compile(r"<!-- table:([a-z0-9-]+) -->\n.*?<!-- /table:\1 -->", re.S)
@@ -517,14 +602,16 @@ def render_docs(root: Path = ROOT) -> dict[Path, str]:
         if len(_MARKER.findall(text)) != len(found):
             raise ValueError(f"{doc}: a `<!-- table:NAME -->` marker has no matching `<!-- /table:NAME -->`")
     missing = [f"{RESULTS}/{source} (table {t.name} of {t.doc})" for t in TABLES.values() for source in t.sources
-               if not (root / RESULTS / source).is_file()]
+               if "*" not in source and not (root / RESULTS / source).is_file()]
     if missing:
         raise FileNotFoundError("no results file " + "; ".join(missing) +
                                 ": commit the benchmark's results (or unregister the table)")
 
     def fill(match: re.Match) -> str:
         spec = TABLES[match.group(1)]
-        parsed = [load(root / RESULTS / source) for source in spec.sources]
+        parsed = [[(path.relative_to(root / RESULTS).as_posix(), load(path))
+                   for path in sorted((root / RESULTS).glob(source))] if "*" in source
+                  else load(root / RESULTS / source) for source in spec.sources]
         sources = ", ".join(f"`{RESULTS}/{source}`" for source in spec.sources)
         body = spec.render(*parsed).strip()
         return (f"<!-- table:{spec.name} -->\n"

@@ -7,7 +7,7 @@
 #
 # It installs .gpu/wheels (benchmarks/gpu/wheels.txt: what those machines lack) into a folder of its own with
 # `pip install --no-index --no-deps --target`, then runs, most important first, each step with its own time
-# limit and all within BUDGET_S seconds (default 360, so that a rerun fits a 15-minute lease):
+# limit and all within BUDGET_S seconds (default 420: with a machine start, a shorter rerun still fits 15 minutes):
 #
 #   1. tests: the CUDA oracle tests (float64, float32 and bf16 against the float64 oracle; the Triton row
 #      kernels compiled, the fast path's memory);
@@ -34,7 +34,7 @@ OUT_DIR=${1:-benchmarks/results}
 PYTHON=${PYTHON:-python3}
 GPU_DIR=${GPU_DIR:-.gpu}
 SITE=${SITE:-/tmp/destila-gpu-site}
-BUDGET_S=${BUDGET_S:-360}
+BUDGET_S=${BUDGET_S:-420}
 STARTED=$SECONDS
 FAILED=()
 
@@ -124,7 +124,7 @@ HEAD=(--device cuda --dtype bfloat16 --hidden 4096 --vocab 131072 --top-k 100)
 
 step tests 120 "$PYTHON" -m pytest -q -n 4 -p no:randomly tests/losses/test_cuda.py tests/losses/test_triton_rows.py
 
-step loss 170 "$PYTHON" -m benchmarks.peers loss "${HEAD[@]}" --seq-lens 8K,16K,32K \
+step loss 200 "$PYTHON" -m benchmarks.peers loss "${HEAD[@]}" --seq-lens 8K,16K,32K \
     --impls fused,fused-exact,chunked --peers liger-fljsd,liger-distill,cce --repeats 3 --max-seconds 10 \
     --timeout 120 --json "$RESULTS/loss_$CARD.jsonl" --plot "$RESULTS/loss_$CARD.png"
 
