@@ -10,7 +10,7 @@
 # limit and all within BUDGET_S seconds (default 420: with a machine start, a shorter rerun still fits 15 minutes):
 #
 #   1. tests: the CUDA oracle tests (float64, float32 and bf16 against the float64 oracle; the Triton row
-#      kernels compiled, the fast path's memory);
+#      kernels compiled, the fast path's memory), and Liger's and CCE's values against destila's;
 #   2. loss: `python -m benchmarks.peers loss` at H 4096, V 131072, K 100, bf16, N 8K / 16K / 32K: the floor,
 #      fused (fast), fused-exact and chunked beside Liger's fused linear JSD (β = 0: forward KL), Liger's
 #      chunked distillation loss and Cut Cross-Entropy's linear cross-entropy (the CE speed reference);
@@ -122,7 +122,9 @@ fi
 # -- the steps, most important first ---------------------------------------------------------------------
 HEAD=(--device cuda --dtype bfloat16 --hidden 4096 --vocab 131072 --top-k 100)
 
-step tests 120 "$PYTHON" -m pytest -q -n 4 -p no:randomly tests/losses/test_cuda.py tests/losses/test_triton_rows.py
+step tests 120 "$PYTHON" -m pytest -q -n 4 -p no:randomly tests/losses/test_cuda.py tests/losses/test_triton_rows.py \
+    tests/bench/test_peers_loss.py::test_liger_equals_destila_on_gpu \
+    tests/bench/test_peers_loss.py::test_cce_equals_destila_cross_entropy_on_gpu
 
 step loss 200 "$PYTHON" -m benchmarks.peers loss "${HEAD[@]}" --seq-lens 8K,16K,32K \
     --impls fused,fused-exact,chunked --peers liger-fljsd,liger-distill,cce --repeats 3 --max-seconds 10 \

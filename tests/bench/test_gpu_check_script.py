@@ -70,8 +70,11 @@ def test_dry_run_lists_every_step_whose_commands_parse(tmp_path):
             assert {"liger-fljsd", "liger-distill", "cce"} <= set(args.peers) and args.peer_beta == 0.0
             assert set(args.impls) == {"fused", "fused-exact", "chunked"}
         elif argv[1:3] == ["-m", "pytest"]:
-            tests = [a for a in argv if a.endswith(".py")]
+            tests = [a.split("::")[0] for a in argv if ".py" in a]
             assert tests and all((ROOT / t).is_file() for t in tests)
+            for node in (a for a in argv if "::" in a):  # a named test exists in its file
+                path, name = node.split("::")
+                assert f"def {name}(" in (ROOT / path).read_text(), node
         else:
             script = argv[1]
             assert (ROOT / script).is_file(), script

@@ -156,3 +156,19 @@ def test_tiny_sweep_with_peers_through_the_cli(tmp_path, capsys):
     assert out["png"].read_bytes()[:4] == b"\x89PNG"
     printed = capsys.readouterr().out
     assert "destila beside its peers" in printed and "N=128" in printed
+
+
+def test_cce_equals_destila_cross_entropy_on_gpu():
+    """Cut Cross-Entropy's linear cross-entropy is destila's hard term alone (soft_weight 0, hard_weight 1)."""
+    reason = unavailable_reason("cce", "cuda" if torch.cuda.is_available() else "cpu")
+    if reason:
+        pytest.skip(f"cce: {reason}")
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(64, 32, generator=gen).bfloat16().cuda()
+    weight = (torch.randn(300, 32, generator=gen) / 32 ** 0.5).bfloat16().cuda()
+    labels = torch.randint(0, 300, (64,), generator=gen).cuda()
+    labels[::7] = -100
+    theirs = peer_loss("cce", hidden, weight, {}, labels)
+    ids, lp = torch.zeros(64, 1, dtype=torch.long, device="cuda"), torch.full((64, 1), -1.0, device="cuda")
+    ours = distill_loss(hidden.float(), weight.float(), ids, lp, labels=labels, soft_weight=0.0, hard_weight=1.0)
+    assert theirs.item() == pytest.approx(ours.item(), rel=1e-3)
