@@ -161,6 +161,15 @@ class TopKCache(torch.utils.data.Dataset):
                 "`destila cache build` command to recompute it")
         return item
 
+    def stored(self, index: int) -> dict:
+        """Sequence ``index`` as stored (:meth:`~destila.cache.rows.ShardRows.stored`): its row fields and
+        the targets of its trained positions, undecoded into positions (what an export writes)."""
+        number = int(self._shard_of[int(index)])
+        try:
+            return self._open(number).stored(int(self._row_of[int(index)]))
+        except (BlockError, ShardFormatError) as err:
+            raise CorruptShardError(f"{self.path / self.manifest.shards[number].name}: {err}") from err
+
     def _open(self, number: int):
         if self._pid != os.getpid():  # forked after opening: take fresh handles
             verified = self._verified

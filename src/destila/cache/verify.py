@@ -35,6 +35,7 @@ from destila.cache.format import (
 )
 from destila.cache.cheap_checks import manifest_faults
 from destila.cache.coverage import coverage_faults
+from destila.cache.dataset_rows import RECORD
 from destila.cache.encodings import encoding_of
 from destila.cache.encodings.compact_blocks import BlockError
 from destila.cache.kinds import kind_of
@@ -56,6 +57,8 @@ class VerifyReport:
     faults: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     max_mass_error: float = 0.0
+    unit: str = "shards"  # what shards_checked counts: shards, or an export's files
+
 
     @property
     def ok(self) -> bool:
@@ -63,8 +66,14 @@ class VerifyReport:
 
 
 def verify_cache(path: str | Path) -> VerifyReport:
-    """Check every shard of the cache at ``path``; never raises for a damaged shard, reports it."""
+    """Check every shard of the cache at ``path``; never raises for a damaged shard, reports it.
+
+    An export (``destila cache export``) is checked by :func:`~destila.cache.dataset_verify.verify_export`."""
     path = Path(path).expanduser()
+    if (path / RECORD).is_file() and not (path / MANIFEST).is_file():
+        from destila.cache.dataset_verify import verify_export  # cycle: it reuses this module's row checks
+
+        return verify_export(path)
     manifest = read_manifest(path)
     report = VerifyReport(path, manifest.complete, manifest.sequences, manifest.stored_sequences)
     if not manifest.complete:
@@ -106,13 +115,14 @@ def _check_shard(path: Path, manifest, shard, report: VerifyReport) -> list[str]
             stored = rows.stored(row)
         except (BlockError, ShardFormatError) as err:
             return [f"row {row} does not decode: {err}"]
-        faults = _check_row(stored, manifest, report)
+        faults = row_faults(stored, manifest, report)
         if faults:
             return [f"row {row}: {fault}" for fault in faults]
     return []
 
 
-def _check_row(stored: dict, manifest, report: VerifyReport) -> list[str]:
+def row_faults(stored: dict, manifest, report: VerifyReport, encoding=None) -> list[str]:
+    """What is wrong with one stored row (``encoding``: whose order and rounding rules apply; default the manifest's)."""
     vocab, faults = manifest.vocab_size, []
     inputs, hidden = stored["input_ids"], stored.get("hidden")
     if hidden is not None and not torch.isfinite(hidden).all():
@@ -120,4 +130,4 @@ def _check_row(stored: dict, manifest, report: VerifyReport) -> list[str]:
     if inputs.min() < 0 or inputs.max() >= vocab:
         faults.append(f"input_ids outside [0, {vocab})")
     kind = kind_of(manifest.target_kind)
-    return faults + kind.check_row(stored, manifest, encoding_of(manifest.encoding), report)
+    return faults + kind.check_row(stored, manifest, encoding or encoding_of(manifest.encoding), report)

@@ -1,4 +1,4 @@
-"""`destila cache build|inspect|verify`: thin commands over :mod:`destila.cache`."""
+"""`destila cache build|inspect|verify|export`: thin commands over :mod:`destila.cache`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass, field
 
 from destila.cache import build_cache, verify_cache
+from destila.cache.export import ExportSpec, export_cache
 from destila.cache.extras import TeacherExtras
 from destila.cache.spec import BuildSpec
 from destila.cache.stats import format_summary, inspect_cache
@@ -60,6 +61,14 @@ def register(subparsers) -> None:
     verify = verbs.add_parser("verify", help="check every shard's checksum, shapes and values; exit 1 if any fault")
     add_fields(verify, VerifyRequest, positional=("cache",))
     verify.set_defaults(func=_verify)
+
+    export = verbs.add_parser(
+        "export", help="write the cache as a dataset (Parquet) that `datasets` loads, streams and pushes",
+        description="One row per sequence: tokens, position ids (document bounds), loss mask and the teacher's "
+                    "targets, with the manifest and a fingerprint in the dataset card. `destila train --cache OUT` "
+                    "trains from it as from the cache; `destila cache verify OUT` checks it.")
+    add_fields(export, ExportSpec, positional=("cache", "output"))
+    export.set_defaults(func=_export)
 
 
 def _build(args) -> int:
@@ -128,7 +137,14 @@ def _verify(args) -> int:
         print(f"FAULT {fault}")
     status = "OK" if report.ok else f"{len(report.faults)} fault(s)"
     print(
-        f"{report.path}: {status}: {report.shards_checked} shards checked, {report.stored_sequences:,} of "
+        f"{report.path}: {status}: {report.shards_checked} {report.unit} checked, {report.stored_sequences:,} of "
         f"{report.sequences:,} sequences, max |log Σp| {report.max_mass_error:.2e}"
     )
     return 0 if report.ok else 1
+
+
+def _export(args) -> int:
+    report = export_cache(ExportSpec(**values_of(args, ExportSpec)))
+    print(f"{report.path}: {report.rows:,} sequences in {report.files} Parquet file(s), {report.bytes:,} bytes; "
+          f"content sha256 {report.content_sha256[:16]}… (`destila cache verify {report.path}` checks it)")
+    return 0

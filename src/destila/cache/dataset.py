@@ -1,0 +1,288 @@
+"""A cache held as a dataset: an export folder, a hub dataset, or a ``datasets.Dataset`` in Python.
+
+:func:`open_cache` is where training and eval take their targets from::
+
+    open_cache("cache/")                  # a cache folder (manifest.json): TopKCache
+    open_cache("export/")                 # `destila cache export` output: DatasetCache
+    open_cache("org/name")                # the same on the Hub (online)
+    open_cache(dataset)                   # a datasets.Dataset (or IterableDataset) holding such rows,
+                                          # or Axolotl's target_token_ids / target_logprobs / target_mask
+
+Every one reads like :class:`~destila.cache.TopKCache`: ``cache[i]`` is the
+same dense item (``input_ids``, ``position_ids``, ``labels``, ``topk_ids``,
+``topk_logprobs``, ``tail_logmass``), decoded by the same
+:func:`~destila.cache.rows.dense_item`, and the same attributes (``manifest``,
+``seq_len``, ``top_k``, ``vocab_size``, ``tokenizer_path``, ``kind``). A
+streamed dataset (``IterableDataset``, or ``streaming=True``) gives a
+``torch`` IterableDataset of those items, in the dataset's order.
+
+A destila export carries its record (the cache's manifest, the fingerprint)
+in the dataset card's description, which ``datasets`` keeps in
+``dataset.info.description`` through ``map``, ``select`` and ``shuffle``;
+rows without one are read by their columns, and what had to be assumed is
+said in ``notes`` (and logged once). Naive equivalent of an item::
+
+    row = dataset[i]; mask = row["loss_mask"]
+    topk_ids[t] = row["topk_ids"][t] if mask[t] else [0] * K      # and so on for the log-probs and tail
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from destila.cache import axolotl_columns
+from destila.cache.cheap_checks import target_value_fault
+from destila.cache.dataset_rows import RECORD, RowFormatError, parse_record, stored_row
+from destila.cache.format import FORMAT_VERSION, MANIFEST, Manifest
+from destila.cache.kinds import kind_of
+from destila.cache.reader import TopKCache
+from destila.cache.rows import dense_item
+from destila.targets.spec import TargetSpec
+
+log = logging.getLogger("destila.cache")
+_OWN_TARGETS = ("topk_ids", "sample_ids")
+_SAMPLE_ROWS = 64  # rows read to describe Axolotl rows' rest mass
+
+
+def is_cache_dataset(dataset) -> bool:
+    """True when ``dataset`` (a ``datasets`` Dataset or IterableDataset) holds cache rows: an export's or Axolotl's."""
+    columns = _columns(dataset)
+    return axolotl_columns.is_axolotl(columns) or ("loss_mask" in columns and any(c in columns for c in _OWN_TARGETS))
+
+
+def _columns(dataset) -> list[str]:
+    names = getattr(dataset, "column_names", None)
+    if names is None and hasattr(dataset, "features") and dataset.features is not None:
+        names = list(dataset.features)
+    return list(names or [])
+
+
+class _Layout:
+    """How a dataset's rows become stored rows: the manifest they imply, the decoder, and what was assumed."""
+
+    def __init__(self, dataset, record: dict | None, where: str):
+        columns = _columns(dataset)
+        self.notes: list[str] = []
+        self.vocab_known = True
+        if record is not None:
+            self.manifest = Manifest.from_dict(record["manifest"], where)
+            self.manifest.complete = True
+            kind, width, dtype = record["kind"], int(record["width"]), record.get("logprob_dtype") or "float32"
+            self.rounding = record.get("logprob_rounding")
+            self.decode = lambda table: stored_row(table, kind, width, dtype)  # noqa: E731
+        elif any(c in columns for c in _OWN_TARGETS) and "loss_mask" in columns:
+            self._own_columns(dataset, columns, where)
+        elif axolotl_columns.is_axolotl(columns):
+            self._axolotl(dataset, where)
+        else:
+            raise ValueError(f"{where}: columns {', '.join(columns) or '(none)'}; expected a cache's rows "
+                             "(`destila cache export`: input_ids, position_ids, loss_mask, topk_ids, topk_logprobs, "
+                             "tail_logmass) or Axolotl's (input_ids, target_token_ids, target_logprobs, target_mask)")
+
+    def _first(self, dataset, count: int = 1) -> list:
+        rows = []
+        for table in dataset.with_format("arrow") if hasattr(dataset, "with_format") else dataset:
+            rows.append(table)
+            if len(rows) >= count:
+                break
+        if not rows:
+            raise ValueError("cache dataset: holds no rows")
+        return rows
+
+    def _synthetic(self, dataset, kind: str, width: int, seq_len: int, where: str, **targets) -> Manifest:
+        """A manifest for rows without a record: what the columns say, the rest unknown (empty)."""
+        spec = TargetSpec(kind=kind, **({"top_k": width} if kind == "topk" else {"samples": width}), **targets)
+        count = len(dataset) if hasattr(dataset, "__len__") else 0
+        fingerprint = str(getattr(dataset, "_fingerprint", "") or "")
+        return Manifest(
+            format_version=FORMAT_VERSION, teacher="(not recorded)", teacher_path="", teacher_gguf_file=None,
+            teacher_architecture="", teacher_config_hash="", teacher_weight_fingerprint="", teacher_dtype="",
+            tokenizer_fingerprint="", tokenizer_size=0, eos_token_id=0, vocab_size=0, targets=asdict(spec),
+            encoding="plain", compact=None, seq_len=seq_len, logprob_dtype="float32", data_source=where,
+            text_field="", max_tokens=None, data_fingerprint=fingerprint, ids_fingerprint=fingerprint,
+            sequences=count, tokens=count * seq_len, complete=True)
+
+    def _own_columns(self, dataset, columns, where: str) -> None:
+        """Export columns without the record (pushed with ``Dataset.push_to_hub``, or built by hand)."""
+        first = self._first(dataset)[0]
+        kind = "topk" if "topk_ids" in columns else "sampled"
+        ids = first.column("topk_ids" if kind == "topk" else "sample_ids").combine_chunks().flatten()
+        lengths = ids.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+        width = int(lengths.max()) if lengths.size and lengths.max() > 0 else 1
+        dtype = "float32"
+        if kind == "topk":
+            dtype = first.schema.field("topk_logprobs").type.value_type.value_type.to_pandas_dtype().__name__
+        self.rounding = dtype
+        self.manifest = self._synthetic(dataset, kind, width, _seq_len(dataset, first), where)
+        self.vocab_known = False
+        self.decode = lambda table: stored_row(table, kind, width, dtype)  # noqa: E731
+        self.notes.append(f"{where}: cache rows without destila's record (no dataset description): temperature taken "
+                          "as 1.0, vocabulary and tokenizer as the student's")
+
+    def _axolotl(self, dataset, where: str) -> None:
+        rows = self._first(dataset, _SAMPLE_ROWS)
+        _, lengths = axolotl_columns._nested(rows[0].column("target_token_ids"))
+        width = int(lengths.max()) if lengths.size else 0
+        if width < 1:
+            raise ValueError(f"{where}: target_token_ids of the first row holds no entries; expected K per position")
+        rests, seen = [], 0
+        for table in rows:
+            try:
+                stored = axolotl_columns.stored_row(table, width)
+            except RowFormatError as err:
+                raise ValueError(f"{where}: {err}") from err
+            rests.extend(np.exp(stored["tail"].astype(np.float64)).tolist())
+            seen += 1
+        self.rounding = "float32"
+        self.manifest = self._synthetic(dataset, "topk", width, _seq_len(dataset, rows[0]), where)
+        self.vocab_known = False
+        self.decode = lambda table: axolotl_columns.stored_row(table, width)  # noqa: E731
+        self.notes.append(f"{where}: " + axolotl_columns.rest_note(float(np.mean(rests)) if rests else 0.0, seen))
+
+
+def _seq_len(dataset, first) -> int:
+    """The longest row of a map-style dataset (read from the column's list lengths), else the first row's."""
+    import pyarrow.compute as pc
+
+    table = getattr(dataset, "data", None)
+    if table is not None and hasattr(table, "column") and "input_ids" in dataset.column_names:
+        return int(pc.max(pc.list_value_length(table.column("input_ids"))).as_py() or 0)
+    return len(first.column("input_ids").combine_chunks().flatten())
+
+
+class _CacheRows:
+    """What both readers share: the attributes of a TopKCache and the decoding of one row."""
+
+    def _setup(self, dataset, record: dict | None, where: str, tokenizer_path) -> None:
+        self._layout = _Layout(dataset, record, where)
+        self.manifest, self.notes = self._layout.manifest, self._layout.notes
+        self.path, self.tokenizer_path = where, Path(tokenizer_path) if tokenizer_path else None
+        self.seq_len, self.top_k = self.manifest.seq_len, self.manifest.top_k
+        self.vocab_size = self.manifest.vocab_size if self._layout.vocab_known else None
+        self.hidden_layers = self.hidden_dim = None  # an export carries no teacher hidden states
+        rounding = self._layout.rounding
+        self.logprob_dtype = getattr(torch, rounding) if rounding and kind_of(self.manifest.target_kind).has_logprobs \
+            else torch.float32
+        for note in self.notes:
+            log.warning(note)
+
+    @property
+    def kind(self):
+        return kind_of(self.manifest.target_kind)
+
+    def assume_vocab_size(self, vocab_size: int) -> None:
+        """Rows that do not record their vocabulary take the student's (ids are then checked against it)."""
+        if self.vocab_size is None:
+            self.vocab_size = self.manifest.vocab_size = int(vocab_size)
+
+    def _item(self, table, where: str) -> dict:
+        try:
+            stored = self._layout.decode(table)
+        except RowFormatError as err:
+            raise ValueError(f"{self.path}: {where}: {err}; the dataset is damaged or not a cache's rows") from err
+        item = dense_item(stored, self.manifest)
+        if item["topk_logprobs"].dtype != self.logprob_dtype:  # bfloat16 log-probs travel widened to float32
+            item["topk_logprobs"] = item["topk_logprobs"].to(self.logprob_dtype)
+        if self.vocab_size is not None:
+            fault = target_value_fault(item, self.vocab_size)
+            if fault is not None:
+                raise ValueError(f"{self.path}: {where} holds {fault}; the dataset is damaged or not this "
+                                 "vocabulary's")
+        return item
+
+
+class DatasetCache(_CacheRows, torch.utils.data.Dataset):
+    """A map-style ``datasets.Dataset`` of cache rows, read as :class:`~destila.cache.TopKCache` items."""
+
+    def __init__(self, dataset, *, record: dict | None = None, where: str | None = None, tokenizer_path=None):
+        record = record if record is not None else parse_record(dataset.info.description, "dataset description")
+        self.dataset = dataset.with_format("arrow")
+        self._setup(dataset, record, where or f"<datasets.Dataset {len(dataset)} rows>", tokenizer_path)
+        self.manifest.sequences = len(dataset)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        index = int(index)
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"sequence {index} out of range for {len(self)} rows")
+        return self._item(self.dataset[index % len(self)], f"row {index % len(self)}")
+
+
+class StreamedCache(_CacheRows, torch.utils.data.IterableDataset):
+    """A ``datasets.IterableDataset`` of cache rows, read as a stream of :class:`~destila.cache.TopKCache` items."""
+
+    def __init__(self, dataset, *, record: dict | None = None, where: str | None = None, tokenizer_path=None):
+        record = record if record is not None else parse_record(dataset.info.description, "dataset description")
+        self.dataset = dataset
+        self._setup(dataset, record, where or "<datasets.IterableDataset>", tokenizer_path)
+
+    def __iter__(self):
+        for number, table in enumerate(self.dataset.with_format("arrow")):
+            yield self._item(table, f"row {number}")
+
+
+def open_cache(source, *, streaming: bool = False, split: str = "train"):
+    """The targets of ``source`` as a cache reader (see the module docstring); a reader is returned as is."""
+    import datasets
+
+    if isinstance(source, datasets.IterableDataset):
+        return StreamedCache(source)
+    if isinstance(source, datasets.Dataset):
+        return DatasetCache(source)
+    if hasattr(source, "manifest") and (hasattr(source, "__getitem__") or hasattr(source, "__iter__")):
+        return source  # TopKCache, DatasetCache, StreamedCache, a mix of caches
+    path = Path(str(source)).expanduser()
+    if path.is_dir():
+        if (path / MANIFEST).is_file():
+            if streaming:
+                raise ValueError(f"{path}: a cache folder is read by random access, not streamed; export it "
+                                 f"(`destila cache export {path} OUT`) to stream it")
+            return TopKCache(path)
+        if (path / RECORD).is_file():
+            return _load_export(str(path), path, streaming, split)
+        raise FileNotFoundError(f"{path}: no {MANIFEST} and no {RECORD}; expected a cache folder written by "
+                                "`destila cache build` or a dataset written by `destila cache export`")
+    from destila.data.sources import _looks_like_hub_name  # the same test as data sources'
+
+    if str(source).startswith((".", "/", "~")) or not _looks_like_hub_name(str(source)):
+        raise FileNotFoundError(f"cache: no such folder: {source}; expected a cache folder, an export folder "
+                                "or a hub dataset id such as 'org/name'")
+    return _load_hub(str(source), streaming, split)
+
+
+def _load_export(name: str, folder: Path, streaming: bool, split: str):
+    import datasets
+
+    from destila.data.sources import quiet_datasets
+
+    record = parse_record((folder / RECORD).read_text(), str(folder / RECORD))
+    with quiet_datasets():
+        dataset = datasets.load_dataset(name, split=split, streaming=streaming)
+    reader = StreamedCache if streaming else DatasetCache
+    return reader(dataset, record=record, where=str(folder), tokenizer_path=folder / "tokenizer")
+
+
+def _load_hub(repo: str, streaming: bool, split: str):
+    import datasets
+    from huggingface_hub import snapshot_download
+
+    from destila.data.sources import hub_offline_reason, quiet_datasets
+
+    reason = hub_offline_reason()
+    if reason is not None:
+        raise ValueError(f"cache: {repo!r} is not a local folder, and the Hub is out of reach ({reason}); download "
+                         "the dataset elsewhere and pass its folder")
+    local = Path(snapshot_download(repo, repo_type="dataset", allow_patterns=[RECORD, "tokenizer/*"]))
+    record = parse_record((local / RECORD).read_text(), f"{repo}/{RECORD}") if (local / RECORD).is_file() else None
+    with quiet_datasets():
+        dataset = datasets.load_dataset(repo, split=split, streaming=streaming)
+    reader = StreamedCache if streaming else DatasetCache
+    tokenizer = local / "tokenizer" if (local / "tokenizer").is_dir() else None
+    return reader(dataset, record=record, where=repo, tokenizer_path=tokenizer)
