@@ -45,8 +45,11 @@ def spec_for(dataset, seq_len: int = DEFAULT_SEQ_LEN, packing: str = "none", **f
                     **{**(inferred or {}), **fields})
 
 
-def dataset_source(dataset, tokenizer, spec: DataSpec | None = None, **spec_fields):
-    """``dataset`` tokenised with ``tokenizer`` into a :class:`PackedSource`, or itself when it holds ``input_ids``."""
+def dataset_source(dataset, tokenizer, spec: DataSpec | None = None, *, trim: bool = True, **spec_fields):
+    """``dataset`` tokenised with ``tokenizer`` into a :class:`PackedSource`, or itself when it holds ``input_ids``.
+
+    ``trim``: one example per row at its own length (the collate pads each batch); False gives rows of
+    ``seq_len`` tokens, as a teacher pass stores them."""
     if "input_ids" in (dataset.column_names or []):
         return dataset.with_format("torch")
     spec = spec or spec_for(dataset, **spec_fields)
@@ -58,4 +61,4 @@ def dataset_source(dataset, tokenizer, spec: DataSpec | None = None, **spec_fiel
     key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
     store = build_store(spec, tokenizer, store_root() / f"dataset-{key}", records=records)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return PackedSource(store, spec, pad, trim=True)
+    return PackedSource(store, spec, pad, trim=trim)

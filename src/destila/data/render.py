@@ -31,6 +31,8 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from destila.data.formats import conversational_pair
+
 # Hugging Face's assistant markers in a chat template: {% generation %} … {% endgeneration %}.
 _GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
@@ -87,6 +89,8 @@ def _encode_text(values, tokenizer, spec) -> dict:
 
 
 def _encode_pairs(prompts, completions, tokenizer, spec) -> dict:
+    if any(isinstance(v, list) for v in (*prompts, *completions)):  # TRL's conversational prompt/completion
+        return _encode_conversational_pairs(prompts, completions, tokenizer, spec)
     for name, values in ((spec.prompt_field, prompts), (spec.completion_field, completions)):
         bad = next((v for v in values if v is not None and not isinstance(v, str)), None)
         if bad is not None:
@@ -106,6 +110,20 @@ def _encode_pairs(prompts, completions, tokenizer, spec) -> dict:
         ids.append(p_ids + c_ids)
         trained = spec.loss_on == "all"
         targets.append([trained] * len(p_ids) + [True] * len(c_ids))
+    return {"input_ids": ids, "targets": targets}
+
+
+def _encode_conversational_pairs(prompts, completions, tokenizer, spec) -> dict:
+    """Pairs whose prompt and completion are lists of messages (TRL's conversational format): rendered with the
+    chat template (:func:`destila.data.formats.conversational_pair`); the completion's tokens are targets."""
+    ids, targets = [], []
+    for prompt, completion in zip(prompts, completions):
+        if not completion:  # nothing to learn from a pair without a completion
+            ids.append([]), targets.append([])
+            continue
+        tokens, head = conversational_pair(tokenizer, prompt or [], completion)
+        ids.append(tokens)
+        targets.append([spec.loss_on == "all"] * head + [True] * (len(tokens) - head))
     return {"input_ids": ids, "targets": targets}
 
 

@@ -289,3 +289,21 @@ def load_texts(source, text_field: str = "text", split: str = "train") -> list[s
     if not texts:
         raise ValueError(f"data: {source} holds no text ({len(column)} documents, all empty); expected at least one")
     return texts
+
+
+def in_memory_records(data):
+    """``data`` given in Python as rows: a ``datasets.Dataset`` as is, a list of dicts (text, messages,
+    prompt/completion rows) as a Dataset; None for anything else (a source name, a list of texts).
+
+    Naive equivalent: ``datasets.Dataset.from_list(data) if isinstance(data[0], dict) else None``.
+    """
+    import datasets
+
+    if isinstance(data, datasets.Dataset):
+        return data
+    if isinstance(data, datasets.IterableDataset):
+        raise ValueError("data: a streamed datasets.IterableDataset cannot be packed for a teacher pass (its length "
+                         "is unknown); pass the Dataset itself, or save it to disk and pass the folder")
+    if isinstance(data, (list, tuple)) and data and all(isinstance(row, dict) for row in data):
+        return datasets.Dataset.from_list(list(data))
+    return None
