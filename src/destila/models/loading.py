@@ -37,6 +37,7 @@ INIT_INCOMPLETE = ".destila-init-incomplete"
 SAVE_INCOMPLETE = ".destila-save-incomplete"
 """Present in a training output folder while ``destila train`` writes the final model; refused as a model."""
 _RUN_RECORD = "destila_run.json"  # a training output folder (destila.training.output_dir.RUN_FILE)
+ADAPTER_CONFIG = "adapter_config.json"  # a PEFT adapter folder (a LoRA student, `destila train --lora_r R`)
 
 
 def destila_home() -> Path:
@@ -156,10 +157,12 @@ def resolve_source(spec: str, gguf_file: str | None = None) -> tuple[str, str | 
             return str(path), gguf_file
         if (path / INIT_INCOMPLETE).is_file():
             raise ValueError(f"model: {path} was left incomplete by an interrupted `destila student init`; run it again")
-        if (path / SAVE_INCOMPLETE).is_file() or ((path / _RUN_RECORD).is_file() and not (path / "config.json").is_file()):
+        adapter = (path / ADAPTER_CONFIG).is_file()
+        if (path / SAVE_INCOMPLETE).is_file() or ((path / _RUN_RECORD).is_file() and not (path / "config.json").is_file()
+                                                  and not adapter):
             raise ValueError(f"model: {path} holds a training run that was interrupted before or during its final "
                              "save; rerun the same destila train command with --resume")
-        if not (path / "config.json").is_file():
+        if not (path / "config.json").is_file() and not adapter:
             raise FileNotFoundError(
                 f"model: {path} is a folder but has no config.json; expected a folder written by "
                 "save_pretrained (or pass --gguf-file for a GGUF checkpoint inside it)"
@@ -201,11 +204,48 @@ def _hub_error(spec: str, err: Exception) -> FileNotFoundError:
     )
 
 
+def adapter_base(folder) -> str | None:
+    """The base model a PEFT adapter folder names (``base_model_name_or_path`` of its ``adapter_config.json``),
+    or None when ``folder`` is not an adapter."""
+    path = Path(folder) / ADAPTER_CONFIG
+    if not path.is_file() or (Path(folder) / "config.json").is_file():
+        return None
+    with reading(path, "adapter config"):
+        base = json.loads(path.read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"model: {path} names no base model (base_model_name_or_path); set it to the folder or hub "
+                         "id of the model the adapter was trained on")
+    return base
+
+
+def _adapted(folder: str, base: str, **options):
+    """The base model with the adapter of ``folder`` merged into its weights: a plain model, what one deploys.
+
+    Naive equivalent: ``PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), folder).merge_and_unload()``.
+    """
+    try:
+        from peft import PeftModel
+    except ImportError as err:
+        raise ValueError(f"model: {folder} is a LoRA adapter, and reading one needs the package peft; install it "
+                         "with `pip install 'destila[peft]'`") from err
+    try:
+        model = load_causal_lm(base, **options)
+    except (FileNotFoundError, ValueError) as err:
+        raise FileNotFoundError(f"model: {folder} is a LoRA adapter on the base model {base!r}, which cannot be "
+                                f"loaded ({err}); put the base back there, or set base_model_name_or_path in "
+                                f"{Path(folder) / ADAPTER_CONFIG} to where it is now") from err
+    with reading(folder, "adapter"):
+        return PeftModel.from_pretrained(model, folder).merge_and_unload().eval()
+
+
 def load_tokenizer(spec: str, gguf_file: str | None = None):
-    """The tokenizer of a model given as in :func:`resolve_source`."""
+    """The tokenizer of a model given as in :func:`resolve_source` (an adapter folder without one: its base's)."""
     from transformers import AutoTokenizer
 
     source, gguf = resolve_source(spec, gguf_file)
+    base = adapter_base(source) if not gguf else None
+    if base is not None and not (Path(source) / "tokenizer_config.json").is_file():
+        return load_tokenizer(base)
     try:
         with reading(Path(source) / gguf if gguf else source, "tokenizer"):
             if gguf:
@@ -228,6 +268,7 @@ def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cp
     GPUs, CPU memory and disk (:mod:`destila.models.placement`); ``tensor_parallel``
     (under ``torchrun``) shards it across all the processes with transformers'
     ``tp_plan="auto"``. ``device`` is then ignored. ``device="auto"`` means CUDA when present.
+    A PEFT adapter folder (a LoRA student) loads as its base model with the adapter merged.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -244,6 +285,9 @@ def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cp
                 model, _ = _load_gguf(Path(source), gguf)
             if dtype is not None:
                 model = model.to(dtype)
+        elif (base := adapter_base(source)) is not None:  # a LoRA student: its base with the adapter merged
+            return _adapted(source, base, device=device, dtype=dtype, device_map=device_map, max_memory=max_memory,
+                            offload_folder=offload_folder, tensor_parallel=tensor_parallel)
         else:
             if tensor_parallel:  # refused before any weight is read
                 check_tensor_plan(AutoConfig.from_pretrained(source), int(os.environ.get("WORLD_SIZE", "1")))

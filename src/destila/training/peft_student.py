@@ -3,8 +3,11 @@
 The adapters live inside the decoder's linear layers; the output head stays
 a plain (frozen) linear layer, so the fused loss keeps reading its weight
 directly. Training saves the adapter the PEFT way (``adapter_config.json`` +
-``adapter_model.safetensors`` in the output folder, loadable with
-``PeftModel.from_pretrained(base, out)``); ``merge`` also writes
+``adapter_model.safetensors`` in the output folder), with the base student's
+absolute path as ``base_model_name_or_path`` (a hub id stays a hub id), so
+``AutoPeftModelForCausalLM.from_pretrained(out)`` finds the base from any
+folder, and destila's commands (``eval``, ``generate``) load it as the base with
+the adapter merged; ``PeftModel.from_pretrained(base, out)`` works too. ``merge`` also writes
 ``out/merged/``, a plain model with the adapters folded into its weights
 (``W + (alpha / r) · B A``), which ``AutoModelForCausalLM`` loads without PEFT.
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from destila.models import load_causal_lm
+from destila.models import load_causal_lm, resolve_source
 
 MERGED_DIR = "merged"
 
@@ -85,8 +88,21 @@ class LoraArguments:
         return "all-linear" if names == ["all-linear"] else names
 
 
-def with_adapters(model, options: LoraArguments):
-    """``model`` wrapped as a PEFT model whose only trainable weights are the LoRA adapters."""
+def base_reference(student) -> str | None:
+    """What an adapter's ``base_model_name_or_path`` says of the student ``student`` was loaded from: the
+    absolute path of a local folder (valid from any working folder), a hub id as is; None when unknown."""
+    if not student:
+        return None
+    try:
+        path, gguf = resolve_source(str(student))
+    except (OSError, ValueError):
+        return str(student)
+    return str(Path(path).resolve()) if Path(path).exists() and gguf is None else str(student)
+
+
+def with_adapters(model, options: LoraArguments, base: str | None = None):
+    """``model`` wrapped as a PEFT model whose only trainable weights are the LoRA adapters; ``base`` (see
+    :func:`base_reference`) is recorded as the adapter's base model."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
@@ -94,9 +110,18 @@ def with_adapters(model, options: LoraArguments):
         target_modules=options.targets(), task_type="CAUSAL_LM",
     )
     try:
-        return get_peft_model(model, config)
+        adapted = get_peft_model(model, config)
     except ValueError as err:  # e.g. target modules that do not exist in this architecture
         raise ValueError(f"lora_target_modules: {err}") from err
+    record_base(adapted, base)
+    return adapted
+
+
+def record_base(model, base: str | None) -> None:
+    """Make ``base`` the base model every adapter config of the PEFT ``model`` names (kept when None)."""
+    if base is not None:
+        for config in getattr(model, "peft_config", {}).values():
+            config.base_model_name_or_path = base
 
 
 def merge_adapter(adapter_dir: str | Path, base: str | Path, out: str | Path | None = None) -> Path:

@@ -19,7 +19,7 @@ from destila.training.datasets import Subset
 from destila.training.hidden_distillation import hidden_term
 from destila.training.objective import objective_of
 from destila.training.output_dir import LOG_FILE, WRITE_FAILURE, RunRecordCallback, claim_output_dir
-from destila.training.peft_student import MERGED_DIR, LoraArguments, merge_adapter, with_adapters
+from destila.training.peft_student import MERGED_DIR, LoraArguments, base_reference, merge_adapter, with_adapters
 from destila.training.trainer import DistillationTrainer
 
 
@@ -147,7 +147,7 @@ def train_student(
         )
         online = OnlineTeacher(teacher_model, args.online_loss, args.target_spec())
     if lora is not None and lora.enabled:
-        model = with_adapters(model, lora)
+        model = with_adapters(model, lora, base=base_reference(student))
     hidden = hidden_term(args.hidden_options(), model, teacher_model=online.model if online else None,
                          source=source)
     eval_dataset = None  # with args.eval_fraction, the trainer holds out its split of the source

@@ -16,7 +16,7 @@ Naive equivalent::
 from __future__ import annotations
 
 from destila.models import load_causal_lm, load_tokenizer
-from destila.training.peft_student import with_adapters
+from destila.training.peft_student import base_reference, record_base, with_adapters
 
 
 def _is_peft(model) -> bool:
@@ -29,6 +29,7 @@ def student_model(model, args, kwargs: dict) -> tuple[object, dict]:
     peft_config = kwargs.pop("peft_config", None)
     if model is None:
         raise ValueError("DistillationTrainer: model= is required (a model, or the path or hub id of one)")
+    path = None
     if isinstance(model, str):
         path = model
         model = load_causal_lm(path)
@@ -50,6 +51,7 @@ def student_model(model, args, kwargs: dict) -> tuple[object, dict]:
             raise ValueError("peft_config: lm_head cannot be adapted; the fused loss reads the output head's "
                              "weight directly. Leave it out of target_modules")
         model = get_peft_model(model, peft_config)
+        record_base(model, base_reference(path or getattr(model, "name_or_path", None)))
     elif lora.enabled and not _is_peft(model):
-        model = with_adapters(model, lora)
+        model = with_adapters(model, lora, base=base_reference(path or getattr(model, "name_or_path", None)))
     return model, kwargs
