@@ -5,10 +5,11 @@ be, and a student trains from the result offline."""
 import json
 
 import pytest
+import torch
 
 from conftest import pydoc_texts
 from destila.cache import TopKCache, build_cache
-from destila.training import DistillationArguments, train_student
+from destila.training import DistillationArguments, DistillationTrainer, train_student
 
 SEQ_LEN = 128
 
@@ -82,3 +83,14 @@ def test_an_in_memory_dataset_builds_a_cache_and_trains_offline(tiny_chat_llama_
     result = train_student(str(tmp_path / "student"), out, args, cache=str(tmp_path / "cache"))
     assert result["steps"] == 2 and (out / "model.safetensors").is_file()
 
+
+def test_the_trainer_tokenises_a_list_of_dicts_for_an_online_teacher(tiny_chat_llama_dir, tmp_path):
+    from destila.models import load_causal_lm, load_tokenizer
+
+    args = DistillationArguments(output_dir=str(tmp_path / "o"), max_steps=1, per_device_train_batch_size=2,
+                                 save_strategy="no", report_to="none", online_loss="topk", top_k=8)
+    trainer = DistillationTrainer(model=str(tiny_chat_llama_dir), args=args, train_dataset=rows_of("conversational"),
+                                  processing_class=load_tokenizer(str(tiny_chat_llama_dir)),
+                                  teacher_model=load_causal_lm(str(tiny_chat_llama_dir)))
+    batch = next(iter(trainer.get_train_dataloader()))
+    assert (batch["labels"] != -100).any() and torch.isfinite(torch.tensor(trainer.train().training_loss))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from destila.cache import TopKCache
 from destila.cli.fields import add_fields, values_of
 from destila.data.spec import DataSpec
 from destila.eval import DEFAULT_PROMPT, evaluate_models, render_table
@@ -79,9 +78,10 @@ def _held_out(spec: EvalSpec, data_options: dict) -> list[dict]:
     if spec.eval_fraction is not None:
         if spec.cache is None:
             raise ValueError("--eval-fraction: only meaningful with --cache")
+        from destila.cache.dataset import open_cache  # heavy: torch and datasets; kept out of `destila --help`
         from destila.training.datasets import split_indices  # heavy: transformers; kept out of `destila --help`
 
-        indices = split_indices(len(TopKCache(spec.cache)), spec.eval_fraction)[1]
+        indices = split_indices(len(open_cache(spec.cache)), spec.eval_fraction)[1]
     return evaluate_models(
         spec.models, cache=spec.cache, indices=indices, teacher=spec.teacher,
         data=DataSpec(spec.data, **data_options).describe() if spec.data is not None else None,

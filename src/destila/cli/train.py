@@ -139,7 +139,7 @@ def parse(argv: list[str]):
     if known.resume and known.output_dir:
         # The run's recorded objective is the default; a flag given that differs is refused by train_student.
         dests = set(vars(parser.parse_args([])))
-        recorded = recorded_defaults(read_run_record(Path(known.output_dir)))
+        recorded = recorded_defaults(read_run_record(Path(known.output_dir)), known.output_dir)
         parser.set_defaults(**{k: v for k, v in recorded.items() if k in dests})
     if known.config:
         apply_config(parser, read_config(known.config), known.config, with_cache=known.cache is not None)

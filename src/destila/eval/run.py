@@ -10,7 +10,7 @@ so its peak memory is its own.
 
 from __future__ import annotations
 
-from destila.cache import TopKCache
+from destila.cache.dataset import open_cache
 from destila.constants import IGNORE_INDEX
 from destila.data import DataSpec, collate, packed_source, texts_source
 from destila.eval.measure import PeakMeter, run_isolated
@@ -60,7 +60,7 @@ def evaluate_model(
     lm = load_causal_lm(model, device=device)
     tokenizer = load_tokenizer(model)
     if cache is not None:
-        source = TopKCache(cache)
+        source = open_cache(cache)
         rows = lm.get_output_embeddings().weight.shape[0]
         if rows != source.vocab_size:  # the cache's ids would index past (or short of) the model's head
             raise ValueError(

@@ -15,11 +15,19 @@ the cache's content, so a cache rebuilt in place is refused as well.
 
 Options that only change how the same numbers are computed (``impl``,
 ``chunk_size``, engines) are not part of the objective.
+
+Local paths are recorded relative to the output folder (``../cache``), so the
+record, which is uploaded with the run, names no folder above the ones the
+run and its inputs share, and still finds them: a resume reads them back
+anchored at the output folder.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from destila.io.shareable import relative_to
 
 # The loss (LossOptions, less the computation-only impl / chunk_size / ignore_index), K′, and the extra terms.
 OBJECTIVE_FIELDS = ("divergence", "beta", "tail", "temperature", "soft_weight", "hard_weight", "top_k",
@@ -31,34 +39,68 @@ TRAJECTORY_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps", "warm
                      "per_device_train_batch_size", "gradient_accumulation_steps", "seed")
 
 
-def objective_of(args, *, cache=None, teacher=None, data=None, student=None, cache_content=None) -> dict:
+def objective_of(args, *, cache=None, teacher=None, data=None, student=None, cache_content=None,
+                 out=None) -> dict:
     """``{"options": {...}, "targets": {...}, "inputs": {...}}`` of a run: the objective and trajectory
     fields of ``args``; where the targets come from (the cache folder, or the teacher and the data spec),
-    which ``--resume`` takes as defaults; and the inputs it only compares: the ``student`` (as given:
-    an absolute path, or a hub id) and ``cache_content`` (the cache's ids fingerprint)."""
-    targets = {"cache": str(Path(cache).resolve()) if cache is not None else None,
-               "teacher": str(teacher) if teacher is not None else None}
+    which ``--resume`` takes as defaults; and the inputs it only compares: the ``student`` (a local path,
+    or a hub id) and ``cache_content`` (the cache's ids fingerprint). Local paths are relative to ``out``
+    (absolute when ``out`` is None)."""
+    targets = {"cache": _where(cache, out), "teacher": _where(teacher, out)}
     if data is not None:
-        targets["data"] = data.describe() if hasattr(data, "describe") else None  # a list of texts: not recorded
+        described = data.describe() if hasattr(data, "describe") else None  # a list of texts: not recorded
+        if described is not None:
+            described = {**described, "source": _where(described.get("source"), out)}
+        targets["data"] = described
     plain = lambda value: getattr(value, "value", value)  # noqa: E731  (enums such as SchedulerType)
     options = {name: plain(getattr(args, name)) for name in OBJECTIVE_FIELDS + TRAJECTORY_FIELDS
                if hasattr(args, name)}
-    inputs = {"student": _where(student), "cache_content": cache_content}
+    inputs = {"student": _where(student, out), "cache_content": cache_content}
     return {"options": options, "targets": targets, "inputs": {k: v for k, v in inputs.items() if v is not None}}
 
 
-def _where(path) -> str | None:
-    """A model argument as recorded with a run: an absolute path, or the name given (hub id, smollm2)."""
+def _where(path, out=None) -> str | None:
+    """An input as recorded with a run: a local path relative to ``out`` (absolute without ``out``), or the
+    name given (hub id, smollm2); a dataset given in Python by its description."""
     if path is None:
         return None
+    if not isinstance(path, (str, os.PathLike)):
+        return str(getattr(path, "path", None) or f"<{type(path).__name__}>")
     local = Path(str(path)).expanduser()
-    return str(local.resolve()) if local.exists() else str(path)
+    if not local.exists():
+        return str(path)
+    return relative_to(local, out) if out is not None else str(local.resolve())
+
+
+def _anchored(value, out):
+    """A recorded path read back: relative to ``out`` (or absolute, as older records hold it) → absolute when it
+    exists there; anything else as is."""
+    if not isinstance(value, str) or out is None:
+        return value
+    local = Path(out) / Path(value).expanduser()  # an absolute value stays itself
+    return str(local.resolve()) if local.exists() else value
+
+
+_PATH_FIELDS = (("targets", "cache"), ("targets", "teacher"), ("inputs", "student"))
+
+
+def _paths_anchored(objective: dict, out) -> dict:
+    """``objective`` with its local paths absolute (see :func:`_anchored`), for comparing two records."""
+    anchored = {part: dict(objective.get(part) or {}) for part in ("options", "targets", "inputs")}
+    for part, name in _PATH_FIELDS:
+        if name in anchored[part]:
+            anchored[part][name] = _anchored(anchored[part][name], out)
+    data = anchored["targets"].get("data")
+    if isinstance(data, dict):
+        anchored["targets"]["data"] = {**data, "source": _anchored(data.get("source"), out)}
+    return anchored
 
 
 def check_resumed(recorded: dict | None, current: dict, out) -> None:
     """Refuse to resume the run in ``out`` with another objective than the one it recorded."""
     if not recorded:
         return  # a run recorded before objectives were: nothing to compare
+    recorded, current = _paths_anchored(recorded, out), _paths_anchored(current, out)
     differences = []
     for part in ("options", "targets", "inputs"):
         before, now = recorded.get(part) or {}, current.get(part) or {}
@@ -84,10 +126,10 @@ def _normal(value):
     return value
 
 
-def recorded_defaults(record: dict | None) -> dict:
+def recorded_defaults(record: dict | None, out=None) -> dict:
     """The command-line defaults a ``--resume`` takes from the run record: its options and its targets
-    (``cache``, or ``teacher`` + ``data`` and the data fields)."""
-    objective = (record or {}).get("objective") or {}
+    (``cache``, or ``teacher`` + ``data`` and the data fields), local paths anchored at the run's folder ``out``."""
+    objective = _paths_anchored((record or {}).get("objective") or {}, out)
     defaults = dict(objective.get("options") or {})
     targets = dict(objective.get("targets") or {})
     data = targets.pop("data", None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from destila.cache import TopKCache
+from destila.cache.dataset import open_cache
 from destila.data import DataSpec, collate, packed_source, texts_source
 from destila.io import reported_os_error
 from destila.models import SAVE_INCOMPLETE, load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
@@ -20,6 +20,7 @@ from destila.training.hidden_distillation import hidden_term
 from destila.training.objective import objective_of
 from destila.training.output_dir import LOG_FILE, WRITE_FAILURE, RunRecordCallback, claim_output_dir
 from destila.training.peft_student import MERGED_DIR, LoraArguments, base_reference, merge_adapter, with_adapters
+from destila.training.sharing import check_push, write_model_card
 from destila.training.trainer import DistillationTrainer
 
 
@@ -45,7 +46,9 @@ def check_student(model, student_path: str, *, vocab_size: int, fingerprint: str
         student_fingerprint = tokenizer_fingerprint(load_tokenizer(student_path))
     except (OSError, ValueError, TypeError):
         student_fingerprint = None  # a folder with weights only: the vocabulary size check above stands
-    if student_fingerprint is not None and student_fingerprint != fingerprint and not allow_tokenizer_mismatch:
+    # A fingerprint of "" (rows that do not record their tokenizer) takes the student's.
+    if student_fingerprint is not None and fingerprint and student_fingerprint != fingerprint \
+            and not allow_tokenizer_mismatch:
         raise ValueError(
             f"student: its tokenizer (fingerprint {student_fingerprint}) differs from the {source}'s "
             f"({fingerprint}); token ids would not mean the same thing. Pass --allow-tokenizer-mismatch "
@@ -107,6 +110,7 @@ def train_student(
     args = args or DistillationArguments(output_dir=str(out))
     if Path(args.output_dir).resolve() != out.resolve():
         raise ValueError(f"train: args.output_dir is {args.output_dir} but out is {out}; they must agree")
+    check_push(args)  # before anything loads: without a Hub the run would fail at its end
     if eval_cache is not None and (args.eval_fraction > 0 or cache is None):
         raise ValueError("train: an eval cache goes with offline training (a cache) and eval_fraction 0")
     if lora is None:
@@ -119,9 +123,13 @@ def train_student(
         output_head(model)[0].requires_grad_(False)
     online, spec = None, None
     if cache is not None:
-        # A folder, or a dataset of cache items with a cache's attributes (a mix of caches).
-        source = cache if hasattr(cache, "manifest") else TopKCache(cache)
-        tokenizer = AutoTokenizer.from_pretrained(source.tokenizer_path)
+        # A cache folder, an export of one (a folder, a hub id, a datasets.Dataset), or a dataset of cache
+        # items with a cache's attributes (a mix of caches): destila.cache.dataset.open_cache.
+        source = open_cache(cache)
+        if getattr(source, "vocab_size", 0) is None:  # rows that do not record it: the student's
+            source.assume_vocab_size(output_head(model)[0].shape[0])
+        tokenizer = (AutoTokenizer.from_pretrained(source.tokenizer_path) if source.tokenizer_path is not None
+                     else load_tokenizer(student))
         check_training_temperature(args.temperature, source.manifest.temperature, f"the cache {cache}")
         check_top_k(args.top_k, source)
         check_student(
@@ -152,13 +160,13 @@ def train_student(
                          source=source)
     eval_dataset = None  # with args.eval_fraction, the trainer holds out its split of the source
     if eval_cache is not None:
-        held_out = TopKCache(eval_cache)
+        held_out = open_cache(eval_cache)
         if held_out.manifest.tokenizer_fingerprint != source.manifest.tokenizer_fingerprint:
             raise ValueError(f"train: the eval cache {eval_cache} was built with another tokenizer than the "
                              "training cache; build both with the same teacher")
         eval_dataset = Subset(held_out, range(min(len(held_out), eval_sequences or len(held_out))))
     objective = objective_of(args, cache=cache, teacher=teacher, data=spec, student=student,
-                             cache_content=source.manifest.ids_fingerprint if cache is not None else None)
+                             cache_content=source.manifest.ids_fingerprint if cache is not None else None, out=out)
     with args.main_process_first(desc="claiming the output folder"):
         claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0,
                                  objective=objective)
@@ -197,6 +205,7 @@ def train_student(
         if metrics:
             trainer.save_metrics("eval", metrics)
         if trainer.is_world_process_zero():
+            write_model_card(trainer, out)  # teacher, cache, data fingerprints, objective, held-out figures
             readable_by_all(out)
             flag.unlink()
         merged = None
@@ -204,6 +213,7 @@ def train_student(
             merged = out / MERGED_DIR
             if trainer.is_world_process_zero():
                 merge_adapter(out, student, merged)
+                write_model_card(trainer, merged, model_name=f"{out.name}-merged", merged=True)
             trainer.accelerator.wait_for_everyone()
     except Exception as err:  # a full or read-only disk hides in torch's writer errors: name it and the folder
         reported = reported_os_error(err, out, WRITE_FAILURE)

@@ -22,10 +22,11 @@ from pathlib import Path
 import torch
 from transformers import Trainer
 
-from destila.cache import TopKCache
+from destila.cache.dataset import is_cache_dataset, open_cache
 from destila.constants import IGNORE_INDEX
 from destila.data import collate, dataset_source
 from destila.data.collate import aligned_labels
+from destila.data.sources import in_memory_records
 from destila.losses.divergences import get_divergence
 from destila.models import check_plain_head
 from destila.targets.online import OnlineTeacher, dense_online_loss
@@ -34,9 +35,26 @@ from destila.training.datasets import Subset, split_indices
 from destila.training.engines import enable_cpu_fsdp
 from destila.training.head_loss import distill_through_forward
 from destila.training.hidden_distillation import HiddenDistillation, hidden_term
+from destila.training.sharing import check_push, write_model_card
 from destila.training.student_model import student_model as _student
 
 _STATS = ("soft", "hard", "rows", "agree")
+# The held-out yardstick, the same for runs of every objective: forward KL over the cache's K buckets, student at T = 1.
+_YARDSTICK = dict(divergence="forward_kl", tail="bucket", temperature=1.0, soft_weight=1.0, hard_weight=0.0)
+
+
+def _cpu(value):
+    """Tensors (or nested tuples of them) on the CPU, float logits widened: what compute_metrics is given."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_cpu(v) for v in value)
+    value = value.detach().cpu()
+    return value.float() if value.is_floating_point() else value
+
+
+def _numpy(value):
+    if isinstance(value, (tuple, list)):
+        return type(value)(_numpy(v) for v in value)
+    return value.numpy()
 
 
 def _layout(inputs: dict) -> dict:
@@ -53,7 +71,7 @@ def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool) -
 
     kwargs = dict(kwargs)
     if cache is not None:
-        cache = cache if isinstance(cache, TopKCache) else TopKCache(cache)
+        cache = open_cache(cache)  # a folder, an export, a hub id, a datasets.Dataset of cache rows
         if kwargs.get("train_dataset") not in (None, cache):
             raise ValueError("DistillationTrainer: with a cache, the cache's sequences are the training set; "
                              "pass train_dataset=None (or the cache itself)")
@@ -61,11 +79,16 @@ def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool) -
     tokenizer = kwargs.get("processing_class")
     for key in ("train_dataset", "eval_dataset"):
         dataset = kwargs.get(key)
-        if isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
+        if isinstance(dataset, list) and dataset and all(isinstance(row, dict) for row in dataset):
+            dataset = kwargs[key] = in_memory_records(dataset)  # rows given as a list of dicts: a Dataset
+        if isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)) and is_cache_dataset(dataset):
+            kwargs[key] = open_cache(dataset)  # cache rows (an export's, or Axolotl's): the targets are in them
+        elif isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
             if not has_teacher:
-                raise ValueError(f"DistillationTrainer: {key} is a datasets.Dataset, which holds no teacher targets, "
-                                 "and no teacher_model is given; pass a held-out cache (TopKCache) as eval_dataset, "
-                                 "or eval_fraction to hold out part of the cache, or teacher_model= to score it online")
+                raise ValueError(f"DistillationTrainer: {key} is a datasets.Dataset, which holds no teacher targets "
+                                 "(no topk_ids or target_token_ids columns), and no teacher_model is given; pass a cache "
+                                 "or its export as eval_dataset, eval_fraction to hold out part of the cache, or "
+                                 "teacher_model= to score it online")
             if tokenizer is None:
                 raise ValueError(f"DistillationTrainer: {key} is a datasets.Dataset; pass processing_class="
                                  "the teacher's tokenizer so it can be tokenised")
@@ -74,6 +97,10 @@ def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool) -
             else:
                 context = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 1024
                 kwargs[key] = dataset_source(dataset, tokenizer, seq_len=min(1024, context))
+    head_rows = model.get_output_embeddings().weight.shape[0] if hasattr(model, "get_output_embeddings") else None
+    for key in ("train_dataset", "eval_dataset"):
+        if getattr(kwargs.get(key), "vocab_size", 0) is None and head_rows:  # rows that do not record it
+            kwargs[key].assume_vocab_size(head_rows)
     kwargs.update(_held_out(kwargs.get("train_dataset"), kwargs.get("eval_dataset"), args.eval_fraction))
     if kwargs.get("data_collator") is None:
         pad = getattr(tokenizer, "pad_token_id", None)
@@ -97,9 +124,10 @@ def _held_out(train, held, eval_fraction: float) -> dict:
 
 
 def _cache_of(dataset):
-    """The :class:`~destila.cache.TopKCache` behind ``dataset`` (itself or a :class:`Subset` of it), else None."""
+    """The cache behind ``dataset`` (a reader of :func:`~destila.cache.dataset.open_cache`, or a :class:`Subset`
+    of one), else None."""
     dataset = getattr(dataset, "source", dataset) if isinstance(dataset, Subset) else dataset
-    return dataset if isinstance(dataset, TopKCache) else None
+    return dataset if hasattr(dataset, "manifest") else None
 
 
 class DistillationTrainer(Trainer):
@@ -132,6 +160,15 @@ class DistillationTrainer(Trainer):
         model, arguments = kwargs.pop("model", model), kwargs.pop("args", arguments)
         if arguments is None:
             raise ValueError("DistillationTrainer: args= is required (a DistillationArguments)")
+        check_push(arguments)  # before the Trainer creates the Hub repository
+        if getattr(arguments, "label_smoothing_factor", 0):  # the Trainer's own loss would apply it; ours does not
+            raise ValueError(f"label_smoothing_factor: {arguments.label_smoothing_factor} smooths the labels of a "
+                             "cross-entropy Trainer, and destila's loss has no smoothed labels: its soft term already "
+                             "trains on the teacher's distribution. Drop it (0); --hard_weight adds the labels' plain "
+                             "cross-entropy")
+        if getattr(arguments, "batch_eval_metrics", False):
+            raise ValueError("batch_eval_metrics: compute_metrics is called once, on every held-out batch's logits "
+                             "and labels; drop --batch_eval_metrics")
         model, kwargs = _student(model, arguments, kwargs)
         has_teacher = teacher is not None or teacher_model is not None
         kwargs = _with_data(kwargs, cache, data_spec, model, arguments, has_teacher)
@@ -157,6 +194,12 @@ class DistillationTrainer(Trainer):
         self.model_accepts_loss_kwargs = True
         self._loss_shifts_labels = True
         self._window = torch.zeros(len(_STATS), dtype=torch.float64)
+
+    def create_model_card(self, model_name: str | None = None, **_hf_card_fields) -> None:
+        """destila's card (:mod:`destila.training.sharing`: teacher, cache, data fingerprints, objective,
+        held-out figures) instead of the Trainer's generic one; ``push_to_hub`` uploads it."""
+        if self.is_world_process_zero():
+            write_model_card(self, model_name=model_name)
 
     def create_accelerator_and_postprocess(self):
         super().create_accelerator_and_postprocess()
@@ -270,24 +313,54 @@ class DistillationTrainer(Trainer):
 
     @torch.no_grad()
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
-        """Held-out metrics summed over every process: KL to the teacher (forward KL over
-        the top-K buckets with the student at T = 1; over the full vocabulary for online
-        dense), cross-entropy, perplexity and top-1 agreement. ``eval_loss`` is that KL,
-        so ``metric_for_best_model="loss"`` keeps the student closest to the teacher."""
+        """Held-out metrics summed over every process. ``eval_loss`` is the training objective (the loss
+        options, K′ and the hidden-state term, as trained), so ``metric_for_best_model="loss"`` keeps the
+        student best at what it is trained for; beside it, under their own names, the yardstick shared by runs
+        of any objective: ``eval_kl`` (forward KL over the cache's K buckets with the student at T = 1; over the
+        full vocabulary for online dense), ``eval_ce``, ``eval_ppl`` and ``eval_top1_agreement``. With
+        ``compute_metrics``, it is called as the Trainer calls it: once, on an ``EvalPrediction`` of every held-out
+        batch's logits (through ``preprocess_logits_for_metrics`` when given) and labels."""
+        from transformers.trainer_pt_utils import nested_concat
+        from transformers.trainer_utils import EvalPrediction
+
         # The wrapped model: under FSDP the unwrapped one holds only shards.
         model = self.model_wrapped if self.model_wrapped is not None else self.model
         was_training = model.training
         model.eval()
+        options = self.args.loss_options()
+        # The objective is the yardstick itself: one pass gives both.
+        same = (all(getattr(options, k) == v for k, v in _YARDSTICK.items()) and self.args.top_k is None
+                and self.hidden is None)
+        with_metrics = self.compute_metrics is not None and not self.args.prediction_loss_only
         sums = torch.zeros(len(_STATS), dtype=torch.float64)
+        objective = torch.zeros(2, dtype=torch.float64)  # loss summed over rows, rows
+        predictions = label_ids = None
         for inputs in self.get_eval_dataloader(eval_dataset):
-            _, stats = self._distill(
-                model, self._prepare_inputs(inputs),
-                divergence="forward_kl", tail="bucket", temperature=1.0, soft_weight=1.0, hard_weight=0.0,
-            )
+            inputs = self._targets(self._prepare_inputs(inputs))  # an online teacher runs once per batch
+            _, stats = self._distill(model, inputs, **_YARDSTICK)
             sums += torch.stack([stats[k].double().cpu() for k in _STATS])
+            rows = float((aligned_labels(inputs["labels"]) != IGNORE_INDEX).sum())
+            if same:
+                loss = stats["soft"].double().cpu()
+            else:
+                loss = self._distill(model, with_top_k(inputs, self.args.top_k))[0].double().cpu() * rows
+            objective += torch.tensor([float(loss), rows], dtype=torch.float64)
+            if with_metrics:
+                logits = model(input_ids=inputs["input_ids"], use_cache=False, **_layout(inputs)).logits
+                if self.preprocess_logits_for_metrics is not None:
+                    logits = self.preprocess_logits_for_metrics(logits, inputs["labels"])
+                gathered = self.accelerator.gather_for_metrics((logits, inputs["labels"]))
+                logits, labels = _cpu(gathered[0]), _cpu(gathered[1])
+                predictions = logits if predictions is None else nested_concat(predictions, logits, padding_index=-100)
+                label_ids = labels if label_ids is None else nested_concat(label_ids, labels, padding_index=-100)
         model.train(was_training)
         metrics = self._metrics(self._reduce(sums), f"{metric_key_prefix}_")
-        metrics[f"{metric_key_prefix}_loss"] = metrics[f"{metric_key_prefix}_kl"]
+        loss_sum, rows = self._reduce(objective).tolist()
+        metrics[f"{metric_key_prefix}_loss"] = loss_sum / max(rows, 1.0)
+        if with_metrics and predictions is not None:
+            computed = self.compute_metrics(EvalPrediction(predictions=_numpy(predictions), label_ids=_numpy(label_ids)))
+            metrics.update({(k if k.startswith(f"{metric_key_prefix}_") else f"{metric_key_prefix}_{k}"): v
+                            for k, v in (computed or {}).items()})
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics

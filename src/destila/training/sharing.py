@@ -1,0 +1,160 @@
+"""Ready to share: the model card written with the saved student, and a push that fails at once without a Hub.
+
+The card (``README.md`` beside the weights, what the Hub shows) says what
+the student was distilled from and how: the teacher (its name and
+fingerprints), the cache (targets, K or S, temperature, encoding, sequences)
+or the online data, the data's fingerprints, the objective (divergence,
+tail, temperature, weights, K′), the training schedule, and the held-out
+figures of the final evaluation. It is built from the Trainer itself, so
+``destila train``, :func:`~destila.training.train_student` and
+``DistillationTrainer.push_to_hub`` (which calls ``create_model_card``) write
+the same one. Local paths appear as their last component only
+(:mod:`destila.io.shareable`). Naive equivalent::
+
+    ModelCard(f"---\\n{metadata}\\n---\\n# {name}\\nDistilled from {teacher} ...").save(out / "README.md")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from destila.io import write_atomic
+from destila.io.shareable import is_local_path, shareable_name
+
+CARD = "README.md"
+_SPEED_KEYS = ("runtime", "samples_per_second", "steps_per_second")
+
+
+def check_push(args) -> None:
+    """Refuse ``push_to_hub`` at once, in one line, when the Hub cannot be reached: the Trainer would otherwise
+    fail while creating the repository (or after training, on the upload) with a long traceback."""
+    if not getattr(args, "push_to_hub", False):
+        return
+    from destila.models import hub_unreachable
+
+    reason = hub_unreachable()
+    if reason is not None:
+        raise ValueError(f"push_to_hub: the Hugging Face Hub cannot be reached ({reason}); train without "
+                         "--push_to_hub, then upload the output folder once online (`hf upload NAME OUT`)")
+
+
+def _cache_behind(dataset):
+    """The cache reader behind ``dataset`` (itself, or the source of a Subset of it), else None."""
+    dataset = getattr(dataset, "source", dataset)
+    return dataset if hasattr(dataset, "manifest") else None
+
+
+def _hub_id(name) -> str | None:
+    """``name`` when it reads as a Hub model id (``org/name``) rather than a local path."""
+    text = str(name or "")
+    return text if text.count("/") == 1 and not is_local_path(text) else None
+
+
+def _student_base(model) -> tuple[str | None, bool]:
+    """``(name the student was loaded from, is a PEFT adapter)``."""
+    configs = getattr(model, "peft_config", None)
+    if configs:
+        return next(iter(configs.values())).base_model_name_or_path, True
+    return getattr(model, "name_or_path", None), False
+
+
+def _sources(trainer) -> list[str]:
+    """Lines on the teacher and the data: from the cache's manifest, or from the online teacher and data."""
+    cache = _cache_behind(trainer.train_dataset)
+    if cache is not None:
+        m, targets = cache.manifest, cache.manifest.targets
+        width = (f"top-{targets['top_k']} log-probs and the exact rest mass" if targets["kind"] == "topk"
+                 else f"{targets['samples']} draws per position")
+        return [
+            f"- **Teacher**: {shareable_name(m.teacher)} ({m.teacher_architecture or 'architecture not recorded'}; "
+            f"config hash `{m.teacher_config_hash or '-'}`, weights `{m.teacher_weight_fingerprint or '-'}`, "
+            f"tokenizer `{m.tokenizer_fingerprint or '-'}`)",
+            f"- **Cache**: {shareable_name(str(cache.path))}: {width} per trained position, temperature "
+            f"{m.temperature:g}, {m.encoding} encoding, {m.sequences:,} sequences of {m.seq_len} tokens",
+            f"- **Data**: {shareable_name(m.data_source)}; documents fingerprint `{m.data_fingerprint or '-'}`, "
+            f"token sequences fingerprint `{m.ids_fingerprint or '-'}`",
+        ]
+    lines = []
+    teacher = getattr(getattr(trainer, "teacher", None), "model", None)
+    if teacher is not None:
+        lines.append(f"- **Teacher** (online, run beside the student): "
+                     f"{shareable_name(getattr(teacher, 'name_or_path', None) or type(teacher).__name__)}")
+    data = getattr(trainer.train_dataset, "source", trainer.train_dataset)
+    spec, store = getattr(data, "spec", None), getattr(data, "store", None)
+    if spec is not None:
+        lines.append(f"- **Data**: {shareable_name(spec.source)} ({spec.kind}, loss on {spec.loss_on}, {spec.packing} "
+                     f"packing, {spec.seq_len} tokens per row); documents fingerprint "
+                     f"`{getattr(store, 'fingerprint', '-')}`, token sequences fingerprint "
+                     f"`{getattr(data, 'fingerprint', '-')}`")
+    return lines or ["- **Teacher and data**: not recorded (a dataset given in Python)"]
+
+
+def _objective(args, model) -> list[str]:
+    options = args.loss_options()
+    divergence = options.divergence + (f" (β = {options.beta:g})" if options.divergence == "jsd" else "")
+    lines = [f"- **Objective**: {divergence} over the teacher's entries with the `{options.tail}` rest, temperature "
+             f"{options.temperature:g}, soft weight {options.soft_weight:g}, hard (cross-entropy) weight "
+             f"{options.hard_weight:g}" + (f", K′ = {args.top_k}" if args.top_k is not None else "")]
+    if getattr(args, "hidden_loss", None):
+        lines.append(f"- **Hidden states**: {args.hidden_loss} loss, weight {args.hidden_weight:g}")
+    for config in (getattr(model, "peft_config", None) or {}).values():
+        modules = config.target_modules if isinstance(config.target_modules, str) else ",".join(
+            sorted(config.target_modules or ()))
+        lines.append(f"- **LoRA**: rank {config.r}, alpha {config.lora_alpha:g}, modules {modules}")
+    return lines
+
+
+def _schedule(trainer) -> str:
+    args, state = trainer.args, trainer.state
+    batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * max(args.world_size, 1)
+    scheduler = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    return (f"- **Training**: {state.global_step:,} optimizer steps of {batch} sequences, learning rate "
+            f"{args.learning_rate:g} ({scheduler}), seed {args.seed}")
+
+
+def _held_out(trainer) -> list[str]:
+    """The last evaluation's figures as a table, or a line saying there was none."""
+    records = [r for r in trainer.state.log_history if any(k.startswith("eval_") for k in r)]
+    if not records:
+        return ["No held-out evaluation was run (set `eval_fraction`, or give a held-out cache)."]
+    last = records[-1]
+    rows = [(key.removeprefix("eval_"), value) for key, value in last.items()
+            if key.startswith("eval_") and isinstance(value, (int, float)) and not key.endswith(_SPEED_KEYS)]
+    where = (f"{trainer.args.eval_fraction:g} of the training sequences, held out"
+             if trainer.args.eval_fraction else "the evaluation set given to the run")
+    table = ["| metric | value |", "|---|---|", *(f"| {name} | {value:.4g} |" for name, value in rows)]
+    return [f"At step {last.get('step', trainer.state.global_step)}, on {where}:", "", *table]
+
+
+def model_card(trainer, model_name: str | None = None, merged: bool = False) -> str:
+    """The card's text (YAML metadata, then markdown) for the student ``trainer`` trained (``merged``: for the
+    copy with a LoRA student's adapters merged into its base)."""
+    from huggingface_hub import ModelCardData
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    base, adapter = _student_base(model)
+    made = (f"the base student {shareable_name(base)}, as LoRA adapters"
+            + (" merged into its weights" if merged else "") if adapter else shareable_name(base))
+    adapter = adapter and not merged
+    tags = ["destila", "knowledge-distillation", "distillation", *(["lora", "peft"] if adapter else [])]
+    metadata = ModelCardData(library_name="peft" if adapter else "transformers", pipeline_tag="text-generation",
+                             tags=tags, base_model=_hub_id(base))
+    name = model_name or Path(trainer.args.output_dir).name
+    load = (f"AutoPeftModelForCausalLM.from_pretrained(\"{name}\")  # from peft: the base student "
+            f"({shareable_name(base)}) with this adapter" if adapter
+            else f"AutoModelForCausalLM.from_pretrained(\"{name}\")  # from transformers")
+    body = [
+        f"# {name}", "",
+        f"A student distilled with [destila](https://pypi.org/project/destila/) from {made}.",
+        "", "## How it was made", "", *_sources(trainer), *_objective(trainer.args, model), _schedule(trainer),
+        "", "## Held-out figures", "", *_held_out(trainer),
+        "", "## Use", "", "```python", load, "```", "",
+    ]
+    return f"---\n{metadata.to_yaml()}\n---\n\n" + "\n".join(body)
+
+
+def write_model_card(trainer, folder=None, model_name: str | None = None, merged: bool = False) -> Path:
+    """Write :func:`model_card` as ``README.md`` in ``folder`` (default: the output folder); returns its path."""
+    path = Path(folder or trainer.args.output_dir) / CARD
+    write_atomic(path, model_card(trainer, model_name, merged).encode())
+    return path

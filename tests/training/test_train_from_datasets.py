@@ -1,0 +1,140 @@
+"""Training from a cache held as a dataset: an export folder, a loaded or streamed Dataset, Axolotl's columns."""
+
+import json
+import logging
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from destila.cache import TopKCache
+from destila.cache.dataset import open_cache
+from destila.cache.export import ExportSpec, export_cache
+from destila.training import DistillationArguments, DistillationTrainer, train_student
+from train_helpers import read_log
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_cache, tmp_path_factory):
+    out = tmp_path_factory.mktemp("exported") / "export"
+    export_cache(ExportSpec(str(tiny_cache), str(out), progress=False))
+    return out
+
+
+def args_for(out, **overrides):
+    options = dict(output_dir=str(out), max_steps=4, per_device_train_batch_size=4, logging_steps=1,
+                   save_strategy="no", report_to="none", seed=3)
+    options.update(overrides)
+    return DistillationArguments(**options)
+
+
+def test_an_export_trains_to_the_losses_of_its_cache(tiny_cache, exported, fresh_student, tmp_path):
+    runs = {}
+    for name, source in (("cache", tiny_cache), ("export", exported)):
+        out = tmp_path / name
+        result = train_student(str(fresh_student), out, args_for(out, eval_fraction=0.1), cache=str(source))
+        runs[name] = ([r["loss"] for r in read_log(out / "log.jsonl").values()], result["eval"])
+    (cache_losses, cache_eval), (export_losses, export_eval) = runs["cache"], runs["export"]
+    assert len(cache_losses) == 4
+    np.testing.assert_allclose(export_losses, cache_losses, rtol=0, atol=1e-6)
+    assert export_eval["eval_kl"] == pytest.approx(cache_eval["eval_kl"], abs=1e-6)
+
+
+def test_the_trainer_takes_a_loaded_or_streamed_export_without_a_teacher(tiny_cache, exported, fresh_student,
+                                                                         tmp_path):
+    import datasets
+
+    rows = datasets.load_dataset(str(exported), split="train")
+    trainer = DistillationTrainer(model=str(fresh_student), args=args_for(tmp_path / "map"), train_dataset=rows)
+    assert trainer.train().global_step == 4
+    # The same held-out sequences scored from the cache and from a stream of the export: the same figures.
+    stream = datasets.load_dataset(str(exported), split="train", streaming=True).take(12)
+    from_stream = trainer.evaluate(eval_dataset=open_cache(stream))
+    from_cache = trainer.evaluate(eval_dataset=torch.utils.data.Subset(TopKCache(tiny_cache), range(12)))
+    for key in ("eval_kl", "eval_ce", "eval_top1_agreement"):
+        assert from_stream[key] == pytest.approx(from_cache[key], abs=1e-6), key
+    streamed = DistillationTrainer(model=str(fresh_student), args=args_for(tmp_path / "stream", max_steps=2),
+                                   train_dataset=datasets.load_dataset(str(exported), split="train", streaming=True))
+    assert streamed.train().global_step == 2 and math.isfinite(streamed.state.log_history[0]["loss"])
+
+
+def axolotl_rows(cache, renormalise: bool = False):
+    """The cache's items in Axolotl's KD columns: targets at t for token t+1, a per-entry mask, no rest mass."""
+    rows = []
+    for i in range(len(cache)):
+        item = cache[i]
+        trained = (item["labels"] != -100)[:, None].expand_as(item["topk_ids"])
+        logprobs = item["topk_logprobs"].float()
+        if renormalise:
+            logprobs = torch.log_softmax(logprobs, dim=-1)
+        rows.append({"input_ids": item["input_ids"].tolist(), "labels": item["input_ids"].tolist(),
+                     "target_token_ids": item["topk_ids"].tolist(),
+                     "target_logprobs": torch.where(trained, logprobs, -1e9).tolist(),
+                     "target_mask": trained.int().tolist()})
+    return rows
+
+
+def test_axolotl_columns_train_and_say_what_they_assume_about_the_tail(tiny_cache, fresh_student, tmp_path, caplog):
+    import datasets
+
+    cache = TopKCache(tiny_cache)
+    rows = datasets.Dataset.from_list(axolotl_rows(cache))
+    with caplog.at_level(logging.WARNING, logger="destila.cache"):
+        reader = open_cache(rows)
+    assert "no rest-mass column, so the rest is taken as 1 − Σ exp(target_logprobs)" in caplog.text
+    assert reader.vocab_size is None  # not recorded: the trainer takes the student's
+    reader.assume_vocab_size(cache.vocab_size)
+    for i in (0, 7):
+        found, expected = reader[i], cache[i]
+        for key in ("input_ids", "position_ids", "labels", "topk_ids"):
+            assert torch.equal(found[key], expected[key]), key
+        assert torch.equal(found["topk_logprobs"], expected["topk_logprobs"].float())
+        trained = expected["labels"] != -100
+        mass = torch.exp(expected["topk_logprobs"][trained].double()).sum(-1)
+        torch.testing.assert_close(found["tail_logmass"][trained].double(), torch.log1p(-mass), rtol=0, atol=1e-6)
+        # the float16 log-probs' rounding is all that separates the assumed rest from the exact one
+        assert (found["tail_logmass"][trained] - expected["tail_logmass"][trained]).abs().max() < 0.05
+    trainer = DistillationTrainer(model=str(fresh_student), args=args_for(tmp_path / "axolotl", max_steps=2),
+                                  train_dataset=rows)
+    assert trainer.train().global_step == 2
+
+
+def test_renormalised_axolotl_log_probs_are_read_as_an_empty_rest(tiny_cache, caplog):
+    import datasets
+
+    cache = TopKCache(tiny_cache)
+    with caplog.at_level(logging.WARNING, logger="destila.cache"):
+        reader = open_cache(datasets.Dataset.from_list(axolotl_rows(cache, renormalise=True)[:6]))
+    assert "renormalised over the top-K" in caplog.text
+    item = reader[0]
+    assert torch.isneginf(item["tail_logmass"][item["labels"] != -100]).all()
+
+
+def test_axolotl_rows_whose_mass_exceeds_one_are_refused(tiny_cache):
+    import datasets
+
+    rows = axolotl_rows(TopKCache(tiny_cache))[:2]
+    rows[0]["target_logprobs"][3] = [0.0] * len(rows[0]["target_logprobs"][3])  # K entries of probability 1
+    with pytest.raises(ValueError, match="sum to a probability of .* > 1; expected log-probabilities"):
+        open_cache(datasets.Dataset.from_list(rows))
+
+
+def test_rows_without_targets_are_still_refused_without_a_teacher(fresh_student, tmp_path):
+    import datasets
+
+    with pytest.raises(ValueError, match="holds no teacher targets"):
+        DistillationTrainer(model=str(fresh_student), args=args_for(tmp_path / "x"),
+                            train_dataset=datasets.Dataset.from_list([{"text": "hello"}]))
+
+
+def test_train_cli_takes_an_export_folder(exported, fresh_student, tmp_path):
+    from destila.cli.main import main
+
+    out = tmp_path / "cli"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", str(fresh_student), "--cache", str(exported), "-o", str(out), "--max_steps", "2",
+              "--save_strategy", "no"])
+    assert exit_info.value.code == 0
+    recorded = json.loads((out / "destila_run.json").read_text())["objective"]["targets"]["cache"]
+    assert not recorded.startswith("/") and (out / recorded).resolve() == exported.resolve()  # relative to the run
