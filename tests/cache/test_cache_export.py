@@ -154,6 +154,8 @@ def test_open_cache_names_what_it_expected(tmp_path):
         open_cache(tmp_path)
     with pytest.raises(FileNotFoundError, match="no such folder"):
         open_cache(tmp_path / "missing")
+    with pytest.raises(ValueError, match="'org/name' is not a local folder, and the Hub is out of reach"):
+        open_cache("org/name")  # the tests run with HF_HUB_OFFLINE set
 
 
 @pytest.mark.slow  # two real processes, one killed

@@ -2,13 +2,10 @@
 name no local folder, and `--push_to_hub` without a Hub fails at once in one line."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 from huggingface_hub import ModelCard
 
-from conftest import ENV
 from destila.cache import TopKCache
 from destila.training import DistillationArguments, DistillationTrainer, train_student
 
@@ -46,13 +43,15 @@ def test_shareable_files_name_no_local_folder(trained, tiny_cache, fresh_student
     assert (out / record["targets"]["cache"]).resolve() == tiny_cache.resolve()
 
 
-def test_push_to_hub_without_a_hub_is_one_line_before_anything_loads(tiny_cache, fresh_student, tmp_path):
+def test_push_to_hub_without_a_hub_is_one_line_before_anything_loads(tiny_cache, fresh_student, tmp_path, capsys):
+    from destila.cli.main import main
+
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "destila", "train", str(fresh_student), "--cache", str(tiny_cache),
-                           "-o", str(out), "--max_steps", "1", "--push_to_hub"],
-                          env={**ENV, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
+    with pytest.raises(SystemExit) as exit_info:  # the test environment sets HF_HUB_OFFLINE (conftest)
+        main(["train", str(fresh_student), "--cache", str(tiny_cache), "-o", str(out), "--max_steps", "1",
+              "--push_to_hub"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         "destila train: error: push_to_hub: the Hugging Face Hub cannot be reached (HF_HUB_OFFLINE is set); train "
         "without --push_to_hub, then upload the output folder once online (`hf upload NAME OUT`)"]
     assert not out.exists()  # refused before the output folder was claimed

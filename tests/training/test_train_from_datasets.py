@@ -138,3 +138,22 @@ def test_train_cli_takes_an_export_folder(exported, fresh_student, tmp_path):
     assert exit_info.value.code == 0
     recorded = json.loads((out / "destila_run.json").read_text())["objective"]["targets"]["cache"]
     assert not recorded.startswith("/") and (out / recorded).resolve() == exported.resolve()  # relative to the run
+
+
+def test_export_rows_without_their_record_read_the_same_and_say_what_they_assume(tiny_cache, exported, caplog):
+    """Rows whose card lost the record (``Dataset.push_to_hub`` keeps no description): read by their columns."""
+    import datasets
+
+    loaded = datasets.load_dataset(str(exported), split="train")
+    bare = datasets.Dataset(loaded.data)  # the same Arrow table, no DatasetInfo
+    assert not bare.info.description
+    with caplog.at_level(logging.WARNING, logger="destila.cache"):
+        reader = open_cache(bare)
+    assert "without destila's record" in caplog.text and reader.vocab_size is None
+    cache = TopKCache(tiny_cache)
+    reader.assume_vocab_size(cache.vocab_size)
+    assert reader.top_k == cache.top_k and reader.logprob_dtype == cache.logprob_dtype
+    for i in (0, 5):
+        found, expected = reader[i], cache[i]
+        for key in expected:
+            assert torch.equal(found[key], expected[key]), key

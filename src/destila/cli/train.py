@@ -46,7 +46,9 @@ class TrainInputs:
 class TrainTargets:
     """Where the targets come from: a cache (offline), or a teacher and data (online)."""
 
-    cache: str | None = field(default=None, metadata={"help": "top-K cache from `destila cache build` (offline)"})
+    cache: str | None = field(default=None, metadata={
+        "help": "offline: a cache from `destila cache build`, its export (`destila cache export`) or a hub dataset "
+                "id of one"})
     teacher: str | None = field(default=None, metadata={
         "help": "online: " + MODEL_HELP})
     teacher_gguf_file: str | None = field(default=None, metadata={

@@ -26,7 +26,7 @@ class EvalSpec:
     models: list[str] = field(metadata={
         "help": "model folders, .gguf files or 'smollm2'", "metavar": "MODEL", "nargs": "+"})
     cache: str | None = field(default=None, metadata={
-        "help": "a top-K cache: its tokens, and the top-K bucket KL to its teacher"})
+        "help": "a top-K cache (or its export): its tokens, and the top-K bucket KL to its teacher"})
     data: str | None = field(default=None, metadata={
         "help": "'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets hub name"})
     teacher: str | None = field(default=None, metadata={
