@@ -216,3 +216,89 @@ def fresh_student(tiny_llama_dir, tmp_path_factory):
 
     init_student(str(tiny_llama_dir), path, config_overrides={"num_hidden_layers": 2}, seed=1)
     return path
+
+
+# ---- Across tokenizers (tests/crosstok, tests/data/test_data_spans.py, tests/cache/test_cache_spans.py) ----
+# The teacher tokenizer is tiny_chat_tokenizer (byte-level BPE, ChatML special tokens); the students are trained by
+# destila.crosstok.train_tokenizer on other pydoc documents: a SentencePiece-style one (▁ and byte fallback) and a
+# byte-level one, both with the teacher's special tokens and chat template.
+
+# Text with what alignment must get right: multi-byte UTF-8 (2, 3 and 4 bytes), whitespace runs, tabs, newlines.
+HARD_TEXTS = [
+    "Größe  und Maß: naïve café — 数据 表 🙂🙂 ok\n\n\tindented\n    def f(x):\n        return x  # ünïcödé",
+    "   leading spaces, trailing ones   \n\n\n",
+    "ascii only, with a few words, repeated words words words.",
+]
+
+
+def conversations() -> list[dict]:
+    """Chats whose assistant turns hold multi-byte text and whitespace runs."""
+    texts = pydoc_texts(12)
+    return [{"messages": [
+        {"role": "user", "content": f"Explain {i}: Größe — 数据?"},
+        {"role": "assistant", "content": texts[i][:300] + "  🙂\n\n  done"},
+        {"role": "user", "content": "and  more\tplease"},
+        {"role": "assistant", "content": texts[i + 1][:200]},
+    ]} for i in range(0, 10, 2)]
+
+
+@pytest.fixture(scope="session")
+def space_mark_tokenizer(tmp_path_factory, tiny_chat_tokenizer):
+    from destila.crosstok import TokenizerSpec, train_tokenizer
+
+    out = tmp_path_factory.mktemp("space-mark-tokenizer") / "tok"
+    spec = TokenizerSpec("pydoc", str(out), vocab_size=700, style="space_mark")
+    return train_tokenizer(spec, texts=pydoc_texts(40)[20:], teacher_tokenizer=tiny_chat_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def byte_level_student_tokenizer(tmp_path_factory, tiny_chat_tokenizer):
+    from destila.crosstok import TokenizerSpec, train_tokenizer
+
+    out = tmp_path_factory.mktemp("byte-level-student-tokenizer") / "tok"
+    spec = TokenizerSpec("pydoc", str(out), vocab_size=600, style="byte_level")
+    return train_tokenizer(spec, texts=pydoc_texts(40)[20:], teacher_tokenizer=tiny_chat_tokenizer)
+
+
+def build_spans_cache(model_dir, data, path, **options):
+    from destila.cache import build_cache
+
+    options.setdefault("seq_len", TRAIN_SEQ_LEN)
+    options.setdefault("top_k", 16)
+    build_cache(str(model_dir), data, path, spans=True, progress=False, **options)
+    return path
+
+
+@pytest.fixture(scope="session")
+def text_spans_cache(tiny_chat_llama_dir, tmp_path_factory):
+    """Plain-text documents (pydoc and the hard texts), packed end to end, with byte spans."""
+    path = tmp_path_factory.mktemp("spans-cache") / "cache"
+    return build_spans_cache(tiny_chat_llama_dir, HARD_TEXTS + pydoc_texts(3), path)
+
+
+@pytest.fixture(scope="session")
+def bfd_spans_cache(tiny_chat_llama_dir, tmp_path_factory):
+    """The same documents, each whole in one row (best-fit decreasing; long ones truncated)."""
+    from datasets import Dataset
+
+    from destila.data import DataSpec
+
+    folder = tmp_path_factory.mktemp("bfd-texts")
+    Dataset.from_dict({"text": HARD_TEXTS + [t[:600] for t in pydoc_texts(3)]}).to_json(str(folder / "texts.jsonl"))
+    spec = DataSpec(str(folder / "texts.jsonl"), seq_len=128, packing="bfd")
+    path = tmp_path_factory.mktemp("bfd-spans-cache") / "cache"
+    return build_spans_cache(tiny_chat_llama_dir, spec, path, seq_len=128)
+
+
+@pytest.fixture(scope="session")
+def chat_spans_cache(tiny_chat_llama_dir, tmp_path_factory):
+    """Conversations rendered by the ChatML template, loss on assistant turns, whole conversations per row."""
+    from datasets import Dataset
+
+    from destila.data import DataSpec
+
+    folder = tmp_path_factory.mktemp("chats")
+    Dataset.from_list(conversations()).to_json(str(folder / "chats.jsonl"))
+    spec = DataSpec(str(folder / "chats.jsonl"), messages_field="messages", seq_len=256)
+    path = tmp_path_factory.mktemp("chat-spans-cache") / "cache"
+    return build_spans_cache(tiny_chat_llama_dir, spec, path, seq_len=256, encoding="compact")

@@ -26,6 +26,7 @@ def packed_source(
     *,
     store_dir: str | Path | None = None,
     main_first=None,
+    spans: bool = False,
 ) -> PackedSource:
     """The :class:`PackedSource` of ``spec`` tokenised by ``tokenizer``.
 
@@ -33,17 +34,21 @@ def packed_source(
     the tokenizer and the source files' names, sizes and mtimes, so a second
     run over unchanged data reuses the store. ``main_first`` is a context
     manager factory that runs its body on the main process first (accelerate's
-    ``PartialState().main_process_first``); None for one process.
+    ``PartialState().main_process_first``); None for one process. ``spans``:
+    items also carry each token's byte span in its document (``span_start``,
+    ``span_end``; see :class:`PackedSource`).
     """
     spec = detect_format(spec)  # text, messages or prompt/completion, from the source's fields when none is named
-    folder = Path(store_dir) if store_dir is not None else store_root() / store_key(spec, tokenizer_fingerprint(tokenizer))
+    folder = (Path(store_dir) if store_dir is not None
+              else store_root() / store_key(spec, tokenizer_fingerprint(tokenizer), spans))
     with (main_first or contextlib.nullcontext)():
-        store = build_store(spec, tokenizer, folder)
+        store = build_store(spec, tokenizer, folder, spans=spans)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return PackedSource(store, spec, pad)
 
 
-def texts_source(texts: list[str], tokenizer, spec: DataSpec | None = None, **spec_fields) -> PackedSource:
+def texts_source(texts: list[str], tokenizer, spec: DataSpec | None = None, *, spans: bool = False,
+                 **spec_fields) -> PackedSource:
     """A packed source over documents given in Python (small data); stored under a key of their content."""
     import hashlib
     import json
@@ -60,13 +65,14 @@ def texts_source(texts: list[str], tokenizer, spec: DataSpec | None = None, **sp
         digest.update(len(raw).to_bytes(8, "little") + raw)
     spec = spec or DataSpec("<texts>", **spec_fields)
     described = {k: v for k, v in spec.describe().items() if k != "source"}
-    identity = json.dumps([digest.hexdigest(), described, tokenizer_fingerprint(tokenizer)], sort_keys=True, default=str)
+    identity = [digest.hexdigest(), described, tokenizer_fingerprint(tokenizer)] + (["spans"] if spans else [])
+    identity = json.dumps(identity, sort_keys=True, default=str)
     folder = store_root() / f"texts-{hashlib.sha256(identity.encode()).hexdigest()[:20]}"
     with tempfile.TemporaryDirectory() as tmp:
         saved = Path(tmp) / "texts"
         if not folder.is_dir():  # build_store reuses a finished store without reading the source
             datasets.Dataset.from_dict({spec.text_field: texts}).save_to_disk(str(saved))
-        source = packed_source(spec.replace(source=str(saved)), tokenizer, store_dir=folder)
+        source = packed_source(spec.replace(source=str(saved)), tokenizer, store_dir=folder, spans=spans)
     # Describe the documents as given, not by the temporary folder they passed through: a manifest
     # recording this spec must not change from one build of the same documents to the next.
     source.spec = spec

@@ -6,6 +6,11 @@
      "position_ids": LongTensor [L],   # restart at 0 at each document start (and at the row start)
      "loss_mask":    BoolTensor [L]}   # True at t  <=>  the target at t (token t+1) is trained
 
+A store built with byte spans adds ``span_start`` and ``span_end``
+(``LongTensor [L]``): token t covers bytes ``[span_start[t], span_end[t])``
+of its document's text (an empty span for a special token the text does
+not hold, such as the EOS after a document), ``-1`` at padding.
+
 - ``packing="documents"``: the documents are laid end to end and cut every
   L tokens (sequence i is tokens ``[i·L, (i+1)·L)`` of the store, whatever
   the number of processes). Position ids restart at each document, so
@@ -88,11 +93,35 @@ class PackedSource(torch.utils.data.Dataset):
             if self.trim:
                 used = min(int(self.store.offsets[index + 1] - self.store.offsets[index]), self.seq_len)
                 ids, positions, mask = ids[:used], positions[:used], mask[:used]
-        return {
+        item = {
             "input_ids": torch.from_numpy(ids.astype(np.int64)),
             "position_ids": torch.from_numpy(positions.astype(np.int64)),
             "loss_mask": torch.from_numpy(mask),
         }
+        if self.store.spans is not None:
+            spans = torch.from_numpy(self._spans(index)[: len(ids)])
+            item["span_start"], item["span_end"] = spans[:, 0].contiguous(), spans[:, 1].contiguous()
+        return item
+
+    def _spans(self, index: int) -> np.ndarray:
+        """``[L, 2]`` int64 byte spans of sequence ``index``'s tokens, ``-1`` at padding (the row layout of
+        ``__getitem__``)."""
+        spans, length = self.store.spans, self.seq_len
+        out = np.full((length, 2), -1, dtype=np.int64)
+        if self.spec.packing == "documents":
+            out[:] = spans[index * length : (index + 1) * length]
+        elif self.spec.packing == "bfd":
+            at = 0
+            for document in self._row_documents[self._row_offsets[index] : self._row_offsets[index + 1]]:
+                begin, end = int(self.store.offsets[document]), int(self.store.offsets[document + 1])
+                used = min(end - begin, length)
+                out[at : at + used] = spans[begin : begin + used]
+                at += used
+        else:
+            begin, end = int(self.store.offsets[index]), int(self.store.offsets[index + 1])
+            used = min(end - begin, length)
+            out[:used] = spans[begin : begin + used]
+        return out
 
     def _packed_row(self, index: int):
         length, offsets = self.seq_len, self.store.offsets
@@ -180,8 +209,9 @@ class PackedSource(torch.utils.data.Dataset):
             digest = hashlib.sha256(f"{self.spec.packing}/{self.seq_len}/{self._count}".encode())
             for start in range(0, self._count, 256):
                 batch = self.rows(range(start, min(start + 256, self._count)))
-                for key in ("input_ids", "position_ids", "loss_mask"):
-                    digest.update(batch[key].numpy().tobytes())
+                for key in ("input_ids", "position_ids", "loss_mask", "span_start", "span_end"):
+                    if key in batch:  # byte spans only in a store built with them
+                        digest.update(batch[key].numpy().tobytes())
             self._fingerprint = digest.hexdigest()[:16]
         return self._fingerprint
 

@@ -32,6 +32,7 @@ import re
 from typing import Callable
 
 from destila.data.formats import conversational_pair
+from destila.data.spans import check_spells_bytes
 
 # Hugging Face's assistant markers in a chat template: {% generation %} … {% endgeneration %}.
 _GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
@@ -43,15 +44,34 @@ def has_generation_markers(tokenizer) -> bool:
     return isinstance(template, str) and bool(_GENERATION_MARKER.search(template))
 
 
-def encoder(spec, tokenizer) -> Callable[[dict], dict]:
-    """A batched function ``{field: [values]} -> {"input_ids": [[int]], "targets": [[bool]]}`` for ``datasets.map``."""
+def encoder(spec, tokenizer, spans: bool = False) -> Callable[[dict], dict]:
+    """A batched function ``{field: [values]} -> {"input_ids": [[int]], "targets": [[bool]]}`` for ``datasets.map``.
+
+    ``spans=True`` adds ``span_start`` and ``span_end`` (``[[int]]``): each token's byte span in its
+    document's text (the rendered text, for conversations; prompt then completion, for pairs), see
+    :mod:`destila.data.spans`.
+    """
     if tokenizer.eos_token_id is None:
         raise ValueError(
             f"tokenizer: {type(tokenizer).__name__} has no EOS token to end documents; set tokenizer.eos_token"
         )
     check, encode = _KINDS[spec.kind]
     check(tokenizer, spec)
-    return lambda batch: encode(*(batch[column] for column in spec.columns), tokenizer, spec)
+    if not spans:
+        return lambda batch: encode(*(batch[column] for column in spec.columns), tokenizer, spec)
+    speller = check_spells_bytes(tokenizer, "tokenizer (byte spans, --spans)")
+
+    def encode_with_spans(batch):
+        texts: list[str] = []
+        encoded = encode(*(batch[column] for column in spec.columns), tokenizer, spec, texts)
+        starts, ends = [], []
+        for text, ids in zip(texts, encoded["input_ids"]):
+            start, end = speller.spans(text, ids) if ids else ([], [])
+            starts.append([int(v) for v in start])
+            ends.append([int(v) for v in end])
+        return {**encoded, "span_start": starts, "span_end": ends}
+
+    return encode_with_spans
 
 
 def _check_chat_tokenizer(tokenizer, spec) -> None:
@@ -74,7 +94,8 @@ def _tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
     return tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
 
 
-def _encode_text(values, tokenizer, spec) -> dict:
+def _encode_text(values, tokenizer, spec, documents: list | None = None) -> dict:
+    """``documents``, when given, receives each record's text (what byte spans are measured in)."""
     texts = []
     for value in values:
         if isinstance(value, list):
@@ -85,12 +106,14 @@ def _encode_text(values, tokenizer, spec) -> dict:
         texts.append(value if isinstance(value, str) else "")
     eos = tokenizer.eos_token_id
     ids = [tokens + [eos] if text else [] for text, tokens in zip(texts, _tokenize(tokenizer, texts))]
+    if documents is not None:
+        documents.extend(texts)
     return {"input_ids": ids, "targets": [[True] * len(row) for row in ids]}
 
 
-def _encode_pairs(prompts, completions, tokenizer, spec) -> dict:
+def _encode_pairs(prompts, completions, tokenizer, spec, documents: list | None = None) -> dict:
     if any(isinstance(v, list) for v in (*prompts, *completions)):  # TRL's conversational prompt/completion
-        return _encode_conversational_pairs(prompts, completions, tokenizer, spec)
+        return _encode_conversational_pairs(prompts, completions, tokenizer, spec, documents)
     for name, values in ((spec.prompt_field, prompts), (spec.completion_field, completions)):
         bad = next((v for v in values if v is not None and not isinstance(v, str)), None)
         if bad is not None:
@@ -110,20 +133,28 @@ def _encode_pairs(prompts, completions, tokenizer, spec) -> dict:
         ids.append(p_ids + c_ids)
         trained = spec.loss_on == "all"
         targets.append([trained] * len(p_ids) + [True] * len(c_ids))
+    if documents is not None:
+        documents.extend(p + c if c else "" for p, c in zip(prompts, completions))
     return {"input_ids": ids, "targets": targets}
 
 
-def _encode_conversational_pairs(prompts, completions, tokenizer, spec) -> dict:
+def _encode_conversational_pairs(prompts, completions, tokenizer, spec, documents: list | None = None) -> dict:
     """Pairs whose prompt and completion are lists of messages (TRL's conversational format): rendered with the
-    chat template (:func:`destila.data.formats.conversational_pair`); the completion's tokens are targets."""
+    chat template (:func:`destila.data.formats.conversational_pair`); the completion's tokens are targets.
+    ``documents`` receives each pair's rendered conversation (what byte spans are measured in)."""
     ids, targets = [], []
     for prompt, completion in zip(prompts, completions):
         if not completion:  # nothing to learn from a pair without a completion
             ids.append([]), targets.append([])
+            if documents is not None:
+                documents.append("")
             continue
         tokens, head = conversational_pair(tokenizer, prompt or [], completion)
         ids.append(tokens)
         targets.append([spec.loss_on == "all"] * head + [True] * (len(tokens) - head))
+        if documents is not None:
+            documents.append(_render(tokenizer, _check_messages(prompt or [], spec.prompt_field)
+                                     + _check_messages(completion, spec.completion_field)))
     return {"input_ids": ids, "targets": targets}
 
 
@@ -163,18 +194,22 @@ def assistant_spans(tokenizer, messages: list[dict]) -> tuple[str, list[tuple[in
     return text, spans
 
 
-def _encode_messages(values, tokenizer, spec) -> dict:
+def _encode_messages(values, tokenizer, spec, documents: list | None = None) -> dict:
     ids, targets = [], []
     for value in values:
         messages = _check_messages(value, spec.messages_field)
         if not messages:
             ids.append([]), targets.append([])
+            if documents is not None:
+                documents.append("")
             continue
         if spec.loss_on == "assistant" and has_generation_markers(tokenizer):
             encoded = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True,
                                                     return_assistant_tokens_mask=True)
             ids.append(list(encoded["input_ids"]))
             targets.append([bool(m) for m in encoded["assistant_masks"]])
+            if documents is not None:
+                documents.append(_render(tokenizer, messages))
             continue
         if spec.loss_on == "all":
             text, spans = _render(tokenizer, messages), None
@@ -182,6 +217,8 @@ def _encode_messages(values, tokenizer, spec) -> dict:
             text, spans = assistant_spans(tokenizer, messages)
         encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=spans is not None, verbose=False)
         ids.append(list(encoded["input_ids"]))
+        if documents is not None:
+            documents.append(text)
         if spans is None:
             targets.append([True] * len(ids[-1]))
             continue

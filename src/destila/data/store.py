@@ -5,6 +5,8 @@ A store is a folder::
     tokens.bin    int32 [N]      the documents' tokens, one after the other
     targets.bin   uint8 [N]      1 where the token is a trained prediction (see destila.data.render)
     offsets.bin   int64 [D + 1]  document d is tokens[offsets[d]:offsets[d + 1]]
+    spans.bin     int32 [N, 2]   only in a store built with byte spans: each token's [start, end) in its
+                                 document's UTF-8 bytes (destila.data.spans)
     store.json    counts, the spec and a content fingerprint (written last: a folder without it is not a store)
 
 Tokenisation goes through ``datasets`` (``map`` with ``num_proc``, cached as
@@ -56,6 +58,7 @@ class TokenStore:
     fingerprint: str
     empty: int = 0        # records left out: no text (missing, null, empty or not a string)
     trained: int = -1     # tokens whose prediction is trained; -1: a store written before it was counted
+    spans: np.ndarray | None = None  # [N, 2] int32 byte spans, in a store built with them
 
     @classmethod
     def open(cls, path: str | Path) -> "TokenStore":
@@ -68,10 +71,13 @@ class TokenStore:
             # np.memmap refuses empty files; an empty store has no documents anyway.
             return np.memmap(path / name, dtype=dtype, mode="r", shape=(count,)) if count else np.zeros(0, dtype)
 
+        spans = None
+        if meta.get("spans"):
+            spans = mapped("spans.bin", np.int32, 2 * meta["tokens"]).reshape(-1, 2)
         return cls(
             path, mapped("tokens.bin", np.int32, meta["tokens"]), mapped("targets.bin", np.uint8, meta["tokens"]),
             mapped("offsets.bin", np.int64, meta["documents"] + 1), meta["fingerprint"],
-            meta.get("empty", 0), meta.get("trained", -1),
+            meta.get("empty", 0), meta.get("trained", -1), spans,
         )
 
     @property
@@ -91,12 +97,14 @@ def source_identity(source: str) -> list:
     return [[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
 
 
-def store_key(spec, tokenizer_fingerprint: str) -> str:
+def store_key(spec, tokenizer_fingerprint: str, spans: bool = False) -> str:
     import sys
 
     described = {k: v for k, v in spec.describe().items() if k not in ("seq_len", "packing", "max_tokens")}
     identity = [STORE_VERSION, described, tokenizer_fingerprint, source_identity(spec.source), sys.version_info[:2],
                 _budget(spec)]
+    if spans:  # a store with byte spans is another store; the keys of those without stay what they were
+        identity.append("spans")
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
@@ -109,17 +117,22 @@ def _budget(spec) -> tuple[str, int] | None:
     return ("tokens", spec.max_sequences * spec.seq_len)
 
 
-def build_store(spec, tokenizer, folder: str | Path, *, records=None) -> TokenStore:
+def build_store(spec, tokenizer, folder: str | Path, *, records=None, spans: bool = False) -> TokenStore:
     """Tokenise ``spec``'s documents into a store at ``folder`` (reused when it is already there), with
     ``spec.num_proc`` processes over a whole corpus.
 
-    ``records``: a ``datasets.Dataset``/``IterableDataset`` to read instead of ``spec.source``."""
+    ``records``: a ``datasets.Dataset``/``IterableDataset`` to read instead of ``spec.source``.
+    ``spans``: also store each token's byte span in its document (:mod:`destila.data.spans`)."""
     folder = Path(folder)
     if (folder / _META).is_file():
-        return checked(TokenStore.open(folder), spec)
+        store = checked(TokenStore.open(folder), spec)
+        if spans and store.spans is None:
+            raise ValueError(f"data: the token store {folder} holds no byte spans; delete it or choose another "
+                             "folder, so that it is built again with them")
+        return store
 
     records = load_records(spec) if records is None else records
-    encode = encoder(spec, tokenizer)
+    encode = encoder(spec, tokenizer, spans=spans)
     budget = _budget(spec)
     with quiet_datasets():
         if budget is None and not spec.streaming:
@@ -197,11 +210,15 @@ def _publish(staging: Path, folder: Path) -> None:
 def _write(staging: Path, batches, budget, spec) -> None:
     digest = hashlib.sha256()
     tokens = documents = empty = trained = 0
+    has_spans = None  # known from the first batch: whether the encoder measured byte spans
     with open(staging / "tokens.bin", "wb") as tok_file, open(staging / "targets.bin", "wb") as tgt_file, \
-            open(staging / "offsets.bin", "wb") as off_file:
+            open(staging / "offsets.bin", "wb") as off_file, open(staging / "spans.bin", "wb") as span_file:
         off_file.write(np.zeros(1, np.int64).tobytes())
         for batch in batches:
-            for ids, targets in zip(batch["input_ids"], batch["targets"]):
+            has_spans = "span_start" in batch
+            starts = batch["span_start"] if has_spans else [None] * len(batch["input_ids"])
+            ends = batch["span_end"] if has_spans else starts
+            for ids, targets, start, end in zip(batch["input_ids"], batch["targets"], starts, ends):
                 if not ids:
                     empty += 1
                     continue
@@ -210,6 +227,13 @@ def _write(staging: Path, batches, budget, spec) -> None:
                 for array, file in ((ids_array, tok_file), (tgt_array, tgt_file)):
                     file.write(array.tobytes())
                     digest.update(array.tobytes())
+                if has_spans:
+                    if end and end[-1] >= 2**31:
+                        raise ValueError(f"data: a document of {end[-1]} bytes is too long for byte spans (at most "
+                                         "2 GiB); split it")
+                    span_array = np.stack([np.asarray(start, np.int32), np.asarray(end, np.int32)], axis=1)
+                    span_file.write(span_array.tobytes())
+                    digest.update(span_array.tobytes())
                 tokens += len(ids_array)
                 trained += int(tgt_array.sum())
                 documents += 1
@@ -225,6 +249,10 @@ def _write(staging: Path, batches, budget, spec) -> None:
                          "expected at least one")
     meta = {"version": STORE_VERSION, "tokens": tokens, "documents": documents, "fingerprint": digest.hexdigest()[:16],
             "empty": empty, "trained": trained, "spec": spec.describe()}
+    if has_spans:
+        meta["spans"] = True
+    else:
+        (staging / "spans.bin").unlink()
     (staging / _META).write_text(json.dumps(meta, indent=1, default=str))
 
 
