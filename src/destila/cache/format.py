@@ -71,6 +71,7 @@ CONTENT_FIELDS = (
     "ids_fingerprint",
     "sequences",
     "extras",
+    "spans",
 )
 
 
@@ -142,6 +143,8 @@ class Manifest:
     # informative: ids_fingerprint already covers every token, position and mask it decides.
     data: dict | None = None
     tokenizer_files: dict[str, str] = field(default_factory=dict)  # tokenizer/ file → sha256 (tokenizer_files.py)
+    # Each position's byte span in its document, for a student with another tokenizer (destila.cache.spans).
+    spans: bool = False
 
     @property
     def stored_sequences(self) -> int:
@@ -190,7 +193,7 @@ class Manifest:
             )
         names = {f.name for f in dataclasses.fields(cls)}
         missing = sorted(names - set(raw) - {"complete", "shards", "destila_version", "extras", "data",
-                                              "tokenizer_files"})
+                                              "tokenizer_files", "spans"})
         if missing:
             raise ValueError(f"{where}: manifest lacks the fields {', '.join(missing)}; the file is damaged")
         values = {k: v for k, v in raw.items() if k in names}

@@ -12,6 +12,8 @@ length ``L`` with ``W`` entries per position (K, or S for sampled targets)::
     topk_logprobs  [L, W]  sorted descending; -inf at padding and untrained positions
                            (stored dtype for plain top-K, float32 otherwise)
     teacher_hidden [L, n, D] float16, only in caches built with --hidden-layers (zeros where untrained)
+    span_start     [L]     int64, only in caches built with --spans: the byte span [span_start, span_end)
+    span_end       [L]     of each input token in its document, -1 at padding (destila.cache.spans)
     tail_logmass   [L]     float32, log of the mass outside the entries: exact for top-K,
                            -inf for sampled (the draws are the whole distribution), 0 where
                            the position is untrained (it has no entries)
@@ -83,6 +85,9 @@ def dense_item(stored: dict, manifest: Manifest) -> dict[str, torch.Tensor]:
         hidden = torch.zeros(length, *stored["hidden"].shape[1:], dtype=stored["hidden"].dtype)
         hidden[mask] = stored["hidden"]
         item["teacher_hidden"] = hidden
+    for name in ("span_start", "span_end"):
+        if name in stored:
+            item[name] = torch.from_numpy(np.asarray(stored[name], dtype=np.int64))
     return item
 
 

@@ -69,6 +69,9 @@ class BuildSpec(PlacementSpec):
     shard_size: int = field(default=128, metadata={"help": "sequences per shard file"})
     progress: bool = field(default=True, metadata={
         "help": "progress bar while building (--no-progress or --quiet: one log line per shard instead)", "aliases": ["--quiet"]})
+    spans: bool = field(default=False, metadata={
+        "help": "also store each position's byte span in its document, so that a student with another tokenizer "
+                "can be aligned to the teacher; a few bytes per position (docs/cross_tokenizer.md)"})
     extras: TeacherExtras = field(default_factory=TeacherExtras, metadata={
         "help": "several teachers mixed, and teacher hidden states stored (its own flags)"})
 

@@ -88,6 +88,7 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: 
                  "spec": m.data},
         "trained_positions": trained_count,
         "trained_fraction": trained_count / stored_tokens if stored_tokens else None,
+        "spans": m.spans,
     }
     hidden = (m.extras or {}).get("hidden")
     if m.extras:
@@ -217,6 +218,8 @@ def format_summary(summary: dict) -> str:
         f"fingerprint {summary['tokenizer']['fingerprint']}) in {summary['tokenizer']['path']}",
         f"data           {summary['data']['source']} ({_data_line(summary['data'])}, "
         f"fingerprint {summary['data']['fingerprint']})",
+        *(["byte spans     stored: a student with another tokenizer can be aligned to it"] if summary.get("spans")
+          else []),
     ]
     if summary["trained_fraction"] is not None:
         lines.append(f"trained        {summary['trained_positions']:,} positions, {summary['trained_fraction']:.1%} "

@@ -10,7 +10,9 @@ stored strictly ascending, as the format promises); top-K log-probs are
 finite and ≤ 0 (plain: also sorted descending as stored); the tail log-mass
 is finite (``-inf`` only when K = V) and ≤ 0; each position's mass
 ``logsumexp(topk_logprobs, tail_logmass)`` is 0 within what the encoding
-allows; sampled counts sum to S. Across shards: every sequence is stored
+allows; sampled counts sum to S; byte spans (a cache built with ``--spans``)
+are spans, follow each other within a document and are as wide as their
+tokens' bytes (:mod:`~destila.cache.spans`). Across shards: every sequence is stored
 exactly once and ``complete`` agrees (:mod:`~destila.cache.coverage`). The
 tokenizer files match the digests recorded at build time
 (:mod:`~destila.cache.tokenizer_files`).
@@ -41,6 +43,7 @@ from destila.cache.encodings.compact_blocks import BlockError
 from destila.cache.kinds import kind_of
 from destila.cache.kinds.topk import MASS_TOLERANCE  # noqa: F401  (re-exported: what each storage dtype allows)
 from destila.cache.rows import ShardRows
+from destila.cache.spans import span_faults, token_width_check
 from destila.cache.tokenizer_files import tokenizer_faults
 from destila.io import is_temporary
 
@@ -86,8 +89,9 @@ def verify_cache(path: str | Path) -> VerifyReport:
         report.warnings.append(f"{TOKENIZER_DIR}/: no digests in the manifest (built by an older destila); not checked")
     report.faults.extend(f"{MANIFEST}: {fault}" for fault in manifest_faults(manifest))
     report.faults.extend(coverage_faults(manifest))
+    widths = _span_widths(path, manifest, report) if manifest.spans else None
     for shard in manifest.shards:
-        faults = _check_shard(path, manifest, shard, report)
+        faults = _check_shard(path, manifest, shard, report, widths)
         report.faults.extend(f"{shard.name}: {fault}" for fault in faults)
         report.shards_checked += 1
     named = {s.name for s in manifest.shards}
@@ -97,7 +101,20 @@ def verify_cache(path: str | Path) -> VerifyReport:
     return report
 
 
-def _check_shard(path: Path, manifest, shard, report: VerifyReport) -> list[str]:
+def _span_widths(path: Path, manifest, report: VerifyReport):
+    """The byte-span width check of the cache's tokenizer copy (:func:`~destila.cache.spans.token_width_check`),
+    or None with a warning when the copy does not load (its own fault is reported by the tokenizer check)."""
+    from transformers import AutoTokenizer  # heavy: only for a cache with byte spans
+
+    try:
+        return token_width_check(AutoTokenizer.from_pretrained(path / TOKENIZER_DIR))
+    except (OSError, ValueError) as err:
+        report.warnings.append(f"{TOKENIZER_DIR}/: not loadable ({str(err).splitlines()[0] if str(err) else err}); "
+                               "byte span widths not checked against the tokens")
+        return None
+
+
+def _check_shard(path: Path, manifest, shard, report: VerifyReport, widths=None) -> list[str]:
     fault = shard_file_fault(path, shard)
     if fault is not None:
         return [fault]
@@ -116,6 +133,8 @@ def _check_shard(path: Path, manifest, shard, report: VerifyReport) -> list[str]
         except (BlockError, ShardFormatError) as err:
             return [f"row {row} does not decode: {err}"]
         faults = row_faults(stored, manifest, report)
+        if manifest.spans and not faults:
+            faults = span_faults(stored, widths)
         if faults:
             return [f"row {row}: {fault}" for fault in faults]
     return []

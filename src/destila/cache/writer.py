@@ -184,7 +184,7 @@ def _content(spec: BuildSpec, tokenizer, source, data_fingerprint: str, vocab_si
         targets=asdict(spec.targets), encoding=spec.encoding, compact=compact, seq_len=spec.seq_len,
         logprob_dtype=spec.logprob_dtype, text_field=spec.text_field, max_tokens=spec.max_tokens,
         data_fingerprint=data_fingerprint, ids_fingerprint=source.fingerprint, sequences=len(source),
-        extras=spec.extras.record(),
+        extras=spec.extras.record(), spans=spec.spans,
     )
 
 
@@ -201,7 +201,7 @@ def _prepare(group, spec: BuildSpec, device, held: list):
     output = spec.output
     tokenizer = load_tokenizer(spec.teacher, spec.gguf_file)
     source, description, data_fp = load_source(spec.data, tokenizer, spec.seq_len, spec.max_tokens, spec.text_field,
-                                               main_first=lambda: distributed.main_first(group))
+                                               main_first=lambda: distributed.main_first(group), spans=spec.spans)
     fields = _content(spec, tokenizer, source, data_fp, None)
     context = {"data_source": description, "teacher": str(spec.teacher)}
 

@@ -45,11 +45,13 @@ def spec_for(dataset, seq_len: int = DEFAULT_SEQ_LEN, packing: str = "none", **f
                     **{**(inferred or {}), **fields})
 
 
-def dataset_source(dataset, tokenizer, spec: DataSpec | None = None, *, trim: bool = True, **spec_fields):
+def dataset_source(dataset, tokenizer, spec: DataSpec | None = None, *, trim: bool = True, spans: bool = False,
+                   **spec_fields):
     """``dataset`` tokenised with ``tokenizer`` into a :class:`PackedSource`, or itself when it holds ``input_ids``.
 
     ``trim``: one example per row at its own length (the collate pads each batch); False gives rows of
-    ``seq_len`` tokens, as a teacher pass stores them."""
+    ``seq_len`` tokens, as a teacher pass stores them. ``spans``: items also carry each token's byte span
+    in its document (:mod:`destila.data.spans`)."""
     if "input_ids" in (dataset.column_names or []):
         return dataset.with_format("torch")
     spec = spec or spec_for(dataset, **spec_fields)
@@ -58,7 +60,8 @@ def dataset_source(dataset, tokenizer, spec: DataSpec | None = None, *, trim: bo
     # datasets fingerprints every Dataset by its content and history; with the
     # spec and the tokenizer it names the store.
     identity = [getattr(dataset, "_fingerprint", None), spec.describe(), tokenizer_fingerprint(tokenizer)]
+    identity += ["spans"] if spans else []  # a store with byte spans is another store
     key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
-    store = build_store(spec, tokenizer, store_root() / f"dataset-{key}", records=records)
+    store = build_store(spec, tokenizer, store_root() / f"dataset-{key}", records=records, spans=spans)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return PackedSource(store, spec, pad, trim=trim)

@@ -5,7 +5,9 @@ row r is the block ``blocks[offsets[r]:offsets[r+1]]``, which decodes alone
 to the row's fields and its trained positions' targets. The byte format of a
 block, for each target kind, is :mod:`destila.cache.encodings.compact_blocks`
 (docs/cache.md holds a reference decoder); the manifest's ``compact`` records
-its :class:`~destila.cache.encodings.compact_blocks.CompactLayout`.
+its :class:`~destila.cache.encodings.compact_blocks.CompactLayout`. A
+cache built with ``spans`` also holds ``span_offsets [R+1]`` and
+``span_blocks``: one zstd frame of byte spans per row (:mod:`destila.cache.spans`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from destila.cache.encodings.compact_blocks import (
 )
 from destila.cache.format import row_index_schema, schema_faults
 from destila.cache.kinds import KINDS, kind_of
+from destila.cache.spans import compact_schema as span_schema, decode_frame, encode_frame
 
 # Each kind's block: encode(row fields, computed row, layout) → bytes; decode(block, manifest) → stored row.
 _BLOCKS = {
@@ -49,7 +52,10 @@ class Compact:
 
     @staticmethod
     def schema(manifest, rows: int, positions, blob_bytes) -> dict:
-        return dict(block_offsets=("int64", (rows + 1,)), blocks=("uint8", (blob_bytes,)))
+        schema = dict(block_offsets=("int64", (rows + 1,)), blocks=("uint8", (blob_bytes,)))
+        if manifest.spans:
+            schema.update(span_schema(rows))
+        return schema
 
     @staticmethod
     def assemble(manifest, rows: list[dict]) -> dict:
@@ -59,7 +65,13 @@ class Compact:
                   for r in rows]
         offsets = np.concatenate([[0], np.cumsum([len(b) for b in blocks])]).astype(np.int64)
         blob = np.frombuffer(b"".join(blocks), dtype=np.uint8).copy()
-        return {"block_offsets": torch.from_numpy(offsets), "blocks": torch.from_numpy(blob)}
+        tensors = {"block_offsets": torch.from_numpy(offsets), "blocks": torch.from_numpy(blob)}
+        if manifest.spans:
+            frames = [encode_frame(r["span_start"].numpy(), r["span_end"].numpy(), layout.zstd_level) for r in rows]
+            tensors["span_offsets"] = torch.from_numpy(
+                np.concatenate([[0], np.cumsum([len(f) for f in frames])]).astype(np.int64))
+            tensors["span_blocks"] = torch.from_numpy(np.frombuffer(b"".join(frames), dtype=np.uint8).copy())
+        return tensors
 
     @staticmethod
     def open(handle, header: dict, manifest, shard) -> tuple:
@@ -71,13 +83,25 @@ class Compact:
         faults = schema_faults(header, schema)
         if not faults and (offsets[0] != 0 or offsets[-1] != blob or np.any(np.diff(offsets) < 0)):
             faults.append(f"block_offsets do not cut the {blob} bytes of blocks into {shard.rows} blocks")
+        if not faults and manifest.spans:
+            span_offsets, frames = handle.get_tensor("span_offsets").numpy(), header["span_blocks"][1][0]
+            if span_offsets[0] != 0 or span_offsets[-1] != frames or np.any(np.diff(span_offsets) < 0):
+                faults.append(f"span_offsets do not cut the {frames} bytes of span_blocks into {shard.rows} frames")
         return offsets, faults
 
     @staticmethod
     def stored(handle, manifest, offsets, row: int) -> dict:
         a, b = int(offsets[row]), int(offsets[row + 1])
         _, decode = _BLOCKS[manifest.target_kind]
-        return decode(handle.get_slice("blocks")[a:b].numpy().tobytes(), manifest)
+        fields = decode(handle.get_slice("blocks")[a:b].numpy().tobytes(), manifest)
+        if manifest.spans:
+            offsets = handle.get_slice("span_offsets")[row : row + 2].numpy()
+            frame = handle.get_slice("span_blocks")[int(offsets[0]) : int(offsets[1])].numpy().tobytes()
+            try:
+                fields["span_start"], fields["span_end"] = decode_frame(frame, manifest.seq_len)
+            except ValueError as err:
+                raise BlockError(str(err)) from err
+        return fields
 
     @staticmethod
     def stored_entries(rows, manifest) -> int:

@@ -4,7 +4,9 @@ Per row ``input_ids [R, L]`` int32, ``position_ids [R, L]`` int32 (restart at
 0 per document), ``loss_mask [R, L]`` bool (true: the target at t is
 trained); then the kind's tensors over the shard's ``P`` trained positions
 (row-major), and with ``extras.hidden`` the teacher's hidden states
-``teacher_hidden [P, n, D]`` float16 (:mod:`destila.cache.extras`).
+``teacher_hidden [P, n, D]`` float16 (:mod:`destila.cache.extras`), and
+with ``spans`` the byte spans ``span_start``, ``span_end`` ``[R, L]`` int32
+(:mod:`destila.cache.spans`).
 Row r's targets are the positions ``offsets[r]:offsets[r+1]``, the running
 count of its loss mask.
 """
@@ -17,6 +19,7 @@ import torch
 from destila.cache.format import ShardFormatError, row_index_schema, schema_faults
 from destila.cache.kinds import kind_of
 from destila.cache.kinds.sampled import has_repeats
+from destila.cache.spans import SPAN_TENSORS, plain_schema as span_schema
 
 
 class Plain:
@@ -37,6 +40,8 @@ class Plain:
         hidden = (manifest.extras or {}).get("hidden")
         if hidden:
             schema["teacher_hidden"] = ("float16", (positions, len(hidden["layers"]), hidden["dim"]))
+        if manifest.spans:
+            schema.update(span_schema(rows, length))
         return schema
 
     @staticmethod
@@ -47,6 +52,8 @@ class Plain:
         tensors.update(kind_of(manifest.target_kind).plain_tensors(rows, manifest))
         if (manifest.extras or {}).get("hidden"):
             tensors["teacher_hidden"] = torch.cat([r["hidden"] for r in rows]).to(torch.float16)
+        if manifest.spans:
+            tensors.update({name: stack(name, torch.int32) for name in SPAN_TENSORS})
         return tensors
 
     @staticmethod
@@ -72,6 +79,8 @@ class Plain:
         fields.update(kind_of(manifest.target_kind).plain_stored(get, a, b))
         if "teacher_hidden" in handle.keys():
             fields["hidden"] = get("teacher_hidden")[a:b]
+        if manifest.spans:
+            fields.update({name: get(name)[row].numpy().astype(np.int64) for name in SPAN_TENSORS})
         if int(fields["loss_mask"].sum()) != b - a:
             raise ShardFormatError(f"row {row}: loss_mask has {int(fields['loss_mask'].sum())} trained positions, "
                                    f"the shard stores {b - a}")
