@@ -126,3 +126,15 @@ def train_tokenizer(spec: TokenizerSpec, texts: list[str] | None = None, teacher
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
     return AutoTokenizer.from_pretrained(out)
+
+
+def load_student_tokenizer(folder):
+    """The tokenizer saved in ``folder`` (by ``save_pretrained`` or :func:`train_tokenizer`; a model folder with its
+    tokenizer will do). ``FileNotFoundError`` in one line when the folder holds none."""
+    from transformers import AutoTokenizer
+
+    path = Path(folder).expanduser()
+    if not ((path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()):
+        raise FileNotFoundError(f"tokenizer: {path} holds no tokenizer.json or tokenizer_config.json; expected a "
+                                "folder written by save_pretrained, such as `destila student tokenizer` writes")
+    return AutoTokenizer.from_pretrained(path)
