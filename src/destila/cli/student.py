@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from destila.cli.fields import add_fields, values_of
+from destila.crosstok.spec import TokenizerSpec
 from destila.student.layers import format_layer_list
 from destila.student.spec import NOT_INIT_KEYWORDS, StudentInitSpec
 
@@ -29,8 +30,25 @@ def register(subparsers) -> None:
         "calibration text (for --select importance|contiguous, width pruning and the starting perplexity)")
     add_fields(text.add_mutually_exclusive_group(), StudentInitSpec, only=("cache", "data"))
     add_fields(text, StudentInitSpec, only=("text_field", "calibration_tokens"))
-    add_fields(init, StudentInitSpec, only=("gguf_file", "seed"))
+    add_fields(init, StudentInitSpec, only=("gguf_file", "seed", "tokenizer"))
     init.set_defaults(func=run_init)
+    tokenizer = verbs.add_parser(
+        "tokenizer", help="train a student tokenizer (another vocabulary than the teacher's) on local text",
+        description="Trains a BPE tokenizer with Hugging Face tokenizers and saves it as a folder AutoTokenizer "
+        "loads; with --teacher it has the teacher's special tokens and chat template. Give it to `destila student "
+        "init --tokenizer DIR` (see docs/cross_tokenizer.md).",
+    )
+    add_fields(tokenizer, TokenizerSpec, positional=("data",))
+    tokenizer.set_defaults(func=run_tokenizer)
+
+
+def run_tokenizer(args) -> int:
+    from destila.crosstok import train_tokenizer  # heavy: tokenizers and transformers, kept out of `destila --help`
+
+    spec = TokenizerSpec(**values_of(args, TokenizerSpec))
+    trained = train_tokenizer(spec)
+    print(f"tokenizer: {len(trained):,} tokens ({spec.style}) trained on {spec.data} -> {spec.out}")
+    return 0
 
 
 def run_init(args) -> int:
@@ -57,6 +75,10 @@ def run_init(args) -> int:
         print(f"kept teacher layers: {format_layer_list(summary['kept_layers'])} ({summary['select']})")
     if "width" in summary:
         print("width: " + ", ".join(f"{key} {value}" for key, value in summary["width"].items()))
+    if "vocabulary" in summary and "copied" in summary["vocabulary"]:
+        v = summary["vocabulary"]
+        print(f"vocabulary: {v['vocab_size']:,} tokens of {v['tokenizer']}: {v['copied']:,} rows copied from the "
+              f"teacher (same bytes), {v['composed']:,} built from their pieces, {v['mean']:,} the mean row")
     if summary["start_perplexity"] is not None:
         which = "held-out" if summary["perplexity_held_out"] else "(not held out: one row only)"
         print(f"starting perplexity on {summary['perplexity_tokens']:,} {which} calibration tokens: "

@@ -29,8 +29,10 @@ def parse_config_overrides(items: list[str]) -> dict:
     return overrides
 
 
-def fresh_student(teacher, overrides: dict, seed: int = 0):
-    """A randomly initialised model of the teacher's architecture with ``overrides`` applied to its config."""
+def fresh_student(teacher, overrides: dict, seed: int = 0, tokenizer=None):
+    """A randomly initialised model of the teacher's architecture with ``overrides`` applied to its config.
+
+    ``tokenizer``: a student tokenizer with another vocabulary; the model's vocabulary is its size."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -44,7 +46,12 @@ def fresh_student(teacher, overrides: dict, seed: int = 0):
         )
     for key, value in overrides.items():
         setattr(config, key, value)
-    if config.vocab_size != teacher.config.vocab_size:
+    if tokenizer is not None:
+        if "vocab_size" in overrides and overrides["vocab_size"] != len(tokenizer):
+            raise ValueError(f"config: vocab_size {overrides['vocab_size']} differs from the {len(tokenizer)} tokens "
+                             "of --tokenizer; leave vocab_size out, it follows the tokenizer")
+        config.vocab_size = len(tokenizer)
+    elif config.vocab_size != teacher.config.vocab_size:
         raise ValueError(
             f"config: vocab_size must stay {teacher.config.vocab_size} (the teacher's tokenizer), "
             f"found {config.vocab_size}"

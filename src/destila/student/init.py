@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from destila.crosstok.student_tokenizer import load_student_tokenizer
 from destila.io import exclusive_lock, names_user_path
 from destila.models import INIT_INCOMPLETE, load_causal_lm, load_tokenizer
 from destila.io.permissions import readable_by_all
@@ -133,6 +134,7 @@ def init_student(
     gguf_file: str | None = None,
     seed: int = 0,
     progress: bool = False,
+    tokenizer: str | Path | None = None,
 ) -> dict:
     """Write a student folder (weights, config, tokenizer, ``destila_student.json``); return a summary dict.
 
@@ -151,7 +153,13 @@ def init_student(
     ``student_parameters``, ``teacher_parameters``, ``teacher_layers``,
     ``student_layers``, ``start_perplexity``, ``teacher_perplexity``, ``out``.
     Refuses to overwrite a non-empty folder. ``progress`` shows the
-    measurements' progress on stderr.
+    measurements' progress on stderr. ``tokenizer``: a tokenizer folder with
+    another vocabulary than the teacher's; the student gets it, a cut keeps the
+    teacher's embedding rows of the tokens both have and builds the others
+    from their pieces (:func:`destila.crosstok.transplant_vocabulary`; the
+    summary's ``vocabulary`` holds the counts), a fresh model is sized to it.
+    No starting perplexity is measured then (the calibration text is in the
+    teacher's tokens).
     """
     if layers is not None and layer_indices is not None:
         raise ValueError("student init: give either a number of layers or the layer indices, not both")
@@ -180,8 +188,9 @@ def init_student(
         model = load_causal_lm(teacher, gguf_file=gguf_file)
         if width:  # impossible sizes are refused before any measurement
             resolve_targets(model.config, **width)
-        tokenizer = load_tokenizer(teacher, gguf_file=gguf_file)
-        calibration = resolve_calibration(tokenizer, calibration, cache, data,
+        teacher_tokenizer = load_tokenizer(teacher, gguf_file=gguf_file)
+        student_tokenizer = load_student_tokenizer(tokenizer) if tokenizer is not None else None
+        calibration = resolve_calibration(teacher_tokenizer, calibration, cache, data,
                                           calibration_tokens or calib.DEFAULT_CALIBRATION_TOKENS, text_field)
         selection, held_out = calibration.split() if calibration is not None else (None, None)
         record: dict = {"teacher": str(teacher)}
@@ -196,8 +205,12 @@ def init_student(
                 summary["method"] = "cut+width" if len(kept) < model.config.num_hidden_layers else "width"
                 summary["width"] = {k: record["width"][k] for k in (*WIDTH_FIELDS, "head_dim")}
         else:
-            student = fresh_student(model, config_overrides, seed=seed)
+            student = fresh_student(model, config_overrides, seed=seed, tokenizer=student_tokenizer)
             summary = {"method": "fresh", "overrides": config_overrides}
+        if student_tokenizer is not None:
+            summary["vocabulary"] = (vocabulary_of(student, teacher_tokenizer, student_tokenizer, cut)
+                                     | {"tokenizer": str(tokenizer)})
+            held_out = None  # the calibration rows are teacher tokens: no student perplexity on them
         summary.update(
             out=str(out),
             teacher_parameters=_count(model),
@@ -215,8 +228,19 @@ def init_student(
                            calibration=calibration.source, calibration_tokens=calibration.tokens)
         # The record keeps the full width entry.
         record.update({k: v for k, v in summary.items() if k not in ("out", "width")})
-        _write_student(student, tokenizer, out, record)
+        _write_student(student, student_tokenizer or teacher_tokenizer, out, record)
         return summary
+
+
+def vocabulary_of(student, teacher_tokenizer, student_tokenizer, cut: bool) -> dict:
+    """A cut student's vocabulary transplanted to ``student_tokenizer``'s (counts of copied, composed and mean
+    rows); a fresh one's is already the tokenizer's size."""
+    from destila.crosstok.transplant import set_special_ids, transplant_vocabulary  # transformers, only here
+
+    if cut:
+        return transplant_vocabulary(student, teacher_tokenizer, student_tokenizer)
+    set_special_ids(student, student_tokenizer)
+    return {"vocab_size": len(student_tokenizer)}
 
 
 # A full disk or a read-only folder while the student is written, safetensors' Rust errors included.

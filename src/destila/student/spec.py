@@ -73,5 +73,9 @@ class StudentInitSpec:
         "help": "about this many calibration tokens; a quarter of the rows is held out for the perplexity "
                 "(default: 4096)"})
     gguf_file: str | None = field(default=None, metadata={"help": "GGUF file name inside the teacher folder"})
+    tokenizer: str | None = field(default=None, metadata={
+        "help": "give the student this tokenizer (a folder; another vocabulary than the teacher's, e.g. made by "
+                "`destila student tokenizer`): a cut keeps the teacher's embedding rows of the tokens both have and "
+                "builds the others from their pieces; a fresh model is sized to it", "metavar": "DIR"})
     seed: int | None = field(default=None, metadata={
         "help": "seed for a fresh model's initialisation (with --config; default 0)"})
