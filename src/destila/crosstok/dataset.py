@@ -102,6 +102,7 @@ class CrossTokenizerCache(torch.utils.data.Dataset):
         self.vocab_map = load_or_build(self.teacher_tokenizer, student_tokenizer, map_folder)
         self.width, self.uld, self.dtype = self.cache.top_k, uld, dtype
         self._longest = max(map(len, self.vocab_map.student_index), default=1)
+        self.vocab_map.teacher_to_student_list = self.vocab_map.teacher_to_student.tolist()  # fast per-entry lookups
 
     def __len__(self) -> int:
         return len(self.cache)
@@ -191,12 +192,9 @@ class CrossTokenizerCache(torch.utils.data.Dataset):
         n = len(s_ids)
         groups = align(t_start, t_end, s_start, s_end)
         kinds = group_kinds(groups)
-        # Which group each token's prediction targets: the token after each row.
-        s_kind = np.full(n, UNALIGNED, np.int64)  # of the student token at each index
-        t_kind = np.full(len(rows), UNALIGNED, np.int64)
-        for first, count, out in ((groups.s_first, groups.s_count, s_kind), (groups.t_first, groups.t_count, t_kind)):
-            for g in range(1 if not groups.first_valid else 0, len(groups)):
-                out[first[g] : first[g] + count[g]] = kinds[g] + 1
+        # The kind of the group each token is in (what the row before it predicts).
+        s_kind = _token_kinds(groups.s_count, kinds, n, groups.first_valid)
+        t_kind = _token_kinds(groups.t_count, kinds, len(rows), groups.first_valid)
         # Student labels: trained where the teacher token holding the label's first byte is a trained target.
         t_keys, s_keys = end_keys(t_start, t_end), end_keys(s_start, s_end)
         s_begin = np.concatenate([[int(s_start[0]) * 64 if n else 0], s_keys[:-1]])
@@ -209,18 +207,17 @@ class CrossTokenizerCache(torch.utils.data.Dataset):
         row_kind = np.zeros(n, np.int64)
         row_kind[:-1] = np.where(labels[:-1] != IGNORE_INDEX, s_kind[1:], NONE)
         # Rows that take teacher targets: the last student row before a group with one student token.
-        pairs = []
-        for g in range(1, len(groups)):
-            if groups.s_count[g] != 1:
-                continue
-            i, j, k = int(groups.s_first[g]) - 1, int(groups.t_first[g]) - 1, int(groups.t_count[g])
-            if labels[i] == IGNORE_INDEX:
-                continue
-            if not trained[rows[j : j + k]].all():
-                row_kind[i] = UNALIGNED  # the teacher stored no target at a row the chain goes through
-                continue
-            if k > 1 and (t_end[j + 1 : j + k] == t_start[j + 1 : j + k]).any():
-                row_kind[i] = UNALIGNED  # a zero-width teacher token inside the group: no chain through it
+        chosen = np.flatnonzero(groups.s_count == 1)
+        chosen = chosen[chosen >= 1]
+        s_row, t_row, steps = groups.s_first[chosen] - 1, groups.t_first[chosen] - 1, groups.t_count[chosen]
+        labelled = labels[s_row] != IGNORE_INDEX
+        single = labelled & (steps == 1)
+        pairs = [(int(i), int(j), 1) for i, j in zip(s_row[single], t_row[single])]
+        for i, j, k in zip(s_row[labelled & ~single].tolist(), t_row[labelled & ~single].tolist(),
+                           steps[labelled & ~single].tolist()):
+            if not trained[rows[j : j + k]].all() or (t_end[j + 1 : j + k] == t_start[j + 1 : j + k]).any():
+                # the teacher stored no target at a row the chain goes through, or a zero-width token is in it
+                row_kind[i] = UNALIGNED
                 continue
             pairs.append((i, j, k))
         t_rows_trained = trained[rows]
@@ -282,6 +279,17 @@ class CrossTokenizerCache(torch.utils.data.Dataset):
         if self.uld:
             out["uld_logprobs"] = torch.from_numpy(unmapped).to(self.dtype)
         return out
+
+
+def _token_kinds(count: np.ndarray, kinds: np.ndarray, total: int, first_valid: bool) -> np.ndarray:
+    """``[total]`` codes: each token's group kind + 1 (:data:`KINDS`); :data:`UNALIGNED` after the last group and in
+    an invalid first group. Groups are consecutive from token 0."""
+    out = np.full(total, UNALIGNED, np.int64)
+    covered = int(count.sum())
+    out[:covered] = np.repeat(kinds + 1, count)
+    if not first_valid and len(count):
+        out[: count[0]] = UNALIGNED
+    return out
 
 
 def _empty_stats() -> dict:

@@ -84,15 +84,16 @@ def chain(rows_ids: np.ndarray, rows_logprobs: np.ndarray, rows_tail: np.ndarray
     ``rows_*`` ``[k, K]``/``[k]``: the teacher rows j … j+k-1; ``realised``: the teacher's tokens
     t_1 … t_{k-1} the walk goes through (their bytes in ``realised_bytes``). Returns
     ``(ids [width], logprobs [width], tail, unmapped [width])`` as :func:`one_to_one` does for one row.
+    Masses are added as probabilities in float64 (each is at most 1), then logged.
     """
-    table, index, first = vocab_map.teacher.table, vocab_map.student_index, vocab_map.teacher_to_student
-    entries: dict[int, list[float]] = {}
-    rest: list[float] = []
+    table, index = vocab_map.teacher.table, vocab_map.student_index
+    first = getattr(vocab_map, "teacher_to_student_list", None) or vocab_map.teacher_to_student.tolist()
+    masses: dict[int, float] = {}
     unmapped: list[float] = []
-    prefix_lp, prefix = 0.0, b""
+    rest, reach, reach_log, prefix = 0.0, 1.0, 0.0, b""
     steps = len(rows_tail)
     for r in range(steps):
-        rest.append(prefix_lp + float(rows_tail[r]))
+        rest += reach * math.exp(float(rows_tail[r]))
         following = realised[r] if r < steps - 1 else None
         found = None
         for tid, lp in zip(rows_ids[r].tolist(), rows_logprobs[r].tolist()):
@@ -101,19 +102,20 @@ def chain(rows_ids: np.ndarray, rows_logprobs: np.ndarray, rows_tail: np.ndarray
             if tid == following:
                 found = lp
                 continue
-            sid = int(first[tid]) if r == 0 else index.get(prefix + table[tid], -1)
-            (entries.setdefault(sid, []) if sid >= 0 else unmapped).append(prefix_lp + lp)
-        if following is None:
+            sid = first[tid] if r == 0 else index.get(prefix + table[tid], -1)
+            mass = reach * math.exp(lp)
+            if sid >= 0:
+                masses[sid] = masses.get(sid, 0.0) + mass
+            else:
+                rest += mass
+                unmapped.append(reach_log + lp)
+        if following is None or found is None:  # the end, or the realised token is in this row's tail
             break
-        if found is None:  # the realised token is in this row's tail: the rest of the walk is too
-            break
-        prefix_lp += found
-        prefix += realised_bytes[r]
-    summed = sorted(((float(_logsumexp(np.asarray(v))), sid) for sid, v in entries.items()), reverse=True)
-    kept, dropped = summed[:width], summed[width:]
+        reach, reach_log, prefix = reach * math.exp(found), reach_log + found, prefix + realised_bytes[r]
+    ranked = sorted(masses.items(), key=lambda kv: -kv[1])
+    rest += sum(mass for _, mass in ranked[width:])
     out_ids, out_lp = np.zeros(width, np.int64), np.full(width, NEG_INF)
-    for slot, (lp, sid) in enumerate(kept):
-        out_ids[slot], out_lp[slot] = sid, lp
-    tail = float(_logsumexp(np.asarray(rest + unmapped + [lp for lp, _ in dropped])))
+    for slot, (sid, mass) in enumerate(ranked[:width]):
+        out_ids[slot], out_lp[slot] = sid, math.log(mass) if mass > 0 else NEG_INF
     left = sorted(unmapped, reverse=True)[:width]
-    return out_ids, out_lp, tail, np.asarray(left + [NEG_INF] * (width - len(left)))
+    return out_ids, out_lp, (math.log(rest) if rest > 0 else NEG_INF), np.asarray(left + [NEG_INF] * (width - len(left)))
