@@ -148,3 +148,18 @@ def test_low_coverage_is_a_warning_with_the_figure(text_spans_cache, space_mark_
     with caplog.at_level(logging.WARNING, logger="destila.crosstok"):
         coverage_report(data, max_sequences=4, warn_below=1.01)
     assert len(caplog.records) == 1 and f"only {100 * report.mapped_mass:.1f}%" in caplog.records[0].getMessage()
+
+
+def test_uld_items_hold_the_unmapped_entries(text_spans_cache, space_mark_tokenizer):
+    data = CrossTokenizerCache(text_spans_cache, space_mark_tokenizer, uld=True, dtype=torch.float64)
+    seen = 0
+    for index in range(4):
+        item = data[index]
+        uld, tail = item["uld_logprobs"], item["tail_logmass"]
+        assert uld.shape == item["topk_logprobs"].shape
+        real = uld > -np.inf
+        assert (uld[:, 1:] <= uld[:, :-1]).all()  # descending, -inf padding last
+        # the unmapped entries are part of the rest bucket, which also holds the teacher's tail
+        assert (torch.logsumexp(uld, dim=1)[real.any(dim=1)] <= tail[real.any(dim=1)] + 1e-12).all()
+        seen += int(real.any(dim=1).sum())
+    assert seen > 0
