@@ -163,3 +163,12 @@ def test_uld_items_hold_the_unmapped_entries(text_spans_cache, space_mark_tokeni
         assert (torch.logsumexp(uld, dim=1)[real.any(dim=1)] <= tail[real.any(dim=1)] + 1e-12).all()
         seen += int(real.any(dim=1).sum())
     assert seen > 0
+
+
+def test_a_loss_without_the_rest_bucket_is_refused():
+    from destila.crosstok import require_bucket_tail
+
+    require_bucket_tail("bucket")
+    for tail in ("renorm", "none"):
+        with pytest.raises(ValueError, match=f"found '{tail}'; pass --tail bucket"):
+            require_bucket_tail(tail)

@@ -19,6 +19,7 @@ _HOMES = {
     "align": "align", "Groups": "align",
     "VocabMap": "vocab_map", "build_vocab_map": "vocab_map", "load_or_build": "vocab_map",
     "CrossTokenizerCache": "dataset", "Aligned": "dataset", "no_spans_message": "dataset",
+    "require_bucket_tail": "dataset",
     "Coverage": "coverage", "coverage_report": "coverage", "LOW_COVERAGE": "coverage",
     "uld_loss": "uld",
     "transplant_vocabulary": "transplant", "transplant_plan": "transplant",

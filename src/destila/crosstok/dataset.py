@@ -50,6 +50,13 @@ KINDS = ("none", "one_to_one", "many_to_one", "one_to_many", "many_to_many", "un
 NONE, ONE_TO_ONE, MANY_TO_ONE, ONE_TO_MANY, MANY_TO_MANY, UNALIGNED = range(6)
 
 
+def require_bucket_tail(tail: str) -> None:
+    """Refuse a loss without the rest bucket: the unmapped teacher mass lives there (one line, for the trainer)."""
+    if tail != "bucket":
+        raise ValueError(f"tail: a student with another tokenizer gets the teacher's unmapped mass in the rest bucket, "
+                         f"which only tail='bucket' has; found {tail!r}; pass --tail bucket")
+
+
 def no_spans_message(path) -> str:
     return (f"cache: {path} stores no byte spans (built without --spans), so a student with another tokenizer cannot "
             "be aligned to it; rebuild it with the same `destila cache build` command plus --spans into a new folder")
@@ -102,7 +109,9 @@ class CrossTokenizerCache(torch.utils.data.Dataset):
         self.vocab_map = load_or_build(self.teacher_tokenizer, student_tokenizer, map_folder)
         self.width, self.uld, self.dtype = self.cache.top_k, uld, dtype
         self._longest = max(map(len, self.vocab_map.student_index), default=1)
-        self.vocab_map.teacher_to_student_list = self.vocab_map.teacher_to_student.tolist()  # fast per-entry lookups
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"dtype: expected torch.float32 or torch.float64, found {dtype}")
+        self._numpy_dtype = np.float32 if dtype == torch.float32 else np.float64  # converted in numpy, not torch
 
     def __len__(self) -> int:
         return len(self.cache)
@@ -271,13 +280,13 @@ class CrossTokenizerCache(torch.utils.data.Dataset):
             "position_ids": torch.from_numpy(positions.astype(np.int64)),
             "labels": torch.from_numpy(cat("labels").astype(np.int64)),
             "topk_ids": torch.from_numpy(ids),
-            "topk_logprobs": torch.from_numpy(logprobs).to(self.dtype),
-            "tail_logmass": torch.from_numpy(tail).to(self.dtype),
+            "topk_logprobs": torch.from_numpy(logprobs.astype(self._numpy_dtype)),
+            "tail_logmass": torch.from_numpy(tail.astype(self._numpy_dtype)),
             "align_kind": torch.from_numpy(cat("kind").astype(np.int64)),
             "label_bytes": torch.from_numpy(cat("label_bytes").astype(np.int64)),
         }
         if self.uld:
-            out["uld_logprobs"] = torch.from_numpy(unmapped).to(self.dtype)
+            out["uld_logprobs"] = torch.from_numpy(unmapped.astype(self._numpy_dtype))
         return out
 
 

@@ -87,35 +87,41 @@ def chain(rows_ids: np.ndarray, rows_logprobs: np.ndarray, rows_tail: np.ndarray
     Masses are added as probabilities in float64 (each is at most 1), then logged.
     """
     table, index = vocab_map.teacher.table, vocab_map.student_index
-    first = getattr(vocab_map, "teacher_to_student_list", None) or vocab_map.teacher_to_student.tolist()
-    masses: dict[int, float] = {}
-    unmapped: list[float] = []
+    ids_found, masses, unmapped = [], [], []
     rest, reach, reach_log, prefix = 0.0, 1.0, 0.0, b""
     steps = len(rows_tail)
     for r in range(steps):
+        ids, logprobs = np.asarray(rows_ids[r], np.int64), np.asarray(rows_logprobs[r], np.float64)
         rest += reach * math.exp(float(rows_tail[r]))
-        following = realised[r] if r < steps - 1 else None
+        real = logprobs > NEG_INF
         found = None
-        for tid, lp in zip(rows_ids[r].tolist(), rows_logprobs[r].tolist()):
-            if lp == NEG_INF:
-                continue
-            if tid == following:
-                found = lp
-                continue
-            sid = first[tid] if r == 0 else index.get(prefix + table[tid], -1)
-            mass = reach * math.exp(lp)
-            if sid >= 0:
-                masses[sid] = masses.get(sid, 0.0) + mass
-            else:
-                rest += mass
-                unmapped.append(reach_log + lp)
-        if following is None or found is None:  # the end, or the realised token is in this row's tail
+        if r < steps - 1:  # the realised token continues the walk; it is no event of its own
+            taken = real & (ids == realised[r])
+            found = float(logprobs[taken][0]) if taken.any() else None
+            real &= ~taken
+        if r == 0:
+            student = vocab_map.teacher_to_student[ids]
+        else:
+            student = np.fromiter((index.get(prefix + table[t], -1) for t in ids.tolist()), np.int64, len(ids))
+        mass = reach * np.exp(logprobs)
+        mapped, lost = real & (student >= 0), real & (student < 0)
+        ids_found.append(student[mapped])
+        masses.append(mass[mapped])
+        rest += float(mass[lost].sum())
+        unmapped.append(reach_log + logprobs[lost])
+        if found is None:  # the end, or the realised token is in this row's tail (already counted in rest)
             break
         reach, reach_log, prefix = reach * math.exp(found), reach_log + found, prefix + realised_bytes[r]
-    ranked = sorted(masses.items(), key=lambda kv: -kv[1])
-    rest += sum(mass for _, mass in ranked[width:])
+    keys, inverse = np.unique(np.concatenate(ids_found), return_inverse=True)
+    summed = np.bincount(inverse, weights=np.concatenate(masses), minlength=len(keys))
+    order = np.argsort(-summed, kind="stable")
+    kept = order[:width]
+    rest += float(summed[order[width:]].sum())
     out_ids, out_lp = np.zeros(width, np.int64), np.full(width, NEG_INF)
-    for slot, (sid, mass) in enumerate(ranked[:width]):
-        out_ids[slot], out_lp[slot] = sid, math.log(mass) if mass > 0 else NEG_INF
-    left = sorted(unmapped, reverse=True)[:width]
-    return out_ids, out_lp, (math.log(rest) if rest > 0 else NEG_INF), np.asarray(left + [NEG_INF] * (width - len(left)))
+    out_ids[: len(kept)] = keys[kept]
+    with np.errstate(divide="ignore"):
+        out_lp[: len(kept)] = np.log(summed[kept])
+    left = -np.sort(-np.concatenate(unmapped))[:width]
+    lost_lp = np.full(width, NEG_INF)
+    lost_lp[: len(left)] = left
+    return out_ids, out_lp, (math.log(rest) if rest > 0 else NEG_INF), lost_lp
