@@ -13,14 +13,14 @@ the keys both sides have::
 
 Tokens after the last common key are in no group (the two sides cover
 different bytes there). The first group is valid only when both sides start
-at the same byte. Naive equivalent, for text tokens only (what the tests
-check against)::
+at the same byte. Naive equivalent, for text tokens (what the tests check
+against; ``T``, ``S``: each side's token bytes)::
 
-    groups, t, s, a, b = [], 0, 0, 0, 0
-    while t < len(T) and s < len(S):       # a, b: bytes covered so far by each side
-        if a <= b: a += len(T[t]); t += 1  # (plus the tokens ending there)
+    t = s = a = b = 0                      # a, b: the bytes each side has covered
+    while t < len(T) or s < len(S):
+        if s == len(S) or (t < len(T) and a <= b): a += len(T[t]); t += 1
         else: b += len(S[s]); s += 1
-        if a == b: close a group
+        if a == b: close a group of the tokens taken since the last one closed
 """
 
 from __future__ import annotations
