@@ -41,7 +41,7 @@ from destila.cache.reader import TopKCache
 from destila.constants import IGNORE_INDEX
 from destila.crosstok.align import align, end_keys, group_kinds
 from destila.crosstok.student_tokenizer import load_student_tokenizer
-from destila.crosstok.targets import NEG_INF, chain, one_to_one
+from destila.crosstok.targets import NEG_INF, chain, one_to_one, shared_ids
 from destila.crosstok.vocab_map import load_or_build, spell_greedily
 from destila.data.spans import SpanError
 
@@ -112,6 +112,7 @@ class CrossTokenizerCache(torch.utils.data.Dataset):
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype: expected torch.float32 or torch.float64, found {dtype}")
         self._numpy_dtype = np.float32 if dtype == torch.float32 else np.float64  # converted in numpy, not torch
+        self._shared = shared_ids(self.vocab_map.teacher_to_student, len(student_tokenizer))
 
     def __len__(self) -> int:
         return len(self.cache)
@@ -265,8 +266,11 @@ class CrossTokenizerCache(torch.utils.data.Dataset):
             at += len(part["ids"])
         if ones:
             student_rows, teacher_rows = (np.asarray(v) for v in zip(*ones))
-            out = one_to_one(t_ids[teacher_rows], t_lp[teacher_rows], t_tail[teacher_rows], mapping)
-            ids[student_rows], logprobs[student_rows], tail[student_rows], unmapped[student_rows] = out
+            out = one_to_one(t_ids[teacher_rows], t_lp[teacher_rows], t_tail[teacher_rows], mapping, self._shared,
+                             unmapped=self.uld)
+            ids[student_rows], logprobs[student_rows], tail[student_rows] = out[:3]
+            if self.uld:
+                unmapped[student_rows] = out[3]
         real = trained & (t_lp > NEG_INF).any(axis=1) if len(t_lp) else trained
         probs = np.exp(t_lp[real])
         stats["topk_mass"] += float(probs.sum())

@@ -39,42 +39,48 @@ import numpy as np
 NEG_INF = -math.inf
 
 
-def _logsumexp(values: np.ndarray, axis: int = -1) -> np.ndarray:
-    top = np.max(values, axis=axis, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)
-    with np.errstate(divide="ignore"):
-        return np.squeeze(top, axis) + np.log(np.sum(np.exp(values - top), axis=axis))
+def shared_ids(teacher_to_student: np.ndarray, student_size: int | None = None) -> np.ndarray:
+    """``[V_student]`` bool: student ids that several teacher ids map to (their entries may need summing)."""
+    mapped = teacher_to_student[teacher_to_student >= 0]
+    size = max(int(mapped.max(initial=-1)) + 1, student_size or 0)
+    return np.bincount(mapped, minlength=size) > 1
 
 
-def one_to_one(ids: np.ndarray, logprobs: np.ndarray, tail: np.ndarray, teacher_to_student: np.ndarray):
+def one_to_one(ids: np.ndarray, logprobs: np.ndarray, tail: np.ndarray, teacher_to_student: np.ndarray,
+               shared: np.ndarray | None = None, unmapped: bool = True):
     """Teacher rows ``ids, logprobs [n, K]``, ``tail [n]`` as student targets ``(ids [n, K], logprobs [n, K],
-    tail [n], unmapped [n, K])`` in float64.
+    tail [n], unmapped [n, K] or None)`` in float64.
 
-    Entries sorted by log-prob, descending; ``-inf`` (id 0) where empty.
-    ``unmapped``: the log-probs that joined the rest, descending, ``-inf``
-    padded (what the optional ULD term compares).
+    Mapped entries keep the teacher's order (descending, as a cache item holds them), the empty slots last
+    (``-inf``, id 0); entries of one student id are summed (then the row is sorted again). ``unmapped``:
+    the log-probs that joined the rest, descending, ``-inf`` padded (what the optional ULD term compares).
+    ``shared``: :func:`shared_ids` of the map, when the caller has it.
     """
-    logprobs = np.asarray(logprobs, np.float64)
+    logprobs, tail = np.asarray(logprobs, np.float64), np.asarray(tail, np.float64)
     real = logprobs > NEG_INF
     student = np.where(real, teacher_to_student[np.clip(ids, 0, len(teacher_to_student) - 1)], -1)
-    mapped = real & (student >= 0)
-    left_out = np.where(real & ~mapped, logprobs, NEG_INF)
-    rest = _logsumexp(np.concatenate([np.asarray(tail, np.float64)[:, None], left_out], axis=1))
-    out_lp = np.where(mapped, logprobs, NEG_INF)
-    out_ids = np.where(mapped, student, 0)
-    # Several teacher ids with the same student id (tokens of equal bytes): rare, summed row by row.
-    stand_in = np.where(mapped, out_ids, -1 - np.arange(ids.shape[1]))
-    ordered = np.sort(stand_in, axis=1)
-    for row in np.flatnonzero((ordered[:, 1:] == ordered[:, :-1]).any(axis=1)):
-        merged: dict[int, list[float]] = {}
-        for sid, lp in zip(out_ids[row][mapped[row]], out_lp[row][mapped[row]]):
-            merged.setdefault(int(sid), []).append(float(lp))
+    mapped = student >= 0
+    lost = real & ~mapped
+    lost_lp = np.where(lost, logprobs, NEG_INF)
+    top = np.maximum(tail, lost_lp.max(axis=1, initial=NEG_INF))
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        rest = top + np.log(np.exp(tail - top) + np.exp(lost_lp - top[:, None]).sum(axis=1))
+    rows, cols = np.nonzero(mapped)
+    slots = (np.cumsum(mapped, axis=1) - 1)[rows, cols]  # each mapped entry's rank among its row's
+    out_ids, out_lp = np.zeros(student.shape, np.int64), np.full(student.shape, NEG_INF)
+    out_ids[rows, slots], out_lp[rows, slots] = student[rows, cols], logprobs[rows, cols]
+    shared = shared_ids(teacher_to_student) if shared is None else shared
+    suspects = (mapped & shared[np.maximum(student, 0)]).sum(axis=1) >= 2
+    for row in np.flatnonzero(suspects):  # several teacher ids, one student id: rare, summed row by row
+        merged: dict[int, float] = {}
+        for sid, lp in zip(student[row][mapped[row]].tolist(), logprobs[row][mapped[row]].tolist()):
+            merged[sid] = merged.get(sid, 0.0) + math.exp(lp)
+        ranked = sorted(merged.items(), key=lambda kv: -kv[1])
         out_ids[row], out_lp[row] = 0, NEG_INF
-        for slot, (sid, lps) in enumerate(merged.items()):
-            out_ids[row, slot], out_lp[row, slot] = sid, float(_logsumexp(np.asarray(lps)))
-    order = np.argsort(-out_lp, axis=1, kind="stable")
-    return (np.take_along_axis(out_ids, order, 1), np.take_along_axis(out_lp, order, 1), rest,
-            -np.sort(-left_out, axis=1))
+        out_ids[row, : len(ranked)] = [sid for sid, _ in ranked]
+        out_lp[row, : len(ranked)] = [math.log(mass) for _, mass in ranked]
+    return out_ids, out_lp, rest, (-np.sort(-lost_lp, axis=1) if unmapped else None)
 
 
 def chain(rows_ids: np.ndarray, rows_logprobs: np.ndarray, rows_tail: np.ndarray, realised: list[int],
@@ -102,7 +108,7 @@ def chain(rows_ids: np.ndarray, rows_logprobs: np.ndarray, rows_tail: np.ndarray
         if r == 0:
             student = vocab_map.teacher_to_student[ids]
         else:
-            student = np.fromiter((index.get(prefix + table[t], -1) for t in ids.tolist()), np.int64, len(ids))
+            student = np.asarray([index.get(prefix + table[t], -1) for t in ids.tolist()], np.int64)
         mass = reach * np.exp(logprobs)
         mapped, lost = real & (student >= 0), real & (student < 0)
         ids_found.append(student[mapped])
