@@ -302,3 +302,12 @@ def chat_spans_cache(tiny_chat_llama_dir, tmp_path_factory):
     spec = DataSpec(str(folder / "chats.jsonl"), messages_field="messages", seq_len=256)
     path = tmp_path_factory.mktemp("chat-spans-cache") / "cache"
     return build_spans_cache(tiny_chat_llama_dir, spec, path, seq_len=256, encoding="compact")
+
+
+def shard_metadata_of(path) -> dict:
+    """A shard file's safetensors metadata (its format and cache identity), for tests that rewrite its tensors
+    and keep what makes it belong to its cache."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as handle:
+        return handle.metadata()

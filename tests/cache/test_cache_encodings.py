@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from cache_oracle import direct_topk
+from conftest import shard_metadata_of
 
 from destila.cache import BuildSpec, CorruptShardError, TopKCache, build_cache, inspect_cache, read_manifest
 from destila.cache import verify_cache
@@ -82,7 +83,7 @@ def test_a_damaged_compact_block_is_found_even_with_a_matching_checksum(float32_
     tensors = load_file(str(folder / shard.name))
     start, stop = tensors["block_offsets"][2].item(), tensors["block_offsets"][3].item()
     tensors["blocks"][(start + stop) // 2] ^= 0x04  # one bit inside row 2's block
-    payload = save(tensors, metadata={"format": "destila-topk-cache/2"})
+    payload = save(tensors, metadata=shard_metadata_of(folder / shard.name))  # the cache's identity kept
     (folder / shard.name).write_bytes(payload)
     shard.sha256, shard.bytes = hashlib.sha256(payload).hexdigest(), len(payload)
     (folder / "manifest.json").write_text(manifest.to_json())

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import train_tiny_tokenizer, save_tiny_model
+from conftest import save_tiny_model, shard_metadata_of, train_tiny_tokenizer
 from transformers import AutoModelForCausalLM
 
 from destila.cache import TopKCache, read_manifest, verify_cache
@@ -173,7 +173,7 @@ def test_verify_names_non_finite_hidden_states(hidden_cache, tmp_path):
     shard = manifest.shards[0]
     tensors = load_file(str(copy / shard.name))
     tensors["teacher_hidden"][0, 0, 0] = float("nan")
-    save_file(tensors, str(copy / shard.name), metadata={"format": "destila-topk-cache/2"})
+    save_file(tensors, str(copy / shard.name), metadata=shard_metadata_of(copy / shard.name))
     payload = (copy / shard.name).read_bytes()
     shard.sha256, shard.bytes = hashlib.sha256(payload).hexdigest(), len(payload)
     write_manifest(copy, manifest)

@@ -5,6 +5,7 @@ import pickle
 
 import pytest
 import torch
+from conftest import shard_metadata_of
 
 from destila.cache import CorruptShardError, TopKCache, build_cache, inspect_cache, verify_cache
 from destila.data import collate
@@ -147,7 +148,7 @@ def test_verify_checks_values_not_only_checksums(built, tmp_path):
     shard = manifest.shards[1]
     tensors = load_file(str(folder / shard.name))
     tensors["topk_logprobs"][0, 0] = float("nan")
-    payload = save(tensors, metadata={"format": "destila-topk-cache/2"})
+    payload = save(tensors, metadata=shard_metadata_of(folder / shard.name))  # the cache's identity kept
     (folder / shard.name).write_bytes(payload)
     shard.sha256, shard.bytes = hashlib.sha256(payload).hexdigest(), len(payload)
     (folder / "manifest.json").write_text(manifest.to_json())

@@ -115,7 +115,8 @@ def test_inspect_refuses_a_manifest_with_an_edited_top_k(small_cache, tmp_path):
     cache = copy_of(small_cache, tmp_path)
     edit_manifest(cache, lambda raw: raw["targets"].update(top_k=5))
     result = destila_in_process("cache", "inspect", cache, "--json")
-    error_line(result, "cache", 2, "shard does not match the manifest at", "rebuild the cache")
+    # The manifest's fields no longer give the identity it recorded: refused before any shard is read.
+    error_line(result, "cache", 2, "contradicts itself", "a field was edited after the build")
     assert result.stdout == ""
 
 

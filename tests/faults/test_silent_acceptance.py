@@ -14,6 +14,7 @@ from fault_helpers import (  # noqa: F401 (fixtures)
     train_cache, train_command,
 )
 from safetensors.torch import load_file, save_file
+from conftest import shard_metadata_of
 
 from destila.cache.format import sha256_file
 
@@ -25,7 +26,7 @@ def rewrite_shard(cache, change):
     name = manifest["shards"][0]["name"]
     tensors = load_file(cache / name)
     change(tensors)
-    save_file(tensors, cache / name)
+    save_file(tensors, cache / name, metadata=shard_metadata_of(cache / name))  # the cache's identity kept
 
     def record(raw):
         raw["shards"][0]["sha256"] = sha256_file(cache / name)
@@ -192,7 +193,7 @@ def test_train_refuses_a_cache_without_trained_positions(small_cache, student, t
         tensors["loss_mask"][:] = False
         for name in ("topk_ids", "topk_logprobs", "tail_logmass"):
             tensors[name] = tensors[name][:0].contiguous()
-        save_file(tensors, cache / shard["name"])
+        save_file(tensors, cache / shard["name"], metadata=shard_metadata_of(cache / shard["name"]))
         shard["sha256"], shard["bytes"] = sha256_file(cache / shard["name"]), (cache / shard["name"]).stat().st_size
     (cache / "manifest.json").write_text(json.dumps(manifest, indent=1))
     out = tmp_path / "out"

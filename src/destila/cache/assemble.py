@@ -27,6 +27,7 @@ from destila.cache.format import (
     schema_faults,
     shard_name,
 )
+from destila.cache.identity import shard_metadata
 from destila.io import write_atomic
 
 
@@ -43,13 +44,16 @@ def assemble_shard(manifest: Manifest, rows: list[dict]) -> dict[str, torch.Tens
     return tensors
 
 
-def write_shard(output: Path, tensors: dict[str, torch.Tensor], sequences: list[int], durable) -> ShardInfo:
-    """Write ``tensors`` atomically as the shard of ``sequences``; ``durable(write)`` runs the write."""
+def write_shard(output: Path, tensors: dict[str, torch.Tensor], sequences: list[int], durable,
+                identity: str | None = None) -> ShardInfo:
+    """Write ``tensors`` atomically as the shard of ``sequences``; ``durable(write)`` runs the write.
+
+    ``identity``: the cache's (:mod:`destila.cache.identity`), carried in the shard's metadata."""
     from safetensors.torch import save
 
     # One metadata key: safetensors orders several in a random (hash map) order,
     # and equal content must give byte-identical, checksum-identical shards.
-    payload = save(tensors, metadata={"format": f"destila-topk-cache/{FORMAT_VERSION}"})
+    payload = save(tensors, metadata=shard_metadata(FORMAT_VERSION, identity))
     name = shard_name(sequences[0])
     durable(lambda: write_atomic(output / name, payload))
     return ShardInfo(name=name, rows=len(sequences), sequences=encode_ranges(sequences),

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from destila.cache.identity import manifest_identity_fault
+
 _SLACK = 1e-3  # log-probs are ≤ 0 up to float rounding of "top logit − logsumexp"
 
 
@@ -31,6 +33,9 @@ def manifest_faults(manifest) -> list[str]:
         faults.append(f"vocab_size is {m.vocab_size}, smaller than the tokenizer's {m.tokenizer_size} tokens")
     if not 0 <= m.eos_token_id < m.vocab_size:
         faults.append(f"eos_token_id {m.eos_token_id} is outside the vocabulary [0, {m.vocab_size})")
+    identity = manifest_identity_fault(m)
+    if identity is not None:
+        faults.append(identity)
     width = (m.targets or {}).get("top_k") or (m.targets or {}).get("samples") or 0
     if (m.targets or {}).get("kind", "topk") == "topk" and width > m.vocab_size:
         faults.append(f"top_k is {width}, more than the vocabulary of {m.vocab_size}")

@@ -30,10 +30,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from destila.io import write_atomic
+from destila.io import outside_link, write_atomic
 from destila.targets.spec import TargetSpec
 
 FORMAT_VERSION = 2
@@ -45,6 +46,9 @@ PROGRESS_PREFIX = "progress-rank"
 LOCK = ".lock"
 
 LOGPROB_DTYPES = ("float16", "bfloat16", "float32")
+# The only file names a manifest or progress file may give a shard: a plain name inside the cache folder
+# (no folder part, no ``..``, not absolute), as :func:`shard_name` writes them.
+SHARD_NAME_PATTERN = re.compile(r"shard-[0-9]{10,}\.safetensors")
 
 # safetensors' dtype codes, so that shard headers can be checked without torch.
 SAFETENSORS_DTYPES = {"int64": "I64", "int32": "I32", "bool": "BOOL", "uint8": "U8", "float16": "F16",
@@ -89,6 +93,21 @@ class ShardInfo:
     sequences: list[list[int]]
     sha256: str
     bytes: int
+
+    def __post_init__(self):
+        """Refuse an entry that names a file outside the cache folder, or whose fields have the wrong type."""
+        check_shard_name(self.name)
+        for name, kind in (("rows", int), ("bytes", int), ("sha256", str)):
+            value = getattr(self, name)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"shard {self.name}: {name} is {value!r}, expected {kind.__name__}")
+        if (not isinstance(self.sequences, list)
+                or any(not isinstance(r, list) or len(r) != 3 or any(type(v) is not int for v in r)
+                       for r in self.sequences)):
+            raise ValueError(f"shard {self.name}: sequences is {self.sequences!r:.80}, expected a list of "
+                             "[start, stop, step] integer ranges")
+        if any(step < 1 for _, _, step in self.sequences):
+            raise ValueError(f"shard {self.name}: a sequence range has a step below 1")
 
     def indices(self):
         """The global sequence indices of the rows, ``int64 [rows]``."""
@@ -145,6 +164,8 @@ class Manifest:
     tokenizer_files: dict[str, str] = field(default_factory=dict)  # tokenizer/ file → sha256 (tokenizer_files.py)
     # Each position's byte span in its document, for a student with another tokenizer (destila.cache.spans).
     spans: bool = False
+    # SHA-256 of the content fields, also in every shard's metadata (destila.cache.identity); None: an older cache.
+    identity: str | None = None
 
     @property
     def stored_sequences(self) -> int:
@@ -185,6 +206,9 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, raw: dict, where: str = MANIFEST) -> Manifest:
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where}: holds a JSON {type(raw).__name__}, expected an object; the manifest is "
+                             "damaged: rebuild the cache")
         version = raw.get("format_version")
         if version != FORMAT_VERSION:
             raise ValueError(
@@ -193,12 +217,70 @@ class Manifest:
             )
         names = {f.name for f in dataclasses.fields(cls)}
         missing = sorted(names - set(raw) - {"complete", "shards", "destila_version", "extras", "data",
-                                              "tokenizer_files", "spans"})
+                                              "tokenizer_files", "spans", "identity"})
         if missing:
             raise ValueError(f"{where}: manifest lacks the fields {', '.join(missing)}; the file is damaged")
         values = {k: v for k, v in raw.items() if k in names}
-        values["shards"] = [ShardInfo(**s) for s in raw.get("shards", [])]
+        wrong = _wrong_types(values)
+        if wrong:
+            raise ValueError(f"{where}: {wrong}; the manifest is damaged or was edited: rebuild the cache")
+        values["shards"] = [shard_info(s, where) for s in raw.get("shards", [])]
         return cls(**values)
+
+
+# The JSON type each manifest field must have (None allowed where the field's default is None).
+_FIELD_TYPES = {"int": (int,), "str": (str,), "bool": (bool,), "dict": (dict,), "list[ShardInfo]": (list,),
+                "dict[str, str]": (dict,)}
+
+
+def _wrong_types(values: dict) -> str | None:
+    """``"FIELD is VALUE, expected TYPE"`` for the first field of a raw manifest with the wrong JSON type."""
+    for spec in dataclasses.fields(Manifest):
+        if spec.name not in values:
+            continue
+        value, annotation = values[spec.name], str(spec.type)
+        optional = annotation.endswith(" | None")
+        kinds = _FIELD_TYPES.get(annotation.removesuffix(" | None"))
+        if kinds is None or (optional and value is None):
+            continue
+        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+            expected = annotation.replace("list[ShardInfo]", "list").replace("dict[str, str]", "dict")
+            return f"{spec.name} is {value!r:.60}, expected {expected}"
+    tokenizer_files = values.get("tokenizer_files") or {}
+    if any(not isinstance(v, str) for v in tokenizer_files.values()):
+        return "tokenizer_files holds a digest that is not a string"
+    return None
+
+
+def check_shard_name(name) -> None:
+    """Refuse a shard name that is not a plain ``shard-NNNNNNNNNN.safetensors`` file of the cache folder.
+
+    A manifest (or a progress file) is data another person may have written:
+    a name such as ``../outside/x.safetensors`` or ``/etc/passwd`` would make
+    destila hash, read or adopt a file outside the cache.
+    """
+    if not isinstance(name, str) or not SHARD_NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"shard name {name!r:.80} is not a plain {SHARD_PREFIX}NNNNNNNNNN{SHARD_SUFFIX} file name "
+                         "inside the cache folder; a cache never names a file elsewhere (the manifest is damaged, or "
+                         "was written to read files outside the cache): do not use this cache")
+
+
+def shard_info(entry, where: str) -> ShardInfo:
+    """The :class:`ShardInfo` of one raw manifest (or progress file) entry; ``ValueError`` naming ``where``."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: a shard entry is a JSON {type(entry).__name__}, expected an object")
+    known = {f.name for f in dataclasses.fields(ShardInfo)}
+    missing, unknown = sorted(known - set(entry)), sorted(set(entry) - known)
+    if missing or unknown:
+        name = entry.get("name", "?")
+        what = (f"lacks {', '.join(missing)}" if missing else "") + (" and " if missing and unknown else "") + (
+            f"has unknown fields {', '.join(unknown)}" if unknown else "")
+        raise ValueError(f"{where}: the entry of shard {name!r:.80} {what}; the manifest is damaged: rebuild the "
+                         "cache")
+    try:
+        return ShardInfo(**entry)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
 
 
 class ShardFormatError(ValueError):
@@ -232,6 +314,10 @@ def shard_file_fault(folder: Path, shard: ShardInfo, *, checksum: bool = True) -
     """What is wrong with ``shard``'s file, or None: missing, a size other than recorded, or (with
     ``checksum``) a SHA-256 other than recorded. The one size/hash check of writer, reader and verify."""
     path = Path(folder) / shard.name
+    link = outside_link(folder, path)
+    if link is not None:
+        return (f"a symbolic link to {link}, outside the cache folder; a cache reads only its own files: copy "
+                "the file into the folder (cp -L) if you trust it")
     size = path.stat().st_size if path.is_file() else None
     if size is None:
         return "file missing"
@@ -251,9 +337,13 @@ def read_manifest(folder: Path, name: str = MANIFEST) -> Manifest:
         raise FileNotFoundError(
             f"{folder}: no {name} found; expected a cache folder written by `destila cache build`"
         )
+    link = outside_link(folder, path)
+    if link is not None:
+        raise ValueError(f"{path}: a symbolic link to {link}, outside the cache folder; a cache reads only its own "
+                         "files: copy the manifest into the folder (cp -L) if you trust it")
     try:
         raw = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid JSON ({err}); the manifest is damaged") from err
     return Manifest.from_dict(raw, str(path))
 

@@ -36,6 +36,7 @@ from destila.cache.cheap_checks import check_manifest, order_fault, target_value
 from destila.cache.encodings import encoding_of
 from destila.cache.encodings.compact_blocks import BlockError
 from destila.cache.format import MANIFEST, TOKENIZER_DIR, ShardFormatError, read_manifest, shard_file_fault
+from destila.cache.identity import shard_identity_fault
 from destila.cache.kinds import kind_of
 from destila.cache.rows import ShardRows
 from destila.cache.tokenizer_files import check_tokenizer_files
@@ -114,7 +115,7 @@ class TopKCache(torch.utils.data.Dataset):
         trained = None
         try:
             with safe_open(str(self.path / shard.name), framework="pt") as handle:
-                fault = order_fault(handle, shard)
+                fault = shard_identity_fault(handle.metadata(), self.manifest) or order_fault(handle, shard)
                 if "loss_mask" in handle.keys():  # plain encoding: one small bool tensor
                     trained = int(handle.get_tensor("loss_mask").sum())
         except Exception as err:  # safetensors raises its own error type for a bad header

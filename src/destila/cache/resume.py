@@ -3,7 +3,7 @@
 A build may have been killed at any instant. What it leaves behind, and
 what the next build does with it:
 
-- a temporary file (``.shard-…tmp-PID``, ``.manifest.json.tmp-PID``):
+- a temporary file (``.shard-….tmp-RANDOM``, ``.manifest.json.tmp-RANDOM``):
   deleted;
 - a shard renamed into place but not yet named in the manifest (killed
   between the rename and the manifest update): deleted, its sequences are
@@ -36,9 +36,11 @@ from destila.cache.format import (
     progress_name,
     read_manifest,
     shard_file_fault,
+    shard_info,
     write_manifest,
 )
-from destila.io import exclusive_lock, is_temporary, names_user_path, write_atomic
+from destila.cache.identity import shard_file_identity_fault
+from destila.io import exclusive_lock, is_temporary, names_user_path, open_lock_file, write_atomic
 
 log = logging.getLogger("destila.cache")
 
@@ -57,7 +59,7 @@ def lock_folder(folder: Path):
     with names_user_path(folder, "cannot create or write the cache folder {root}: {reason}; choose a folder you can "
                          "write to"):
         folder.mkdir(parents=True, exist_ok=True)
-        open(folder / LOCK, "a+").close()
+        open_lock_file(folder / LOCK).close()
     return exclusive_lock(
         folder / LOCK,
         f"another `destila cache build` is writing to {folder} (its lock {folder / LOCK} is held); "
@@ -135,18 +137,27 @@ def recover(folder: Path, manifest: Manifest) -> Manifest:
     shards = {s.name: s for s in manifest.shards}
     for progress in sorted(folder.glob(f"{PROGRESS_PREFIX}*.json")):
         try:
+            if progress.is_symlink():  # never written by a build: it would read a file elsewhere
+                raise ValueError("a symbolic link")
             entries = json.loads(progress.read_text())["shards"]
-        except (OSError, ValueError, KeyError):
+            if not isinstance(entries, list):
+                raise ValueError("no list of shards")
+        except (OSError, ValueError, KeyError, TypeError):
             # Progress files are replaced atomically, so a damaged one was
             # damaged after the fact; its shards become strays and are redone.
             log.warning("ignoring unreadable progress file %s", progress.name)
             continue
         for entry in entries:
-            shards.setdefault(entry["name"], ShardInfo(**entry))
+            try:  # a name outside the folder, a missing field: never adopted
+                info = shard_info(entry, progress.name)
+            except ValueError as err:
+                log.warning("ignoring an entry of %s: %s", progress.name, err)
+                continue
+            shards.setdefault(info.name, info)
     kept, seen = [], set()
     for name, info in sorted(shards.items()):
         # With its checksum: a shard whose bytes changed is recomputed, never reported "already complete".
-        fault = shard_file_fault(folder, info, checksum=True)
+        fault = shard_file_fault(folder, info, checksum=True) or shard_file_identity_fault(folder / name, manifest)
         if fault is not None:
             log.warning("shard %s: %s: its %d sequences will be computed again", name, fault, info.rows)
             continue
@@ -161,10 +172,10 @@ def recover(folder: Path, manifest: Manifest) -> Manifest:
     write_manifest(folder, manifest)
     named = {s.name for s in kept}
     for path in folder.iterdir():
-        if is_temporary(path.name) and path.is_dir():
+        if is_temporary(path.name) and path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         elif (is_shard_file(path.name) and path.name not in named) or is_temporary(path.name):
-            path.unlink()
+            path.unlink()  # a link: the link only, never what it points to
     for progress in folder.glob(f"{PROGRESS_PREFIX}*.json"):
         progress.unlink()
     return manifest

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from destila.cache.format import ShardFormatError, shard_file_fault
+from destila.cache.identity import shard_identity_fault
 from destila.cache.reader import CorruptShardError
 from destila.cache.rows import ShardRows
 
@@ -34,6 +35,9 @@ def open_checked_shard(folder: Path, manifest, shard, *, checksum: bool = True):
         handle = safe_open(str(file), framework="pt")
     except Exception as err:  # safetensors' own error type
         raise CorruptShardError(f"not a readable safetensors file at {file} ({err}); {redo}") from err
+    identity = shard_identity_fault(handle.metadata(), manifest)
+    if identity is not None:
+        raise CorruptShardError(f"shard {identity} at {file}; rebuild the cache")
     try:
         return ShardRows(handle, manifest, shard)
     except ShardFormatError as err:

@@ -8,7 +8,7 @@ SHA-256); :func:`tokenizer_faults` compares the folder with that record
 (``cache verify``), :func:`check_tokenizer_files` refuses a mismatch
 (``TopKCache``, hence ``train`` and ``eval``).
 
-The copy is staged in ``.tokenizer.tmp-PID`` and renamed into place. A
+The copy is staged in ``.tokenizer.tmp-RANDOM`` and renamed into place. A
 build killed or failing mid-copy (say, on a full disk) leaves that folder
 behind; the next build of the same folder deletes every such leftover first
 (it holds the folder's lock, so no other build is copying), so retries never
@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import shutil
 from pathlib import Path
 
 from destila.cache.format import TOKENIZER_DIR
-from destila.io import TMP_MARK, publish_folder, reported_os_error
+from destila.io import TMP_MARK, create_staging_dir, outside_link, publish_folder, reported_os_error
 
 log = logging.getLogger("destila.cache")
 STAGING_PREFIX = f".{TOKENIZER_DIR}{TMP_MARK}"
@@ -47,6 +46,10 @@ def tokenizer_faults(cache: Path, recorded: dict[str, str]) -> list[str]:
     """
     folder = Path(cache) / TOKENIZER_DIR
     restore = "run the same `destila cache build` command again to restore it from the teacher"
+    outside = sorted({link for p in [folder, *_entries(folder)] if (link := outside_link(cache, p)) is not None})
+    if outside:  # read nothing through it: the tokenizer a student ships would come from elsewhere
+        return [f"{TOKENIZER_DIR}/: a symbolic link leads outside the cache folder (to {outside[0]}); a cache reads "
+                f"only its own files: {restore}"]
     if not (folder / "tokenizer_config.json").is_file():
         return [f"{TOKENIZER_DIR}/: the tokenizer copied from the teacher is missing at {folder}; {restore}"]
     if not recorded:
@@ -67,6 +70,13 @@ def tokenizer_faults(cache: Path, recorded: dict[str, str]) -> list[str]:
     return faults
 
 
+def _entries(folder: Path) -> list[Path]:
+    """Everything under ``folder`` (links not followed into), or nothing when it is not a folder."""
+    if folder.is_symlink() or not folder.is_dir():
+        return []
+    return sorted(folder.rglob("*"))
+
+
 def check_tokenizer_files(cache: Path, recorded: dict[str, str]) -> None:
     """Raise ``ValueError`` naming the first tokenizer file that differs from the build's record."""
     faults = tokenizer_faults(cache, recorded)
@@ -83,12 +93,18 @@ def copy_tokenizer(tokenizer, output: Path, recorded: dict[str, str]) -> dict[st
     """
     output = Path(output)
     target = output / TOKENIZER_DIR
-    if recorded and target.is_dir() and file_digests(target) == recorded:
+    if target.is_symlink():  # never written by a build (see tokenizer_faults): replaced by a real copy
+        target.unlink()
+    if recorded and target.is_dir() and not tokenizer_faults(output, recorded):
         return recorded
     for leftover in output.glob(f"{STAGING_PREFIX}*"):  # from killed or failed builds: ours to delete
-        shutil.rmtree(leftover, ignore_errors=True)
-    staging = output / f"{STAGING_PREFIX}{os.getpid()}"
+        if leftover.is_symlink() or not leftover.is_dir():
+            leftover.unlink()  # a link planted under a staging name: the link only
+        else:
+            shutil.rmtree(leftover, ignore_errors=True)
+    staging = None
     try:
+        staging = create_staging_dir(target)
         tokenizer.save_pretrained(staging)
         digests = file_digests(staging)
         if target.exists():
@@ -96,7 +112,8 @@ def copy_tokenizer(tokenizer, output: Path, recorded: dict[str, str]) -> dict[st
             shutil.rmtree(target)
         publish_folder(staging, target)
     except BaseException as err:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
         # tokenizers' Rust writer says "(os error 28)" and names no file; Python's names the staging copy
         reported = reported_os_error(err, target) if isinstance(err, Exception) else None
         if reported is not None:

@@ -38,7 +38,9 @@ from destila.cache.format import (
 from destila.cache.cheap_checks import manifest_faults
 from destila.cache.coverage import coverage_faults
 from destila.cache.dataset_rows import RECORD
+from destila.cache.derived_checks import IdsFingerprint, cache_tokenizer_faults, layout_fault
 from destila.cache.encodings import encoding_of
+from destila.cache.identity import shard_identity_fault
 from destila.cache.encodings.compact_blocks import BlockError
 from destila.cache.kinds import kind_of
 from destila.cache.kinds.topk import MASS_TOLERANCE  # noqa: F401  (re-exported: what each storage dtype allows)
@@ -88,12 +90,19 @@ def verify_cache(path: str | Path) -> VerifyReport:
     if not manifest.tokenizer_files:
         report.warnings.append(f"{TOKENIZER_DIR}/: no digests in the manifest (built by an older destila); not checked")
     report.faults.extend(f"{MANIFEST}: {fault}" for fault in manifest_faults(manifest))
+    report.faults.extend(_derived_faults(path, manifest, report))
     report.faults.extend(coverage_faults(manifest))
     widths = _span_widths(path, manifest, report) if manifest.spans else None
+    ids = IdsFingerprint(manifest)
     for shard in manifest.shards:
-        faults = _check_shard(path, manifest, shard, report, widths)
+        faults = _check_shard(path, manifest, shard, report, ids, widths)
         report.faults.extend(f"{shard.name}: {fault}" for fault in faults)
         report.shards_checked += 1
+    fault, unchecked = ids.result()
+    if fault is not None:
+        report.faults.append(f"{MANIFEST}: {fault}")
+    elif unchecked is not None and not report.faults:
+        report.warnings.append(f"{MANIFEST}: ids_fingerprint not checked: {unchecked}")
     named = {s.name for s in manifest.shards}
     for item in sorted(path.iterdir()):
         if (is_shard_file(item.name) and item.name not in named) or is_temporary(item.name):
@@ -114,7 +123,19 @@ def _span_widths(path: Path, manifest, report: VerifyReport):
         return None
 
 
-def _check_shard(path: Path, manifest, shard, report: VerifyReport, widths=None) -> list[str]:
+def _derived_faults(path: Path, manifest, report: VerifyReport) -> list[str]:
+    """The manifest fields the cache's own files determine (:mod:`~destila.cache.derived_checks`)."""
+    faults = [] if tokenizer_faults(path, manifest.tokenizer_files) else cache_tokenizer_faults(path, manifest)
+    layout = layout_fault(manifest)
+    if layout is not None:
+        faults.append(layout)
+    if manifest.identity is None:
+        report.warnings.append(f"{MANIFEST}: records no cache identity (built by an older destila): a shard copied "
+                               "in from another cache of the same shape cannot be told apart; rebuild to add it")
+    return [f"{MANIFEST}: {fault}" if not fault.startswith(TOKENIZER_DIR) else fault for fault in faults]
+
+
+def _check_shard(path: Path, manifest, shard, report: VerifyReport, ids: IdsFingerprint, widths=None) -> list[str]:
     fault = shard_file_fault(path, shard)
     if fault is not None:
         return [fault]
@@ -125,7 +146,11 @@ def _check_shard(path: Path, manifest, shard, report: VerifyReport, widths=None)
         return [str(err)]
     except Exception as err:  # safetensors' own error type; the checksum matched, so the writer was wrong
         return [f"not a readable safetensors file ({err})"]
-    if not np.array_equal(handle.get_tensor("sequence_index").numpy(), shard.indices()):
+    identity = shard_identity_fault(handle.metadata(), manifest)
+    if identity is not None:
+        return [identity]
+    indices = shard.indices()
+    if not np.array_equal(handle.get_tensor("sequence_index").numpy(), indices):
         return ["sequence_index differs from the manifest"]
     for row in range(shard.rows):
         try:
@@ -137,6 +162,7 @@ def _check_shard(path: Path, manifest, shard, report: VerifyReport, widths=None)
             faults = span_faults(stored, widths)
         if faults:
             return [f"row {row}: {fault}" for fault in faults]
+        ids.add(int(indices[row]), stored)
     return []
 
 

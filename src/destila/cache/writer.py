@@ -44,6 +44,7 @@ from destila.cache.format import (
     read_manifest,
     write_manifest,
 )
+from destila.cache.identity import cache_identity
 from destila.cache.kinds import kind_of
 from destila.cache.resume import (
     covers_all,
@@ -246,6 +247,7 @@ def _prepare(group, spec: BuildSpec, device, held: list):
         data_source=description, tokens=len(source) * spec.seq_len, destila_version=__version__,
         data=source.spec.describe() if hasattr(source, "spec") else None, **fields,
     )
+    manifest.identity = cache_identity(manifest)  # every shard carries it (a resumed cache keeps its own)
     error = None
     if group.is_main:
         try:
@@ -347,7 +349,8 @@ def _teacher_pass(model, source, groups: list[list[int]], manifest, spec: BuildS
             if not writes:
                 continue
             began = time.perf_counter()
-            info = write_shard(output, assemble_shard(manifest, rows), sequences, lambda w: _durable(output, w))
+            info = write_shard(output, assemble_shard(manifest, rows), sequences, lambda w: _durable(output, w),
+                               manifest.identity)
             written.append(info)
             if alone:
                 manifest.shards.append(info)

@@ -34,7 +34,7 @@ import numpy as np
 
 from destila.data.render import encoder
 from destila.data.sources import load_records, quiet_datasets
-from destila.io import names_user_path, publish_folder
+from destila.io import create_staging_dir, names_user_path, publish_folder
 
 STORE_VERSION = 1
 _META = "store.json"
@@ -145,15 +145,16 @@ def build_store(spec, tokenizer, folder: str | Path, *, records=None, spans: boo
         else:
             stream = records if spec.streaming else records.to_iterable_dataset()
             batches = stream.map(encode, batched=True, batch_size=_BATCH, remove_columns=list(spec.columns)).iter(_BATCH)
-        staging = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
+        staging = None
         try:
             with _naming_the_store_root(folder):  # the folder the user can change, not our staging copy
-                staging.mkdir(parents=True)
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                staging = create_staging_dir(folder)
                 _write(staging, batches, budget, spec)
                 _publish(staging, folder)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
     return checked(TokenStore.open(folder), spec)
 
 

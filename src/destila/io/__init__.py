@@ -8,6 +8,11 @@
 - :func:`exclusive_lock` / :func:`try_lock`: one writer per folder, through
   an advisory ``flock`` the kernel drops when its holder dies (no stale locks);
   :func:`output_lock`: the lock every writing command holds on its output.
+- :func:`create_temporary` / :func:`create_staging_dir` / :func:`open_lock_file`
+  (:mod:`destila.io.temporaries`): every temporary name is random and created
+  exclusively, never through a symbolic link another user planted.
+- :func:`outside_link` (:mod:`destila.io.contained`): whether a file a
+  shared folder names leads outside it through a symbolic link.
 - :func:`names_user_path` (:mod:`destila.io.os_errors`): the one place an OS
   failure (full disk, read-only file system, missing permission), whichever
   library hit it, becomes the one line a user reads, naming the path the
@@ -30,12 +35,19 @@ from destila.io.os_errors import (  # noqa: F401  (the package's public names)
     reported_os_error,
 )
 
+from destila.io.contained import outside_link  # noqa: F401  (the package's public names)
+from destila.io.temporaries import (  # noqa: F401  (the package's public names)
+    TMP_MARK,
+    create_staging_dir,
+    create_temporary,
+    open_lock_file,
+    temporary_name,
+)
+
 try:
     import fcntl
 except ImportError:  # not POSIX: no lock is taken; concurrent writers are the user's problem
     fcntl = None
-
-TMP_MARK = ".tmp-"  # in the name of every file or folder still being written; never a finished one
 
 
 def is_temporary(name: str) -> bool:
@@ -59,18 +71,19 @@ def fsync_dir(folder: str | os.PathLike) -> None:
 def write_atomic(path: str | os.PathLike, payload: bytes | str) -> None:
     """Write ``payload`` (text is UTF-8 encoded) to ``path`` so that readers see the old file or the new one.
 
-    The bytes go to a temporary file in the same folder, are fsync'd, then
-    renamed over ``path``. On failure (full disk, permissions) the temporary
-    file is removed and the old ``path`` is untouched.
+    The bytes go to a temporary file in the same folder (a random name,
+    created exclusively: :func:`create_temporary`), are fsync'd, then renamed
+    over ``path``. On failure (full disk, permissions) the temporary file is
+    removed and the old ``path`` is untouched.
 
     Naive equivalent: ``Path(path).write_bytes(payload)`` (which a kill can leave half-written).
     """
     path = Path(path)
     if isinstance(payload, str):
         payload = payload.encode()
-    tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
+    descriptor, tmp = create_temporary(path)
     try:
-        with open(tmp, "wb") as handle:
+        with open(descriptor, "wb") as handle:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
@@ -114,10 +127,11 @@ def try_lock(handle, *, blocking: bool) -> bool:
     return True
 
 
-def exclusive_lock(path: str | os.PathLike, busy: str, *, remove_on_release: bool = False):
-    """Hold ``path`` (created if missing) until the returned handle is closed.
+def exclusive_lock(path: str | os.PathLike, busy: str, *, remove_on_release: bool = False, blocking: bool = False):
+    """Hold ``path`` (created if missing, never through a symbolic link) until the returned handle is closed.
 
-    Raises ``ValueError(busy)`` at once when another process holds it; the
+    Raises ``ValueError(busy)`` at once when another process holds it (with
+    ``blocking``: waits for it instead); the
     kernel drops the lock when its holder exits, even on SIGKILL, so a crash
     never leaves a stale lock behind. Without POSIX ``fcntl`` no lock is taken.
 
@@ -127,10 +141,10 @@ def exclusive_lock(path: str | os.PathLike, busy: str, *, remove_on_release: boo
     file it locked is still the one at ``path``, and starts over if not.
     """
     if fcntl is None:
-        return open(path, "a+")
+        return open_lock_file(path)
     while True:
-        handle = open(path, "a+")
-        if not try_lock(handle, blocking=False):
+        handle = open_lock_file(path)
+        if not try_lock(handle, blocking=blocking):
             handle.close()
             raise ValueError(busy)
         if _same_file(handle, path):

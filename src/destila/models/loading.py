@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from destila.io import names_user_path, publish_folder, try_lock
+from destila.io import exclusive_lock, names_user_path, publish_folder
 from destila.models.placement import check_tensor_plan, load_options, offloaded_state, resolve_device
 from destila.quiet import apply_quiet_bars
 from destila.io.user_files import reading
@@ -76,20 +76,24 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
     """
     target = (home or destila_home()) / _EMBEDDED_DIRNAME
     ready = lambda: (target / "config.json").is_file() and (target / "model.safetensors").is_file()  # noqa: E731
+    # Held while converting or cleaning, and deleted when released: no lock file stays in the home folder.
+    lock_path = target.parent / f".{_EMBEDDED_DIRNAME}.lock"
     try:
         with names_user_path(target.parent, HOME_FAILURE):
             target.parent.mkdir(parents=True, exist_ok=True)
-            lock = open(target.parent / f".{_EMBEDDED_DIRNAME}.lock", "a+")
+            if ready():
+                try:
+                    with exclusive_lock(lock_path, "", remove_on_release=True):  # nobody converting: leftovers
+                        _remove_staging_leftovers(target)                         # are stale
+                except ValueError:  # a conversion holds it (it cleans up after itself)
+                    pass
+                return target
+            lock = exclusive_lock(lock_path, "", remove_on_release=True, blocking=True)  # a concurrent one first
     except OSError:
         if ready():  # a read-only home with the converted teacher in it: nothing to clean or write
             return target
         raise
     with lock:
-        if ready():
-            if try_lock(lock, blocking=False):  # nobody converting: leftovers are stale
-                _remove_staging_leftovers(target)
-            return target
-        try_lock(lock, blocking=True)  # a concurrent conversion finishes first
         _remove_staging_leftovers(target)
         if ready():
             return target

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from destila.cache import TopKCache
 from destila.cache.dataset import open_cache
+from destila.cache.derived_checks import check_cache_tokenizer
 from destila.data import DataSpec, collate, packed_source, texts_source
 from destila.io import reported_os_error
 from destila.models import SAVE_INCOMPLETE, load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
@@ -130,6 +132,8 @@ def train_student(
             source.assume_vocab_size(output_head(model)[0].shape[0])
         tokenizer = (AutoTokenizer.from_pretrained(source.tokenizer_path) if source.tokenizer_path is not None
                      else load_tokenizer(student))
+        if isinstance(source, TopKCache):  # the student ships this tokenizer: the one the cache's ids mean
+            check_cache_tokenizer(cache, source.manifest, tokenizer)
         check_training_temperature(args.temperature, source.manifest.temperature, f"the cache {cache}")
         check_top_k(args.top_k, source)
         check_student(
