@@ -70,7 +70,8 @@ def test_leftovers_of_a_killed_teacher_conversion_are_deleted_by_the_next_run(tm
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == str(target)  # (other libraries may print warnings first)
-    assert sorted(p.name for p in home.iterdir() if not p.name.endswith(".lock")) == ["smollm2-135m-instruct"]
+    # The staging leftovers are gone, and so is the conversion's lock file (".smollm2-135m-instruct.lock").
+    assert sorted(p.name for p in home.iterdir()) == ["smollm2-135m-instruct"]
     assert (target / "model.safetensors").read_bytes() == b"weights"
 
 

@@ -89,7 +89,9 @@ def test_samples_become_prompt_answer_pairs(tiny_tokenizer, tmp_path):
     (dict(lmbda=0.0), "lmbda: expected a number in \\(0, 1\\]"),
     (dict(lmbda=0.5), "no --mix-offline cache is given"),
     (dict(mix_offline="c", lmbda=1.0), "would be unused"),
-    (dict(temperature=0.0), "temperature: expected a number > 0"),
+    (dict(temperature=0.0), "temperature: expected a finite number > 0"),
+    (dict(temperature=float("nan")), "temperature: expected a finite number > 0"),
+    (dict(learning_rate=float("inf")), "learning_rate: expected a positive finite number, found inf"),
     (dict(top_p=0.0), "top_p"),
 ])
 def test_settings_refuse_what_cannot_run(bad, message):

@@ -30,6 +30,7 @@ from destila.cache.format import (
     LOCK,
     MANIFEST,
     PROGRESS_PREFIX,
+    TOKENIZER_DIR,
     Manifest,
     ShardInfo,
     is_shard_file,
@@ -79,6 +80,30 @@ def release_folder(folder: Path, lock) -> None:
     except OSError:  # a read-only folder keeps its empty lock file: harmless, never stale
         pass
     lock.close()
+
+
+def undo_empty_build(folder: Path, created: bool) -> None:
+    """After a build of a new cache failed before any shard: remove what it made, so nothing blocks a rerun.
+
+    A manifest without a shard, recording the arguments of a build that was
+    refused (a teacher whose logits overflow, say), would make the next
+    build with other arguments fail with "already holds a cache built with
+    different arguments". Called by rank 0 holding the lock; does nothing
+    once a shard, a shard file or a progress file exists. ``created``: the
+    build created ``folder`` (then it goes too, once empty but for its lock).
+    """
+    try:
+        manifest = read_manifest(folder)
+    except (OSError, ValueError):
+        return
+    if manifest.shards or any(is_shard_file(p.name) or p.name.startswith(PROGRESS_PREFIX) for p in folder.iterdir()):
+        return
+    for path in folder.iterdir():
+        if path.name == MANIFEST or path.name == TOKENIZER_DIR or is_temporary(path.name):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    if created and [p.name for p in folder.iterdir()] == [LOCK]:
+        (folder / LOCK).unlink()  # held by us: no other build can hold it (exclusive_lock rechecks the file)
+        folder.rmdir()
 
 
 def existing_manifest(folder: Path) -> Manifest | None:

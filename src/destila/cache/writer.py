@@ -54,6 +54,7 @@ from destila.cache.resume import (
     release_folder,
     recover,
     refuse_different,
+    undo_empty_build,
     write_progress,
 )
 from destila.cache.source import load_source
@@ -131,7 +132,10 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
     if spec.tensor_parallel:  # before joining a process group or reading any data
         check_tensor_parallel(spec.device, int(os.environ.get("WORLD_SIZE", "1")))
     group, device = distributed.join(resolve_device(spec.device))
-    held = []  # the folder's lock once _prepare takes it: released here even when _prepare fails
+    # The folder's lock once _prepare takes it (released here even when _prepare fails), and whether this build
+    # wrote the folder's manifest.
+    held: dict = {}
+    created = not output.exists()
     try:
         _, manifest, source, model = _prepare(group, spec, device, held)
         report = BuildReport(
@@ -153,9 +157,13 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
         distributed.barrier(group)
         report.complete = read_manifest(output).complete
         return report
+    except BaseException:
+        if held.get("fresh") and group.is_main:  # a refused new cache leaves nothing that blocks the next build
+            undo_empty_build(output, created)
+        raise
     finally:
-        for lock in held:
-            release_folder(output, lock)
+        if "lock" in held:
+            release_folder(output, held["lock"])
         distributed.leave(group)
 
 
@@ -195,7 +203,7 @@ def _flat_content(fields: dict) -> dict:
     return flat
 
 
-def _prepare(group, spec: BuildSpec, device, held: list):
+def _prepare(group, spec: BuildSpec, device, held: dict):
     """Load everything, agree with what the output folder already holds; returns ``(lock, manifest, source, model)``."""
     import torch
 
@@ -211,7 +219,7 @@ def _prepare(group, spec: BuildSpec, device, held: list):
     if group.is_main:
         try:
             lock = lock_folder(output)
-            held.append(lock)
+            held["lock"] = lock
             old = existing_manifest(output)
             if old is not None:
                 new = _flat_content(fields)
@@ -252,6 +260,7 @@ def _prepare(group, spec: BuildSpec, device, held: list):
     if group.is_main:
         try:
             if old is None:
+                held["fresh"] = True
                 write_manifest(output, manifest)  # first, so a half-made folder is still recognised as ours
                 old = manifest
             else:

@@ -127,6 +127,9 @@ def _load_files(files: list[Path], spec):
 
 def unreadable(builder: str, paths: list[str], err: Exception) -> Exception:
     """The error to raise when ``datasets`` could not read ``paths``: one naming the file (and line) at fault."""
+    blank = next((path for path in paths if _is_blank(Path(path))), None)
+    if blank is not None:  # datasets' json builder ends in a bare StopIteration on an empty file
+        return ValueError(f"data: {blank} is empty; expected at least one record in it")
     if builder == "text":
         bad = _not_utf8(paths)
         if bad is not None:
@@ -141,6 +144,15 @@ def unreadable(builder: str, paths: list[str], err: Exception) -> Exception:
     return ValueError(f"data: datasets could not read {paths[0] if len(paths) == 1 else ', '.join(paths)} "
                       f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); expected a valid "
                       f".{builder} file; fix or replace it")
+
+
+def _is_blank(path: Path) -> bool:
+    """True for a file holding nothing but whitespace (read only when small: an error path)."""
+    try:
+        size = path.stat().st_size
+        return size == 0 or (size < 1 << 20 and not path.read_bytes().strip())
+    except OSError:
+        return False
 
 
 def _json_fault(path: Path) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from destila.models import EMBEDDED
@@ -76,8 +77,8 @@ class DemoSettings:
             raise ValueError("student: expected teacher layers to keep or an intermediate size to prune to; "
                              "with neither the student would be the teacher")
         for name in ("minutes", "epochs", "learning_rate"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}: expected a positive number, found {getattr(self, name)}")
+            if not 0 < getattr(self, name) < math.inf:  # NaN fails this too
+                raise ValueError(f"{name}: expected a positive finite number, found {getattr(self, name)}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, found {self.precision!r}")
         if self.train_tokens < self.seq_len * self.batch_size:

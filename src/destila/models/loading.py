@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from destila.io import exclusive_lock, names_user_path, publish_folder
+from destila.models.finite import check_finite_weights
 from destila.models.placement import check_tensor_plan, load_options, offloaded_state, resolve_device
 from destila.quiet import apply_quiet_bars
 from destila.io.user_files import reading
@@ -297,12 +298,13 @@ def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cp
                 check_tensor_plan(AutoConfig.from_pretrained(source), int(os.environ.get("WORLD_SIZE", "1")))
             with reading(source, "model"):
                 model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or "auto", **placement)
-            if placement:
-                return model.eval()
     except OSError as err:
         if Path(source).exists():
             raise
         raise _hub_error(spec, err) from err
+    check_finite_weights(model, str(Path(source) / gguf) if gguf else str(spec))  # one pass: never a NaN model
+    if placement:
+        return model.eval()
     return model.to(resolve_device(device)).eval()
 
 

@@ -7,6 +7,7 @@ model is evaluated on held-out documents against the first model's cache.
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 from dataclasses import asdict, dataclass, field
@@ -39,8 +40,8 @@ class RecipeSettings:
                 raise ValueError(f"{name}: expected a positive integer, found {getattr(self, name)}")
         if self.holdout_every < 2:
             raise ValueError(f"holdout_every: expected an integer ≥ 2, found {self.holdout_every}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate: expected a positive number, found {self.learning_rate}")
+        if not 0 < self.learning_rate < math.inf:
+            raise ValueError(f"learning_rate: expected a positive finite number, found {self.learning_rate}")
 
 
 PROMPT = "To open a file for reading in Python,"
@@ -62,8 +63,12 @@ class Recipe:
     # -- building blocks ------------------------------------------------------------
 
     def documents(self) -> tuple[list[str], list[str]]:
+        """The training and held-out documents (read once). Recipes ask for them before their first stage, so
+        data that cannot be used is refused before anything is written to the output folder."""
         from destila.data import load_texts  # heavy: torch; RecipeSettings is read by `destila --help`
 
+        if getattr(self, "_documents", None) is not None:
+            return self._documents
         texts = self.texts if self.texts is not None else load_texts(self.data)
         every = self.settings.holdout_every
         train = [t for i, t in enumerate(texts) if i % every != every - 1]
@@ -71,7 +76,8 @@ class Recipe:
         if not held:
             raise ValueError(f"data: {len(texts)} documents leave none held out (every {every}th is); give more "
                              "documents or a smaller --holdout-every")
-        return train, held
+        self._documents = train, held
+        return self._documents
 
     def resolve(self, model: str) -> dict:
         return {"path": resolve_source(model)[0]}

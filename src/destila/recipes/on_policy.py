@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -98,14 +99,15 @@ class OnPolicySettings:
             raise ValueError(f"prompts_per_round: expected an integer ≥ 1, found {self.prompts_per_round}")
         if self.seq_len < 2:
             raise ValueError(f"seq_len: expected at least 2 tokens, found {self.seq_len}")
-        if not self.temperature > 0:
-            raise ValueError(f"temperature: expected a number > 0 (on-policy rounds sample), found {self.temperature}")
+        if not 0 < self.temperature < math.inf:
+            raise ValueError(f"temperature: expected a finite number > 0 (on-policy rounds sample), found "
+                             f"{self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p: expected a number in (0, 1], found {self.top_p}")
         if self.holdout_every < 2:
             raise ValueError(f"holdout_every: expected an integer ≥ 2, found {self.holdout_every}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate: expected a positive number, found {self.learning_rate}")
+        if not 0 < self.learning_rate < math.inf:
+            raise ValueError(f"learning_rate: expected a positive finite number, found {self.learning_rate}")
         if not 0 < self.lmbda <= 1:
             raise ValueError(f"lmbda: expected a number in (0, 1], found {self.lmbda}; lmbda 0 (offline data only) "
                              "is `destila train --cache`")

@@ -96,3 +96,14 @@ def teacher_topk(
             topk_logprobs[start:stop] = values - lse[:, None]
             tail_logmass[start:stop] = tail - lse
     return topk_ids, topk_logprobs, tail_logmass
+
+
+def nonfinite_logits_error(where: str, dtype) -> ValueError:
+    """The error for a teacher whose logits are NaN or infinite ``where``: a half-precision teacher may be
+    helped by float32; a float32 one (whose weights are finite: loading checks them) is not."""
+    name = str(dtype).removeprefix("torch.")
+    if name in ("float32", "float64"):
+        return ValueError(f"teacher: non-finite logits {where} although the teacher runs in {name} and its weights "
+                          "are finite: its activations overflow on this input; check the model (does it generate "
+                          "sensible text?) or the data")
+    return ValueError(f"teacher: non-finite logits {where} (teacher dtype {name}); try --dtype float32")

@@ -27,7 +27,7 @@ import torch
 
 from destila.losses.hidden_state_loss import fixed_projection
 from destila.models import check_plain_head, decoder_of, output_head
-from destila.targets.head import teacher_topk
+from destila.targets.head import nonfinite_logits_error, teacher_topk
 from destila.targets.layers import capture_layer_outputs, layer_count
 from destila.targets.mixture import mixture_topk
 from destila.targets.spec import DEFAULT_HEAD_CHUNK_ROWS
@@ -136,7 +136,7 @@ class TeacherSet:
         rows = mask.reshape(-1).to(hiddens[0].device)
         ids, logprobs, tail = self._head([h[rows] for h in hiddens])
         if not torch.isfinite(logprobs).all():
-            raise ValueError("teacher: non-finite logits in this batch; try --dtype float32")
+            raise nonfinite_logits_error("in this batch", next(self.models[0].parameters()).dtype)
         result = {"ids": ids.cpu(), "logprobs": logprobs.cpu(), "tail": tail.cpu()}
         if self.hidden is not None:
             result["hidden"] = self._project(captured, rows).cpu()

@@ -27,6 +27,7 @@ from destila.losses.options import LossOptions
 from destila.targets.spec import TargetSpec
 from destila.training.hidden_distillation import HiddenLossOptions
 from destila.training.engines import check_engine, choose_device
+from destila.training.finite import check_finite_arguments
 from destila.training.peft_student import LoraArguments
 
 ONLINE_LOSSES = ("dense", "topk")
@@ -102,6 +103,7 @@ def _changed_defaults() -> list[tuple]:
 
 
 def _post_init(self) -> None:
+    check_finite_arguments(self)  # --learning_rate inf, --max_grad_norm nan, ...: before anything else
     if self.online_loss not in ONLINE_LOSSES:
         raise ValueError(f"online_loss: expected one of {', '.join(ONLINE_LOSSES)}, found {self.online_loss!r}")
     if not 0.0 <= self.eval_fraction < 1.0:

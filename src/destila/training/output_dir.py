@@ -12,7 +12,13 @@ it up. So:
   mark too;
 - a folder that holds a run is refused unless ``resume`` (continue that
   run) or ``overwrite`` (delete it and start again) is given; a non-empty
-  folder that holds no run is refused outright;
+  folder without ``destila_run.json`` (a model folder, a copy of the
+  teacher, another program's run) is not destila's and is refused outright,
+  whatever the flags, and so is an output folder that is, or holds, one of
+  the run's inputs (``train S -o S``);
+- a new run that fails before its first checkpoint (a damaged cache found at
+  the first step, say) removes what it wrote (:meth:`OutputClaim.undo`), so
+  the same command runs again once the cause is fixed;
 - ``OUT/.lock`` is an ``flock`` held for the whole run: a second writer fails
   at once, and the kernel drops the lock when the process dies (even by
   SIGKILL), so a lock is never stale;
@@ -38,6 +44,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from destila.io import exclusive_lock, write_atomic
+from destila.models import SAVE_INCOMPLETE
 from destila.io.permissions import readable_by_all
 from destila.training.objective import check_resumed
 
@@ -48,6 +55,10 @@ CHECKPOINT_PREFIX = "checkpoint-"
 # Files a run leaves once it has trained (besides checkpoints): their presence means "a run was here".
 # A run record alone (a run that failed before its first step) is not one: the folder is reused.
 _RUN_TRACES = (LOG_FILE, "model.safetensors", "trainer_state.json", "training_args.bin")
+# Files only a training run writes (a model folder has none of them).
+_TRAINING_TRACES = (LOG_FILE, "trainer_state.json", "training_args.bin")
+# Files of a final save (or of one begun): a run that wrote them is not undone.
+_FINAL_FILES = ("model.safetensors", "adapter_model.safetensors", "trainer_state.json", SAVE_INCOMPLETE)
 
 
 @dataclass
@@ -61,6 +72,27 @@ class OutputClaim:
     notes: list[str] = field(default_factory=list)
     lock: object = None
     objective: dict | None = None  # what the resumed run recorded (see destila.training.objective)
+    fresh: bool = False  # a new run (not a resumed one): undone by undo() while it has no checkpoint
+    created: bool = False  # the claim created the folder
+
+    def undo(self) -> None:
+        """Remove what a new run wrote, while it has no checkpoint and no final model; main process only.
+
+        A run refused at its first step (a damaged cache, a NaN loss) would
+        otherwise leave ``destila_run.json`` and ``log.jsonl``, and the same
+        command, once the cause is fixed, would be refused as "already holds
+        a training run".
+        """
+        if self.lock is None or not self.fresh or _checkpoints(self.path):
+            return
+        if any((self.path / name).exists() for name in _FINAL_FILES):
+            return
+        for name in (RUN_FILE, LOG_FILE):
+            (self.path / name).unlink(missing_ok=True)
+        if [p.name for p in self.path.iterdir()] == [LOCK_FILE]:
+            (self.path / LOCK_FILE).unlink()  # held by us: a waiting writer rechecks the file it locked
+            if self.created:
+                self.path.rmdir()
 
     def release(self) -> None:
         if self.lock is not None:
@@ -69,14 +101,15 @@ class OutputClaim:
 
 
 def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, overwrite: bool = False,
-                     is_main: bool = True, objective: dict | None = None) -> OutputClaim:
+                     is_main: bool = True, objective: dict | None = None, inputs: dict | None = None) -> OutputClaim:
     """Make ``out`` ready for a run: lock it, refuse another run's folder, pick the checkpoint to resume.
 
     ``resume``: True (the newest checkpoint of this folder's run) or a
     checkpoint path. ``objective`` (:func:`destila.training.objective.objective_of`)
     is recorded with a new run; a resume that would change it is refused
     before anything in ``out`` changes, and a resumed claim carries the
-    recorded one in ``claim.objective``. Raises ``ValueError``/``FileExistsError``
+    recorded one in ``claim.objective``. ``inputs`` (``{"student": path, ...}``)
+    may not be ``out`` or lie inside it. Raises ``ValueError``/``FileExistsError``
     with the fix when ``out`` cannot be used as asked.
     """
     out = Path(out)
@@ -86,13 +119,11 @@ def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, over
         return _follow(out, resume)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"train: the output {out} is a file; choose a new or empty folder for the run")
+    _refuse_inputs_inside(out, inputs or {})
     others = sorted(p.name for p in out.iterdir() if p.name not in (LOCK_FILE, RUN_FILE)) if out.is_dir() else []
-    if others and not _holds_run(out):
-        shown = ", ".join(others[:5])
-        raise FileExistsError(
-            f"train: the output folder is not empty and holds no training run at {out} ({shown}); "
-            "choose a new or empty folder"
-        )
+    if others and read_run_record(out) is None:
+        raise FileExistsError(_not_a_run(out, others))
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     lock = _lock(out)
     try:
@@ -100,16 +131,41 @@ def claim_output_dir(out: str | Path, *, resume: bool | str | None = False, over
     except BaseException:
         lock.close()
         raise
-    claim.lock = lock
+    claim.lock, claim.created = lock, created
     return claim
+
+
+def _not_a_run(out: Path, others: list[str]) -> str:
+    """Why a non-empty folder without a run record is refused, whatever --resume or --overwrite say."""
+    shown = ", ".join(others[:5]) + (" …" if len(others) > 5 else "")
+    if any((out / name).exists() for name in _TRAINING_TRACES) or _checkpoints(out):
+        return (f"train: the output folder holds training files at {out} ({shown}) but no {RUN_FILE}, so destila "
+                "cannot tell that its own training wrote them (an older destila, or another program); neither "
+                "--resume nor --overwrite touches it: move it away yourself, or choose another -o")
+    return (f"train: the output folder is not empty at {out} ({shown}) and is not a destila training run (it has "
+            f"no {RUN_FILE}); --overwrite deletes only what destila's training wrote: choose a new or empty folder")
+
+
+def _refuse_inputs_inside(out: Path, inputs: dict) -> None:
+    """Refuse ``out`` when it is, or holds, one of the run's input files or folders (writing, or --overwrite, would
+    replace or delete them)."""
+    root = out.expanduser().resolve()
+    for what, value in inputs.items():
+        if not isinstance(value, (str, Path)) or not Path(value).expanduser().exists():
+            continue  # a hub name, a list of texts, nothing given
+        real = Path(value).expanduser().resolve()
+        if real == root or root in real.parents:
+            raise ValueError(
+                f"train: the output folder {out} {'is' if real == root else 'holds'} the {what} ({value}); a run "
+                "writes its checkpoints and final model there (and --overwrite empties it): choose another -o")
 
 
 def _decide(out: Path, resume, overwrite: bool, objective: dict | None) -> OutputClaim:
     record = read_run_record(out)
-    if overwrite:
+    if overwrite:  # a folder holding destila's run record (claim_output_dir refused any other non-empty one)
         for item in out.iterdir():
             if item.name != LOCK_FILE:
-                shutil.rmtree(item) if item.is_dir() else item.unlink()
+                shutil.rmtree(item) if item.is_dir() and not item.is_symlink() else item.unlink()
         return _new_run(out, [f"train: deleted the previous run in {out} (--overwrite)"], objective)
     if not _holds_run(out):
         return _new_run(out, [f"train: no run to resume in {out}; starting from the beginning"] if resume else [],
@@ -118,11 +174,6 @@ def _decide(out: Path, resume, overwrite: bool, objective: dict | None) -> Outpu
         raise FileExistsError(
             f"train: the output folder already holds a training run at {out} ({_describe_run(out)}); "
             "pass --resume to continue it, --overwrite to delete it and start again, or choose another -o"
-        )
-    if record is None:
-        raise ValueError(
-            f"train: the run in {out} has no {RUN_FILE} (written by an older destila), so its checkpoints cannot "
-            "be told from another run's; pass --overwrite to start again, or resume with --resume CHECKPOINT"
         )
     if objective is not None:  # before the log is cut back to the checkpoint: a refused resume changes nothing
         check_resumed(record.get("objective"), objective, out)
@@ -162,7 +213,7 @@ def _lock(out: Path):
 def _new_run(out: Path, notes: list[str], objective: dict | None = None) -> OutputClaim:
     run_id = uuid.uuid4().hex
     write_run_record(out, run_id, **({"objective": objective} if objective is not None else {}))
-    return OutputClaim(out, run_id, None, 0, notes)
+    return OutputClaim(out, run_id, None, 0, notes, fresh=True)
 
 
 def write_run_record(folder: Path, run_id: str, **extra) -> None:

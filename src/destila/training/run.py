@@ -18,6 +18,7 @@ from destila.targets.truncate import check_top_k
 from destila.training.arguments import DistillationArguments
 from destila.training.callbacks import EngineReport, JsonlLogCallback
 from destila.training.datasets import Subset
+from destila.training.finite import check_weights
 from destila.training.hidden_distillation import hidden_term
 from destila.training.objective import objective_of
 from destila.training.output_dir import LOG_FILE, WRITE_FAILURE, RunRecordCallback, claim_output_dir
@@ -173,7 +174,8 @@ def train_student(
                              cache_content=source.manifest.ids_fingerprint if cache is not None else None, out=out)
     with args.main_process_first(desc="claiming the output folder"):
         claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0,
-                                 objective=objective)
+                                 objective=objective, inputs={"student": student, "cache": cache, "teacher": teacher,
+                                                              "data": data, "eval cache": eval_cache})
     try:
         for note in claim.notes:
             print(note)
@@ -199,6 +201,7 @@ def train_student(
         trainer.add_callback(engine)
         result = trainer.train(resume_from_checkpoint=claim.checkpoint)
         metrics = trainer.evaluate() if trainer.eval_dataset is not None else {}
+        check_weights(trainer.model, trainer.state, args, "the final save")
         flag = out / SAVE_INCOMPLETE  # until the last file is written, the folder is refused as a model
         if trainer.is_world_process_zero():
             flag.write_text("written by `destila train`; removed when the final save is complete\n")
@@ -219,8 +222,10 @@ def train_student(
                 merge_adapter(out, student, merged)
                 write_model_card(trainer, merged, model_name=f"{out.name}-merged", merged=True)
             trainer.accelerator.wait_for_everyone()
-    except Exception as err:  # a full or read-only disk hides in torch's writer errors: name it and the folder
-        reported = reported_os_error(err, out, WRITE_FAILURE)
+    except BaseException as err:
+        claim.undo()  # a new run refused before its first checkpoint leaves nothing that blocks the same command
+        # A full or read-only disk hides in torch's writer errors: name it and the folder.
+        reported = reported_os_error(err, out, WRITE_FAILURE) if isinstance(err, Exception) else None
         if reported is None:
             raise
         raise reported from err

@@ -33,6 +33,7 @@ from destila.targets.online import OnlineTeacher, dense_online_loss
 from destila.targets.truncate import check_top_k, with_top_k
 from destila.training.datasets import Subset, split_indices
 from destila.training.engines import enable_cpu_fsdp
+from destila.training.finite import FiniteGradients, check_loss, check_weights
 from destila.training.head_loss import distill_through_forward
 from destila.training.hidden_distillation import HiddenDistillation, hidden_term
 from destila.training.sharing import check_push, write_model_card
@@ -173,6 +174,7 @@ class DistillationTrainer(Trainer):
         has_teacher = teacher is not None or teacher_model is not None
         kwargs = _with_data(kwargs, cache, data_spec, model, arguments, has_teacher)
         super().__init__(model, arguments, **kwargs)
+        self.add_callback(FiniteGradients())  # never an optimizer step on NaN gradients
         check_plain_head(self.model)
         if _cache_of(self.train_dataset) is not None:
             check_top_k(self.args.top_k, _cache_of(self.train_dataset))
@@ -242,6 +244,11 @@ class DistillationTrainer(Trainer):
         # engines (FSDP, ZeRO-3) have gathered its weight.
         return distill_through_forward(model, inputs, options, num_items, **_layout(inputs))
 
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        check_loss(loss, self.state, self.args)  # the Trainer would leave a NaN out of its logs and go on
+        return loss
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # Training reads K′ entries of a larger cache; evaluation keeps the cache's K, a yardstick
         # shared by runs of any K′.
@@ -268,6 +275,7 @@ class DistillationTrainer(Trainer):
         return optimizer
 
     def _save_checkpoint(self, model, trial):
+        check_weights(self.model, self.state, self.args, f"checkpoint-{self.state.global_step}")
         super()._save_checkpoint(model, trial)
         if self.hidden is not None and self.args.should_save:
             from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR

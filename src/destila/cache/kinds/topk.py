@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from destila.targets.head import teacher_topk
+from destila.targets.head import nonfinite_logits_error, teacher_topk
 
 # |log Σp| a position may show from rounding its K log-probs to the storage
 # dtype: about entropy × 2^-mantissa_bits (entropy ≤ ~10 nats), with margin.
@@ -41,10 +41,7 @@ class TopK:
         ids, logprobs, tail = teacher_topk(hidden, weight, bias, targets.top_k, targets.temperature,
                                            targets.head_chunk_rows)
         if not torch.isfinite(logprobs).all():
-            raise ValueError(
-                f"teacher: non-finite logits in the batch starting at sequence {sequences[0]} "
-                f"(teacher dtype {manifest.teacher_dtype}); try --dtype float32"
-            )
+            raise nonfinite_logits_error(f"in the batch starting at sequence {sequences[0]}", manifest.teacher_dtype)
         return {"ids": ids.cpu(), "logprobs": logprobs.cpu(), "tail": tail.cpu()}
 
     # -- plain encoding ---------------------------------------------------------
