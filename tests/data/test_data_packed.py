@@ -110,3 +110,38 @@ def test_too_little_text_is_a_clear_error(tiny_tokenizer, tmp_path):
     path = write_jsonl(tmp_path / "e.jsonl", ["", ""])
     with pytest.raises(ValueError, match=r"holds no text \(2 documents, all empty\)"):
         packed_source(DataSpec(str(path), seq_len=8), tiny_tokenizer)
+
+
+@pytest.mark.parametrize("max_tokens", [37 * 3, 37 * 40])
+def test_a_token_budget_reads_long_documents_only_as_far_as_it_needs(tmp_path, tiny_tokenizer, max_tokens):
+    """Long documents under --max-tokens: the rows are the naive loop's over whole documents (one document and its
+    cut, or several), while the store holds the first documents only as far as the budget reached into them."""
+    texts = [" ".join(pydoc_texts()[:60]), *pydoc_texts()[60:64]]  # the first one alone: ~100k tokens
+    path = write_jsonl(tmp_path / "d.jsonl", texts)
+    source = packed_source(DataSpec(str(path), seq_len=37, max_tokens=max_tokens), tiny_tokenizer)
+    expected = naive_rows(tiny_tokenizer, texts, 37)[: max_tokens // 37]
+    assert len(source) == len(expected)
+    for i, (ids, positions, mask) in enumerate(expected):
+        assert source[i]["input_ids"].tolist() == ids
+        assert source[i]["position_ids"].tolist() == positions
+        assert source[i]["loss_mask"].tolist() == mask
+    assert max_tokens <= len(source.store.tokens) < max_tokens + 37  # not the ~100k tokens of the whole document
+
+
+def test_a_huge_text_file_under_a_small_budget_costs_the_budget(tmp_path, tiny_tokenizer):
+    """A 20 MB .txt of short lines (one document) with a budget of 1024 tokens: tokenised up to about 8 characters
+    per wanted token, twice, never whole (a counting tokenizer wrapper sees every call)."""
+    from destila.data.budgeted import BudgetedText
+    from destila.data.spec import DataSpec as Spec
+
+    line = "short line number with a few words\n"
+    text = line * (20_000_000 // len(line))
+    encode = BudgetedText(tiny_tokenizer, Spec("x.txt", seq_len=64), 1024)
+    seen = []
+    original = encode._tokenize
+    encode._tokenize = lambda part: seen.append(len(part)) or original(part)
+    out = encode({"text": [text, "after the budget"]})
+    assert len(out["input_ids"][0]) == 1024 and out["input_ids"][1] == []
+    assert max(seen) < 50_000 and sum(seen) < 100_000  # characters tokenised, of 20 M
+    whole = tiny_tokenizer(text[:200_000], add_special_tokens=False)["input_ids"]
+    assert out["input_ids"][0] == whole[:1024]

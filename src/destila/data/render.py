@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from destila.data.budgeted import BudgetedText
 from destila.data.formats import conversational_pair
 from destila.data.spans import check_spells_bytes
 
@@ -44,12 +45,14 @@ def has_generation_markers(tokenizer) -> bool:
     return isinstance(template, str) and bool(_GENERATION_MARKER.search(template))
 
 
-def encoder(spec, tokenizer, spans: bool = False) -> Callable[[dict], dict]:
+def encoder(spec, tokenizer, spans: bool = False, token_budget: int | None = None) -> Callable[[dict], dict]:
     """A batched function ``{field: [values]} -> {"input_ids": [[int]], "targets": [[bool]]}`` for ``datasets.map``.
 
     ``spans=True`` adds ``span_start`` and ``span_end`` (``[[int]]``): each token's byte span in its
     document's text (the rendered text, for conversations; prompt then completion, for pairs), see
-    :mod:`destila.data.spans`.
+    :mod:`destila.data.spans`. ``token_budget``: the store keeps only the first this many tokens, read in
+    order; plain text (without spans) is then tokenised only as far as that
+    (:class:`~destila.data.budgeted.BudgetedText`), so a huge document costs the budget, not its length.
     """
     if tokenizer.eos_token_id is None:
         raise ValueError(
@@ -58,6 +61,8 @@ def encoder(spec, tokenizer, spans: bool = False) -> Callable[[dict], dict]:
     check, encode = _KINDS[spec.kind]
     check(tokenizer, spec)
     if not spans:
+        if token_budget is not None and spec.kind == "text":
+            return BudgetedText(tokenizer, spec, token_budget)
         return lambda batch: encode(*(batch[column] for column in spec.columns), tokenizer, spec)
     speller = check_spells_bytes(tokenizer, "tokenizer (byte spans, --spans)")
 
@@ -94,8 +99,8 @@ def _tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
     return tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
 
 
-def _encode_text(values, tokenizer, spec, documents: list | None = None) -> dict:
-    """``documents``, when given, receives each record's text (what byte spans are measured in)."""
+def text_values(values, spec) -> list[str]:
+    """The documents of a text field's ``values``: ``""`` for a missing or non-string one (left out, counted)."""
     texts = []
     for value in values:
         if isinstance(value, list):
@@ -104,6 +109,12 @@ def _encode_text(values, tokenizer, spec, documents: list | None = None) -> dict
                 f"--messages-field {spec.text_field} for conversations"
             )
         texts.append(value if isinstance(value, str) else "")
+    return texts
+
+
+def _encode_text(values, tokenizer, spec, documents: list | None = None) -> dict:
+    """``documents``, when given, receives each record's text (what byte spans are measured in)."""
+    texts = text_values(values, spec)
     eos = tokenizer.eos_token_id
     ids = [tokens + [eos] if text else [] for text, tokens in zip(texts, _tokenize(tokenizer, texts))]
     if documents is not None:

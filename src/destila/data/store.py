@@ -36,7 +36,7 @@ from destila.data.render import encoder
 from destila.data.sources import load_records, quiet_datasets
 from destila.io import create_staging_dir, names_user_path, publish_folder
 
-STORE_VERSION = 1
+STORE_VERSION = 2  # 2: under a token budget, a long text document is stored only as far as the budget reads it
 _META = "store.json"
 _BATCH = 512  # documents per tokenizer call: enough for the fast tokenizer's batching, little memory
 _DEFAULT_ROOT = Path("~/.cache/destila/data")
@@ -132,8 +132,9 @@ def build_store(spec, tokenizer, folder: str | Path, *, records=None, spans: boo
         return store
 
     records = load_records(spec) if records is None else records
-    encode = encoder(spec, tokenizer, spans=spans)
     budget = _budget(spec)
+    encode = encoder(spec, tokenizer, spans=spans,
+                     token_budget=budget[1] if budget and budget[0] == "tokens" else None)
     with quiet_datasets():
         if budget is None and not spec.streaming:
             # The whole corpus: datasets' map, in parallel, cached as Arrow beside the source. One process is
