@@ -123,3 +123,31 @@ def test_names_user_path_finds_disguised_failures_and_leaves_other_errors_alone(
         assert _raised_by(_raise(original), home) is original
     with names_user_path(home):  # nothing raised: nothing changes
         pass
+
+
+def test_a_link_planted_under_the_next_temporary_name_is_never_written_through(tmp_path, monkeypatch):
+    """Even a guessed name (here: forced) only makes the writer draw another one; the victim stays, the file and the
+    permissions are those of a plain write."""
+    import os
+    import secrets
+    import stat
+
+    from destila.io import create_staging_dir, open_lock_file
+    from destila.io.permissions import current_umask
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    drawn = iter(["a" * 16, "b" * 16, "c" * 16, "d" * 16])
+    monkeypatch.setattr(secrets, "token_hex", lambda n: next(drawn))
+    (tmp_path / f".state.json.tmp-{'a' * 16}").symlink_to(victim)
+    write_atomic(tmp_path / "state.json", "new")
+    assert victim.read_text() == "mine" and (tmp_path / "state.json").read_text() == "new"
+    assert stat.S_IMODE((tmp_path / "state.json").stat().st_mode) == 0o666 & ~current_umask()
+    (tmp_path / f".out.tmp-{'c' * 16}").symlink_to(tmp_path)
+    staging = create_staging_dir(tmp_path / "out")
+    assert staging.name == f".out.tmp-{'d' * 16}" and staging.is_dir() and not staging.is_symlink()
+    (tmp_path / ".lock").symlink_to(tmp_path / "made-by-the-lock")
+    with pytest.raises(OSError) as raised:
+        open_lock_file(tmp_path / ".lock")
+    assert raised.value.errno == errno.ELOOP and not (tmp_path / "made-by-the-lock").exists()
+    assert os.path.islink(tmp_path / ".lock")

@@ -239,3 +239,15 @@ def test_the_identity_is_the_sha256_of_the_content_fields(small_cache):
     other = hashlib.sha256(b"x").hexdigest()
     manifest.targets = {**manifest.targets, "top_k": 7}
     assert cache_identity(manifest) not in (other, manifest.identity)
+
+
+def test_an_edited_compact_layout_is_named(small_cache):
+    from destila.cache.derived_checks import layout_fault
+    from destila.cache.encodings import encoding_of
+
+    manifest = read_manifest(small_cache)
+    assert layout_fault(manifest) is None  # plain: no layout
+    manifest.encoding, manifest.compact = "compact", encoding_of("compact").layout_record(manifest.vocab_size)
+    assert layout_fault(manifest) is None
+    manifest.compact = {**manifest.compact, "sqrt_levels": 256}
+    assert layout_fault(manifest).startswith("compact is {'id_bytes': 2, 'sqrt_levels': 256")
