@@ -116,7 +116,7 @@ def test_too_little_text_is_a_clear_error(tiny_tokenizer, tmp_path):
 def test_a_token_budget_reads_long_documents_only_as_far_as_it_needs(tmp_path, tiny_tokenizer, max_tokens):
     """Long documents under --max-tokens: the rows are the naive loop's over whole documents (one document and its
     cut, or several), while the store holds the first documents only as far as the budget reached into them."""
-    texts = [" ".join(pydoc_texts()[:60]), *pydoc_texts()[60:64]]  # the first one alone: ~100k tokens
+    texts = [" ".join(pydoc_texts()[:8]), *pydoc_texts()[8:12]]  # the first one alone: ~35k characters
     path = write_jsonl(tmp_path / "d.jsonl", texts)
     source = packed_source(DataSpec(str(path), seq_len=37, max_tokens=max_tokens), tiny_tokenizer)
     expected = naive_rows(tiny_tokenizer, texts, 37)[: max_tokens // 37]
@@ -125,7 +125,7 @@ def test_a_token_budget_reads_long_documents_only_as_far_as_it_needs(tmp_path, t
         assert source[i]["input_ids"].tolist() == ids
         assert source[i]["position_ids"].tolist() == positions
         assert source[i]["loss_mask"].tolist() == mask
-    assert max_tokens <= len(source.store.tokens) < max_tokens + 37  # not the ~100k tokens of the whole document
+    assert max_tokens <= len(source.store.tokens) < max_tokens + 37  # not the whole document's tokens
 
 
 def test_a_huge_text_file_under_a_small_budget_costs_the_budget(tmp_path, tiny_tokenizer):
