@@ -44,8 +44,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from destila.io import exclusive_lock, write_atomic
-from destila.models import SAVE_INCOMPLETE
 from destila.io.permissions import readable_by_all
+from destila.models import SAVE_INCOMPLETE
 from destila.training.objective import check_resumed
 
 RUN_FILE = "destila_run.json"
