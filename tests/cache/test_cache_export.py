@@ -177,3 +177,23 @@ def test_a_killed_export_leaves_no_output_and_the_rerun_writes_the_same_rows(cac
     record = json.loads((out / "destila_cache.json").read_text())
     assert record["content_sha256"] == json.loads((export_path / "destila_cache.json").read_text())["content_sha256"]
     assert len(record["files"]) == 23
+
+
+def test_verify_reads_no_file_an_export_record_names_outside_it(caches, tmp_path, capsys):
+    """An export is shared data too: a listed name with `..`, or a listed file that is a link out, is a fault and
+    the file outside is never hashed (see docs/reliability.md, the threat model)."""
+    _, export_path = caches["plain"]
+    hostile = shutil.copytree(export_path, tmp_path / "hostile")
+    first = hostile / "data" / "train-00000-of-00003.parquet"
+    outside = tmp_path / "outside.parquet"
+    shutil.move(first, outside)
+    record = json.loads((hostile / "destila_cache.json").read_text())
+    record["files"][0]["name"] = "data/../../outside.parquet"
+    (hostile / "destila_cache.json").write_text(json.dumps(record, indent=1))
+    code, out, _ = run_cli(["cache", "verify", str(hostile)], capsys)
+    assert code == 1 and "FAULT data/../../outside.parquet: not a plain data/NAME.parquet file name" in out
+    record["files"][0]["name"] = "data/train-00000-of-00003.parquet"
+    (hostile / "destila_cache.json").write_text(json.dumps(record, indent=1))
+    first.symlink_to(outside)
+    code, out, _ = run_cli(["cache", "verify", str(hostile)], capsys)
+    assert code == 1 and f"FAULT data/train-00000-of-00003.parquet: a symbolic link to {outside}" in out

@@ -25,6 +25,7 @@ from destila.cache.format import Manifest, sha256_file
 from destila.cache.kinds import kind_of
 from destila.cache.tokenizer_files import tokenizer_faults
 from destila.cache.verify import VerifyReport, row_faults
+from destila.io import outside_link
 
 _README = "README.md"
 
@@ -67,7 +68,7 @@ def verify_export(path: str | Path) -> VerifyReport:
     digest, expected = ContentDigest(), 0
     for name, entry in listed.items():
         file = path / name
-        fault = _file_fault(file, entry)
+        fault = _name_fault(path, name) or _file_fault(file, entry)
         report.shards_checked += 1
         if fault is not None:
             report.faults.append(f"{name}: {fault}")
@@ -97,6 +98,19 @@ def verify_export(path: str | Path) -> VerifyReport:
         report.faults.append(f"content sha256 {digest.hexdigest()[:16]}…, the record says "
                              f"{record['content_sha256'][:16]}…: the rows were changed")
     return report
+
+
+def _name_fault(path: Path, name) -> str | None:
+    """A listed name that is not a plain ``data/NAME.parquet`` of the export, or leads outside it through a link:
+    nothing outside the export is read or hashed (see docs/reliability.md, the threat model)."""
+    parts = name.split("/") if isinstance(name, str) else []
+    if len(parts) != 2 or parts[0] != DATA_DIR or not parts[1].endswith(".parquet") or parts[1].startswith("."):
+        return (f"not a plain {DATA_DIR}/NAME.parquet file name inside the export; an export never names a file "
+                "elsewhere: do not use it")
+    link = outside_link(path, path / name)
+    if link is not None:
+        return f"a symbolic link to {link}, outside the export; copy the file in (cp -L) if you trust it"
+    return None
 
 
 def _file_fault(file: Path, entry: dict) -> str | None:

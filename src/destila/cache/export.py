@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -49,7 +48,7 @@ from destila.cache.dataset_rows import (
 from destila.cache.encodings import encoding_of
 from destila.cache.format import sha256_file
 from destila.cache.reader import TopKCache
-from destila.io import TMP_MARK, names_user_path, output_lock, publish_folder, write_atomic
+from destila.io import TMP_MARK, create_staging_dir, names_user_path, output_lock, publish_folder, write_atomic
 from destila.io.shareable import shareable, shareable_name
 
 FORMATS = ("parquet",)
@@ -116,11 +115,16 @@ def export_cache(spec: ExportSpec) -> ExportReport:
             raise FileExistsError(f"export: {out} already exists and is not an empty folder; choose a new OUT, "
                                   "or delete it first")
         for leftover in out.parent.glob(f".{out.name}{TMP_MARK}*"):  # a killed export's; we hold the lock
-            shutil.rmtree(leftover, ignore_errors=True)
-        staging = out.parent / f".{out.name}{TMP_MARK}{os.getpid()}"
+            if leftover.is_symlink() or not leftover.is_dir():
+                leftover.unlink()  # a link planted under a staging name: the link only
+            else:
+                shutil.rmtree(leftover, ignore_errors=True)
+        staging = None
         try:
             with names_user_path(out):  # a full disk is reported on OUT, not on the staging folder
-                (staging / DATA_DIR).mkdir(parents=True)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                staging = create_staging_dir(out)  # a random name, created exclusively: never a planted link
+                (staging / DATA_DIR).mkdir()
                 digest, files = ContentDigest(), []
                 with tqdm(total=rows, unit="seq", desc="export", disable=not spec.progress) as bar:
                     for number in range(count):
@@ -140,7 +144,7 @@ def export_cache(spec: ExportSpec) -> ExportReport:
                     out.rmdir()  # empty (checked above): the staging folder takes its place
                 publish_folder(staging, out)
         finally:
-            if staging.exists():
+            if staging is not None and staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
     return ExportReport(out, rows, len(files), sum(f["bytes"] for f in files), record["content_sha256"])
 
