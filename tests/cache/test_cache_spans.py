@@ -8,7 +8,7 @@ import hashlib
 import numpy as np
 import pytest
 import torch
-from conftest import HARD_TEXTS, pydoc_texts
+from conftest import HARD_TEXTS, pydoc_texts, shard_metadata_of
 
 from destila.cache import build_cache
 from destila.cache.format import MANIFEST, read_manifest
@@ -84,11 +84,12 @@ def test_verify_finds_spans_that_do_not_fit_their_tokens(tiny_chat_llama_dir, tm
     manifest = read_manifest(folder)
     shard = manifest.shards[0]
     original = {k: v.clone() for k, v in load_file(str(folder / shard.name)).items()}  # not the mapped file
+    metadata = shard_metadata_of(folder / shard.name)  # the cache's identity, kept
 
     def rewrite(change) -> list[str]:
         tensors = {k: v.clone() for k, v in original.items()}
         change(tensors)
-        payload = save(tensors, metadata={"format": "destila-topk-cache/2"})
+        payload = save(tensors, metadata=metadata)
         (folder / shard.name).write_bytes(payload)
         shard.sha256, shard.bytes = hashlib.sha256(payload).hexdigest(), len(payload)
         (folder / MANIFEST).write_text(manifest.to_json())

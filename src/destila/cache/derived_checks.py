@@ -9,7 +9,8 @@ These are the ones the cache's own files determine:
   manifest, is caught here and by ``train``);
 - ``compact``: the layout the compact encoding derives from ``vocab_size``;
 - ``ids_fingerprint``: the SHA-256 of every sequence's input ids, position
-  ids and loss mask, in order, computed as the build computed it
+  ids and loss mask (and byte spans, in a cache built with them), in order,
+  computed as the build computed it
   (:attr:`destila.data.PackedSource.fingerprint`), from the stored rows.
 
 The other content fields (``targets`` with K, kind and temperature,
@@ -107,7 +108,10 @@ class IdsFingerprint:
             self._flush()
 
     def _flush(self) -> None:
-        for key, dtype in (("input_ids", np.int64), ("position_ids", np.int64), ("loss_mask", bool)):
+        keys = [("input_ids", np.int64), ("position_ids", np.int64), ("loss_mask", bool)]
+        if self.manifest.spans:  # byte spans are part of the sequences of a cache built with them
+            keys += [("span_start", np.int64), ("span_end", np.int64)]
+        for key, dtype in keys:
             self.digest.update(np.stack([np.asarray(r[key], dtype=dtype) for r in self.rows]).tobytes())
         self.rows = []
 
