@@ -31,7 +31,7 @@ def test_an_unreachable_hub_switches_to_offline_once(monkeypatch):
     from destila import models
 
     calls = []
-    monkeypatch.setattr("destila.data.sources.hub_offline_reason", lambda: calls.append(1) or "no answer within 3 s")
+    monkeypatch.setattr("destila.models.loading.hub_offline_reason", lambda: calls.append(1) or "no answer within 3 s")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     models.hub_unreachable.cache_clear()
     try:
@@ -60,3 +60,23 @@ def test_the_command_line_runs_no_kernel_fetched_from_the_hub_unless_asked(monke
         cli_main.main(["--version"])
     assert os.environ["USE_HUB_KERNELS"] == expected
     assert _kernels_enabled() is (expected == "YES")
+
+
+def test_one_probe_answers_for_models_datasets_and_harness_tasks(monkeypatch):
+    """Models, datasets and harness tasks ask the same probe: an offline switch, or a host that refuses
+    (nothing listens on this machine's port 443), is named."""
+    from destila.data import sources
+    from destila.eval import harness
+    from destila.models import hub, loading
+
+    assert sources.hub_offline_reason is hub.hub_offline_reason is harness.hub_offline_reason is loading.hub_offline_reason
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    assert hub.hub_offline_reason() == "HF_DATASETS_OFFLINE is set"
+    monkeypatch.delenv("HF_DATASETS_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    assert hub.hub_host() == "127.0.0.1"
+    reason = hub.hub_offline_reason(timeout=2.0)
+    assert reason.startswith("127.0.0.1 cannot be reached"), reason
+    with pytest.raises(ValueError, match=r"'hellaswag' is a harness task .* cannot be reached \(127\.0\.0\.1 cannot"):
+        harness.check_hub_tasks(["hellaswag"])

@@ -58,7 +58,7 @@ def test_a_task_folder_that_cannot_be_written_is_named_with_what_to_do():
 @pytest.mark.real_model
 @requires_real_teacher
 def test_the_embedded_teacher_is_clearly_above_chance():
-    from destila.eval.tasks import pydoc_cloze_scores
+    from destila.eval import pydoc_cloze_scores
     from destila.models import embedded_teacher_dir
 
     (score,) = pydoc_cloze_scores([str(embedded_teacher_dir())])

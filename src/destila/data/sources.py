@@ -17,19 +17,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import threading
 from pathlib import Path
 
 from destila.data.spec import DataSpec
 from destila.io.user_files import first_bad_json_line, is_damage
+from destila.models.hub import hub_offline_reason
 
 PYDOC = "pydoc"
 """The data name that stands for Python's documentation topics (``pydoc_data.topics``)."""
 
 # Row-based formats and the `datasets` builder that reads each.
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".txt": "text"}
-_HUB_TIMEOUT_S = 3.0
 
 
 def pydoc_texts() -> list[str]:
@@ -197,40 +195,6 @@ def _load_folder(path: Path, spec):
 def _looks_like_hub_name(source: str) -> bool:
     parts = source.split("/")
     return 1 <= len(parts) <= 2 and all(parts) and not source.startswith((".", "~")) and not Path(source).suffix
-
-
-def hub_offline_reason() -> str | None:
-    """Why the hub cannot be reached now (offline switch set, or no answer within 3 s), or None.
-
-    datasets itself retries for tens of seconds before giving up; a user who
-    passes a hub name without network should hear so at once.
-    """
-    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on"):
-            return f"{name} is set"
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants
-
-    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
-    outcome: list[str] = []
-
-    def probe():
-        import socket
-
-        try:
-            socket.create_connection((host, 443), timeout=_HUB_TIMEOUT_S).close()
-            outcome.append("")
-        except OSError as err:
-            outcome.append(f"{host} cannot be reached ({err.strerror or err})")
-
-    # getaddrinfo ignores socket timeouts; a thread bounds the whole probe.
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(_HUB_TIMEOUT_S)
-    if not outcome:
-        return f"{host} did not answer within {_HUB_TIMEOUT_S:.0f} s"
-    return outcome[0] or None
 
 
 def _load_hub(spec):

@@ -44,9 +44,8 @@ from destila.demo.report import write_demo_report
 from destila.demo.samples import continuations
 from destila.demo.settings import DEMO_PROMPTS, TRAININGS, DemoSettings
 from destila.demo.stages import StageLog, train_from_cache
-from destila.eval import evaluate_models, render_table
+from destila.eval import evaluate_models, pydoc_cloze_scores, render_table
 from destila.eval.harness import require_harness
-from destila.eval.tasks import pydoc_cloze_scores
 from destila.models import EMBEDDED, INIT_INCOMPLETE, embedded_teacher_dir, load_tokenizer
 from destila.student import check_layer_indices, init_student
 from destila.student.calibration import from_texts

@@ -4,8 +4,9 @@ and task accuracy through lm-evaluation-harness (the optional extra ``destila[ev
 from destila.eval.harness import TaskEvalSpec, evaluate_tasks
 from destila.eval.run import DEFAULT_PROMPT, evaluate_model, evaluate_models
 from destila.eval.tables import comparison_rows, markdown_table, render_table
+from destila.eval.task_scores import pydoc_cloze_scores
 from destila.eval.task_table import markdown_task_table, render_task_table, task_rows
 
 __all__ = ["DEFAULT_PROMPT", "TaskEvalSpec", "comparison_rows", "evaluate_model", "evaluate_models",
-           "evaluate_tasks", "markdown_table", "markdown_task_table", "render_table", "render_task_table",
-           "task_rows"]
+           "evaluate_tasks", "markdown_table", "markdown_task_table", "pydoc_cloze_scores", "render_table",
+           "render_task_table", "task_rows"]

@@ -21,19 +21,16 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlparse
 
 from destila.eval.tasks import BUILT_IN_TASKS
 from destila.models import load_causal_lm, load_tokenizer
+from destila.models.hub import hub_offline_reason
 
 INSTALL_HINT = "install the extra with `pip install 'destila[eval]'` (or run `make install`)"
 _TASK_SUFFIXES = (".yaml", ".yml")
-_HUB_TIMEOUT_SECONDS = 5.0
 # The harness's own defaults (lm_eval.simple_evaluate): Python's seed, then numpy's, torch's and few-shot's.
 _HARNESS_SEEDS = (0, 1234, 1234, 1234)
 
@@ -136,37 +133,14 @@ def _folder_tasks(folder: Path) -> list[str]:
     return names
 
 
-def hub_reachable(timeout: float = _HUB_TIMEOUT_SECONDS) -> bool:
-    """Whether the Hugging Face hub can be reached: not marked offline, and its host answers within ``timeout``.
-
-    The connection runs in a thread so a slow name lookup (which ignores
-    socket timeouts) cannot hold the caller longer than ``timeout``.
-    """
-    if any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
-        return False
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
-    answered = []
-
-    def connect():
-        try:
-            socket.create_connection((host, 443), timeout=timeout).close()
-            answered.append(True)
-        except OSError:
-            pass
-
-    probe = threading.Thread(target=connect, daemon=True)
-    probe.start()
-    probe.join(timeout)
-    return bool(answered)
-
-
 def check_hub_tasks(names: list[str]) -> None:
     """Refuse hub tasks when the hub cannot be reached, naming them and the local way out."""
-    if names and not hub_reachable():
+    offline = hub_offline_reason() if names else None
+    if offline is not None:
         listed = ", ".join(repr(n) for n in names)
         raise ValueError(
             f"--tasks: {listed} {'is a harness task' if len(names) == 1 else 'are harness tasks'} whose data come "
-            "from the Hugging Face hub, which cannot be reached (offline); run with network access, or give a "
+            f"from the Hugging Face hub, which cannot be reached ({offline}); run with network access, or give a "
             "local task YAML file or folder instead (the built-in pydoc_cloze works offline; see docs/eval.md)"
         )
 

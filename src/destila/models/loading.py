@@ -23,6 +23,7 @@ from pathlib import Path
 
 from destila.io import exclusive_lock, names_user_path, publish_folder
 from destila.models.finite import check_finite_weights
+from destila.models.hub import hub_offline_reason
 from destila.models.placement import check_tensor_plan, load_options, offloaded_state, resolve_device
 from destila.quiet import apply_quiet_bars
 from destila.io.user_files import reading
@@ -188,8 +189,6 @@ def hub_unreachable() -> str | None:
     retries, and a model not in the cache fails in seconds.
     """
     import huggingface_hub.constants
-
-    from destila.data.sources import hub_offline_reason  # cycle: destila.data imports destila.models
 
     reason = hub_offline_reason()
     if reason is not None:

@@ -5,8 +5,7 @@ function that writes the task (YAML + data) and returns its YAML's path.
 """
 
 from destila.eval.tasks.pydoc_cloze import build_pydoc_cloze, cloze_questions, held_out_topics
-from destila.eval.tasks.scores import pydoc_cloze_scores
 
 BUILT_IN_TASKS = {"pydoc_cloze": build_pydoc_cloze}
 
-__all__ = ["BUILT_IN_TASKS", "build_pydoc_cloze", "cloze_questions", "held_out_topics", "pydoc_cloze_scores"]
+__all__ = ["BUILT_IN_TASKS", "build_pydoc_cloze", "cloze_questions", "held_out_topics"]

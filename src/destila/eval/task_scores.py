@@ -1,7 +1,12 @@
-"""The built-in cloze task's scores for a few models, as flat records (for reports)."""
+"""The built-in cloze task's scores for a few models, as flat records (for reports).
+
+Above :mod:`destila.eval.harness` (it runs the task through it), beside :mod:`destila.eval.tasks` (which the
+harness reads for the built-in tasks).
+"""
 
 from __future__ import annotations
 
+from destila.eval.harness import TaskEvalSpec, evaluate_tasks
 from destila.eval.tasks.pydoc_cloze import CHOICES, TASK_NAME
 
 
@@ -14,8 +19,6 @@ def pydoc_cloze_scores(models: list[str], limit: int | None = None, *, batch_siz
     the first ``limit`` questions (all of them by default). Needs the
     ``destila[eval]`` extra. Same as ``destila eval MODELS --tasks pydoc_cloze``.
     """
-    from destila.eval.harness import TaskEvalSpec, evaluate_tasks  # cycle: the harness imports destila.eval.tasks
-
     results = evaluate_tasks(models, TaskEvalSpec(tasks=TASK_NAME, limit=limit), batch_size=batch_size,
                              device=device, log=log)
     records = []
