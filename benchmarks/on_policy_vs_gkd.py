@@ -218,14 +218,14 @@ def main(argv: list[str] | None = None) -> None:
     args.work.mkdir(parents=True, exist_ok=True)
 
     from destila.models import resolve_source
-    from destila.student import init_student
+    from destila.student import StudentInitSpec, init_student
 
     teacher = resolve_source(args.teacher)[0]
     student = args.student
     if student is None:
         student = str(args.work / f"student-{args.layers}")
         if not (Path(student) / "config.json").exists():
-            init_student(teacher, student, layers=args.layers)
+            init_student(StudentInitSpec(teacher, student, layers=args.layers))
     prompts = args.work / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n"
                                for p in prompts_from_pydoc(args.prompts)))

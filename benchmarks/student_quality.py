@@ -84,7 +84,7 @@ def prepare(out: Path, train_tokens: int, temperature: float = 1.0) -> None:
 def students(out: Path) -> None:
     """The five starting students, each with its parameters and starting perplexity on calibration text."""
     from destila.models import embedded_teacher_dir
-    from destila.student import init_student
+    from destila.student import StudentInitSpec, init_student
 
     teacher = str(embedded_teacher_dir())
     calibration = dict(cache=str(out / "cache"), calibration_tokens=1024)
@@ -101,7 +101,7 @@ def students(out: Path) -> None:
         if (folder / "config.json").exists():
             summaries[name] = json.loads((folder / "destila_student.json").read_text())
             continue
-        summaries[name] = init_student(teacher, folder, **options)
+        summaries[name] = init_student(StudentInitSpec(teacher, folder, **options))
         print(name, json.dumps({k: summaries[name].get(k) for k in
                                 ("kept_layers", "student_parameters", "start_perplexity", "teacher_perplexity")}))
     (out / "students.json").write_text(json.dumps(summaries, indent=2, default=str))

@@ -141,13 +141,13 @@ def stage_students(args) -> None:
     """
     from destila.bench import run_isolated, train_worker
     from destila.models import EMBEDDED, embedded_teacher_dir
-    from destila.student import init_student
+    from destila.student import StudentInitSpec, init_student
 
     out = Path(args.out)
     teacher = str(embedded_teacher_dir()) if args.teacher == EMBEDDED else args.teacher
     student = out / f"student-{args.layers}-layers"
     if not (student / "config.json").exists():
-        init_student(teacher, student, layers=args.layers)
+        init_student(StudentInitSpec(teacher, student, layers=args.layers))
     from destila.data import load_texts
 
     held_out = load_texts(args.data)[-args.held_out_documents :]  # pydoc is sorted: the last topics, never cached

@@ -212,9 +212,9 @@ def tiny_cache(tiny_llama_dir, tmp_path_factory):
 def fresh_student(tiny_llama_dir, tmp_path_factory):
     """A random 2-layer student: far from the teacher, so distillation has work to do."""
     path = tmp_path_factory.mktemp("student") / "student"
-    from destila.student import init_student
+    from destila.student import StudentInitSpec, init_student
 
-    init_student(str(tiny_llama_dir), path, config_overrides={"num_hidden_layers": 2}, seed=1)
+    init_student(StudentInitSpec(str(tiny_llama_dir), path, config={"num_hidden_layers": 2}, seed=1))
     return path
 
 

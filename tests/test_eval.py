@@ -10,7 +10,7 @@ from destila.cache import build_cache
 from destila.cli.main import main as cli
 from destila.data import pack_documents
 from destila.eval import comparison_rows, evaluate_model, markdown_table
-from destila.student import init_student
+from destila.student import StudentInitSpec, init_student
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_perplexity_and_accuracy_match_a_direct_computation(tiny_llama_dir, tiny
 
 def test_cli_compares_models_side_by_side(tiny_llama_dir, small_cache, tmp_path, capsys):
     student = tmp_path / "student"
-    init_student(str(tiny_llama_dir), student, config_overrides={"num_hidden_layers": 1}, seed=3)
+    init_student(StudentInitSpec(str(tiny_llama_dir), student, config={"num_hidden_layers": 1}, seed=3))
     AutoTokenizer.from_pretrained(student)
     out = tmp_path / "eval.json"
     with pytest.raises(SystemExit) as exit_info:

@@ -3,7 +3,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from destila.cli.main import main as cli
-from destila.student import evenly_spaced_layers, init_student, parse_config_overrides
+from destila.student import StudentInitSpec, evenly_spaced_layers, init_student, parse_config_overrides
 
 
 def test_evenly_spaced_layers_keep_first_and_last():
@@ -16,7 +16,7 @@ def test_evenly_spaced_layers_keep_first_and_last():
 
 def test_cut_student_copies_the_kept_layers_and_stays_tied(tiny_model_dir, tmp_path):
     out = tmp_path / "student"
-    summary = init_student(str(tiny_model_dir), out, layers=2)
+    summary = init_student(StudentInitSpec(str(tiny_model_dir), out, layers=2))
     assert summary["kept_layers"] == [0, 3]
     teacher = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     student = AutoModelForCausalLM.from_pretrained(out)
@@ -34,7 +34,7 @@ def test_cut_student_copies_the_kept_layers_and_stays_tied(tiny_model_dir, tmp_p
 
 
 def test_cutting_every_layer_reproduces_the_teacher(tiny_llama_dir, tmp_path):
-    init_student(str(tiny_llama_dir), tmp_path / "s", layers=4)
+    init_student(StudentInitSpec(str(tiny_llama_dir), tmp_path / "s", layers=4))
     teacher = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
     student = AutoModelForCausalLM.from_pretrained(tmp_path / "s")
     ids = torch.randint(0, teacher.config.vocab_size, (2, 17))
@@ -45,13 +45,13 @@ def test_cutting_every_layer_reproduces_the_teacher(tiny_llama_dir, tmp_path):
 def test_fresh_student_from_config_overrides(tiny_llama_dir, tmp_path):
     overrides = parse_config_overrides(["num_hidden_layers=1", '{"intermediate_size": 16}'])
     assert overrides == {"num_hidden_layers": 1, "intermediate_size": 16}
-    init_student(str(tiny_llama_dir), tmp_path / "s", config_overrides=overrides)
+    init_student(StudentInitSpec(str(tiny_llama_dir), tmp_path / "s", config=overrides))
     student = AutoModelForCausalLM.from_pretrained(tmp_path / "s")
     assert student.config.num_hidden_layers == 1 and student.config.intermediate_size == 16
     with pytest.raises(ValueError, match="no field"):
-        init_student(str(tiny_llama_dir), tmp_path / "t", config_overrides={"no_such_field": 1})
+        init_student(StudentInitSpec(str(tiny_llama_dir), tmp_path / "t", config={"no_such_field": 1}))
     with pytest.raises(ValueError, match="vocab_size must stay"):
-        init_student(str(tiny_llama_dir), tmp_path / "u", config_overrides={"vocab_size": 7})
+        init_student(StudentInitSpec(str(tiny_llama_dir), tmp_path / "u", config={"vocab_size": 7}))
 
 
 def test_unsupported_family_and_existing_folder_are_refused(tmp_path, tiny_tokenizer, tiny_llama_dir, capsys):
@@ -64,7 +64,7 @@ def test_unsupported_family_and_existing_folder_are_refused(tmp_path, tiny_token
     ).save_pretrained(path)
     tiny_tokenizer.save_pretrained(path)
     with pytest.raises(ValueError, match="'gpt_neox' is not supported for layer cutting"):
-        init_student(str(path), tmp_path / "s", layers=1)
+        init_student(StudentInitSpec(str(path), tmp_path / "s", layers=1))
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("precious")
     with pytest.raises(SystemExit) as exit_info:

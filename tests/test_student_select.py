@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from destila.cli.main import main as cli
-from destila.student import cut_student, init_student, layer_scores, parse_layer_list, parse_layers
+from destila.student import StudentInitSpec, cut_student, init_student, layer_scores, parse_layer_list, parse_layers
 from destila.student.importance import greedy_cut
 from destila.student.calibration import from_texts
 from destila.training.output_dir import read_log_records
@@ -121,8 +121,8 @@ def test_importance_drops_the_layers_that_do_nothing(identity_teacher, tiny_toke
     calibration = calibration_of(tiny_tokenizer)
     chosen = {}
     for select in ("importance", "contiguous", "even"):
-        chosen[select] = init_student(str(identity_teacher), tmp_path / select, layers=4, select=select,
-                                      calibration=calibration)
+        chosen[select] = init_student(StudentInitSpec(str(identity_teacher), tmp_path / select, layers=4, select=select,
+                                      calibration=calibration))
     assert chosen["importance"]["kept_layers"] == [0, 1, 4, 5]
     assert chosen["contiguous"]["kept_layers"] == [0, 1, 4, 5]
     assert chosen["even"]["kept_layers"] == [0, 2, 3, 5]
@@ -135,8 +135,8 @@ def test_importance_drops_the_layers_that_do_nothing(identity_teacher, tiny_toke
     assert record["layers"]["criterion"] == "greedy_kl"  # the default
     assert {d["layer"] for d in record["layers"]["dropped"]} == {2, 3}
     assert max(d["kl"] for d in record["layers"]["dropped"]) == pytest.approx(0, abs=1e-9)
-    one_shot = init_student(str(identity_teacher), tmp_path / "skip", layers=4, select="importance",
-                            criterion="skip_kl", calibration=calibration)
+    one_shot = init_student(StudentInitSpec(str(identity_teacher), tmp_path / "skip", layers=4, select="importance",
+                            criterion="skip_kl", calibration=calibration))
     assert one_shot["kept_layers"] == [0, 1, 4, 5]
     record = json.loads((tmp_path / "skip" / "destila_student.json").read_text())
     assert record["layers"]["criterion"] == "skip_kl"
@@ -144,8 +144,8 @@ def test_importance_drops_the_layers_that_do_nothing(identity_teacher, tiny_toke
     assert record["layers"]["skip_kl"][2] == pytest.approx(0, abs=1e-9)
     assert record["layers"]["block_influence"][3] == pytest.approx(0, abs=1e-6)
     assert min(record["layers"]["skip_kl"][i] for i in (0, 1, 4, 5)) > 1e-6
-    by_influence = init_student(str(identity_teacher), tmp_path / "bi", layers=4, select="importance",
-                                criterion="block_influence", calibration=calibration)
+    by_influence = init_student(StudentInitSpec(str(identity_teacher), tmp_path / "bi", layers=4, select="importance",
+                                criterion="block_influence", calibration=calibration))
     assert by_influence["kept_layers"] == [0, 1, 4, 5]
     record = json.loads((tmp_path / "bi" / "destila_student.json").read_text())
     assert record["layers"]["criterion"] == "block_influence" and record["layers"]["skip_kl"] is None  # not paid for

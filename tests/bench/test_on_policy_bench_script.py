@@ -14,10 +14,10 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "on_policy_vs_gkd.
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # about ten fresh processes
 def test_every_method_trains_and_is_scored(tiny_chat_llama_dir, tmp_path):
-    from destila.student import init_student
+    from destila.student import StudentInitSpec, init_student
 
     student = tmp_path / "student"
-    init_student(str(tiny_chat_llama_dir), student, config_overrides={"num_hidden_layers": 2}, seed=1)
+    init_student(StudentInitSpec(str(tiny_chat_llama_dir), student, config={"num_hidden_layers": 2}, seed=1))
     results = tmp_path / "results.jsonl"
     command = [sys.executable, str(SCRIPT), "--teacher", str(tiny_chat_llama_dir), "--student", str(student),
                "--prompts", "20", "--rounds", "2", "--steps-per-round", "2", "--max-new-tokens", "8", "--seq-len",

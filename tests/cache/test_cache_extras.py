@@ -109,14 +109,14 @@ def test_hidden_states_are_the_teacher_layer_outputs(tiny_llama_dir, hidden_cach
 
 
 def test_online_and_offline_hidden_terms_agree_with_the_identity_projection(tiny_llama_dir, hidden_cache, tmp_path):
-    from destila.student import init_student
+    from destila.student import StudentInitSpec, init_student
     from destila.targets.online import OnlineTeacher
     from destila.training import DistillationArguments
     from destila.data import collate
     from destila.training.hidden_distillation import HiddenDistillation
     from destila.training.trainer import DistillationTrainer
 
-    init_student(str(tiny_llama_dir), tmp_path / "student", layers=2)
+    init_student(StudentInitSpec(str(tiny_llama_dir), tmp_path / "student", layers=2))
     student = AutoModelForCausalLM.from_pretrained(tmp_path / "student")
     teacher = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval()
     args = DistillationArguments(output_dir=str(tmp_path / "o"), hidden_loss="mse", layer_map="s0:t0,s1:t2",
@@ -139,10 +139,10 @@ def test_online_and_offline_hidden_terms_agree_with_the_identity_projection(tiny
 
 def test_documented_commands(tiny_llama_dir, second_teacher, tmp_path, monkeypatch, capsys):
     """docs/techniques.md's mixture and offline hidden-state commands, with tiny models and sizes."""
-    from destila.student import init_student
+    from destila.student import StudentInitSpec, init_student
 
     monkeypatch.chdir(tmp_path)
-    init_student(str(tiny_llama_dir), tmp_path / "student", layers=2)
+    init_student(StudentInitSpec(str(tiny_llama_dir), tmp_path / "student", layers=2))
     sizes = "--seq-len 32 --max-tokens 512 --top-k 8"
     for command in (
         f"destila cache build {tiny_llama_dir} {second_teacher} pydoc -o cache-mixture {sizes} --teacher-weights 0.7,0.3",
@@ -183,11 +183,11 @@ def test_verify_names_non_finite_hidden_states(hidden_cache, tmp_path):
 
 def test_trainer_builds_the_hidden_term_from_its_args(tiny_llama_dir, hidden_cache, tmp_path):
     """DistillationTrainer(cache=...) with --hidden_loss in its args: the term is built, never ignored."""
-    from destila.student import init_student
+    from destila.student import StudentInitSpec, init_student
     from destila.training import DistillationArguments
     from destila.training.trainer import DistillationTrainer
 
-    init_student(str(tiny_llama_dir), tmp_path / "student", layers=2)
+    init_student(StudentInitSpec(str(tiny_llama_dir), tmp_path / "student", layers=2))
     student = AutoModelForCausalLM.from_pretrained(tmp_path / "student")
     args = DistillationArguments(output_dir=str(tmp_path / "o"), hidden_loss="cosine", report_to="none")
     trainer = DistillationTrainer(model=student, args=args, cache=TopKCache(hidden_cache))

@@ -67,11 +67,11 @@ def test_parse_max_memory_reads_accelerate_sizes():
 
 @pytest.mark.slow
 def test_offloaded_online_teacher_gives_the_same_training(tiny_llama_dir, tmp_path):
-    from destila.student import init_student
+    from destila.student import StudentInitSpec, init_student
     from destila.training import DistillationArguments, train_student
 
     student = tmp_path / "student"
-    init_student(str(tiny_llama_dir), student, config_overrides={"num_hidden_layers": 1}, seed=1)
+    init_student(StudentInitSpec(str(tiny_llama_dir), student, config={"num_hidden_layers": 1}, seed=1))
     budget = f"cpu={int(0.2 * parameter_bytes(tiny_llama_dir))}"
     losses = {}
     for name, placement in (("plain", None), ("offloaded", dict(device_map="auto", max_memory=budget,

@@ -14,7 +14,7 @@ from destila.cli.main import main
 from destila.crosstok import TokenizerSpec, train_tokenizer
 from destila.crosstok.transplant import transplant_plan
 from destila.data.spans import Speller
-from destila.student import init_student
+from destila.student import StudentInitSpec, init_student
 
 
 def run_cli(argv, capsys):
@@ -50,7 +50,7 @@ def test_a_cut_student_keeps_the_teachers_rows_of_shared_tokens(tiny_chat_llama_
                                                                    tiny_chat_tokenizer):
     student_dir = tmp_path / "tok"
     space_mark_tokenizer.save_pretrained(student_dir)
-    summary = init_student(str(tiny_chat_llama_dir), tmp_path / "s", layers=2, tokenizer=str(student_dir))
+    summary = init_student(StudentInitSpec(str(tiny_chat_llama_dir), tmp_path / "s", layers=2, tokenizer=str(student_dir)))
     vocabulary = summary["vocabulary"]
     assert vocabulary["vocab_size"] == len(space_mark_tokenizer)
     assert vocabulary["copied"] + vocabulary["composed"] + vocabulary["mean"] == len(space_mark_tokenizer)
@@ -78,7 +78,7 @@ def test_a_cut_student_keeps_the_teachers_rows_of_shared_tokens(tiny_chat_llama_
 
 
 def test_the_teachers_own_tokenizer_changes_nothing(tiny_chat_llama_dir, tiny_chat_tokenizer, tmp_path):
-    init_student(str(tiny_chat_llama_dir), tmp_path / "s", layers=4, tokenizer=str(tiny_chat_llama_dir))
+    init_student(StudentInitSpec(str(tiny_chat_llama_dir), tmp_path / "s", layers=4, tokenizer=str(tiny_chat_llama_dir)))
     teacher = AutoModelForCausalLM.from_pretrained(tiny_chat_llama_dir)
     student = AutoModelForCausalLM.from_pretrained(tmp_path / "s")
     for name, weight in teacher.state_dict().items():
@@ -87,14 +87,21 @@ def test_the_teachers_own_tokenizer_changes_nothing(tiny_chat_llama_dir, tiny_ch
 
 def test_a_fresh_student_is_sized_to_the_tokenizer(tiny_chat_llama_dir, byte_level_student_tokenizer, tmp_path):
     byte_level_student_tokenizer.save_pretrained(tmp_path / "tok")
-    summary = init_student(str(tiny_chat_llama_dir), tmp_path / "s", config_overrides={"num_hidden_layers": 1},
-                           tokenizer=str(tmp_path / "tok"))
+    summary = init_student(StudentInitSpec(str(tiny_chat_llama_dir), tmp_path / "s", config={"num_hidden_layers": 1},
+                                           tokenizer=str(tmp_path / "tok")))
     student = AutoModelForCausalLM.from_pretrained(tmp_path / "s")
     assert summary["method"] == "fresh" and student.config.vocab_size == len(byte_level_student_tokenizer)
     assert student.get_input_embeddings().weight.shape[0] == len(byte_level_student_tokenizer)
     with pytest.raises(ValueError, match="leave vocab_size out"):
-        init_student(str(tiny_chat_llama_dir), tmp_path / "s2", config_overrides={"vocab_size": 77},
-                     tokenizer=str(tmp_path / "tok"))
+        init_student(StudentInitSpec(str(tiny_chat_llama_dir), tmp_path / "s2", config={"vocab_size": 77},
+                                     tokenizer=str(tmp_path / "tok")))
+
+
+def test_a_folder_without_a_tokenizer_is_refused_by_the_spec(tmp_path):
+    # Refused when the spec is made, before any teacher is loaded (this one does not exist).
+    with pytest.raises(FileNotFoundError, match="holds no tokenizer.json"):
+        StudentInitSpec(str(tmp_path / "no-teacher"), tmp_path / "s", layers=2, tokenizer=str(tmp_path))
+    assert not (tmp_path / "s").exists()
 
 
 def test_the_command_line(tiny_chat_llama_dir, tmp_path, capsys):

@@ -72,11 +72,11 @@ def test_pairs_mixing_text_and_messages_are_refused_in_one_line(tiny_chat_llama_
 
 def test_an_in_memory_dataset_builds_a_cache_and_trains_offline(tiny_chat_llama_dir, tmp_path):
     import datasets
-    from destila.student import init_student
+    from destila.student import StudentInitSpec, init_student
 
     rows = datasets.Dataset.from_list(rows_of("messages") * 4)
     build_cache(str(tiny_chat_llama_dir), rows, tmp_path / "cache", seq_len=SEQ_LEN, top_k=8, progress=False)
-    init_student(str(tiny_chat_llama_dir), tmp_path / "student", config_overrides={"num_hidden_layers": 2}, seed=1)
+    init_student(StudentInitSpec(str(tiny_chat_llama_dir), tmp_path / "student", config={"num_hidden_layers": 2}, seed=1))
     out = tmp_path / "out"
     args = DistillationArguments(output_dir=str(out), max_steps=2, per_device_train_batch_size=2, save_strategy="no",
                                  report_to="none", logging_steps=1)

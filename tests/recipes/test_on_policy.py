@@ -215,11 +215,11 @@ def test_rounds_end_to_end_with_an_offline_mix(tiny_llama_dir, fresh_student, ot
 @pytest.fixture(scope="module")
 def slow_pair(tmp_path_factory, tiny_tokenizer):
     """A teacher and a student wide enough that each stage lasts long enough to be killed mid-way."""
-    from destila.student import init_student
+    from destila.student import StudentInitSpec, init_student
 
     root = tmp_path_factory.mktemp("slow-pair")
     save_tiny_model(root / "teacher", tiny_tokenizer, layers=6, hidden=128)
-    init_student(str(root / "teacher"), root / "student", config_overrides={"num_hidden_layers": 2}, seed=1)
+    init_student(StudentInitSpec(str(root / "teacher"), root / "student", config={"num_hidden_layers": 2}, seed=1))
     return root / "teacher", root / "student"
 
 
@@ -302,11 +302,11 @@ def test_killed_during_sampling_teacher_pass_and_training_then_resumed_equals_an
 def wide_pair(tmp_path_factory, tiny_tokenizer):
     """A teacher whose weights (75 MB) and a student whose training state (weights, gradients, Adam: 75 MB)
     dwarf the libraries' own allocations, so that loading both at once would show."""
-    from destila.student import init_student
+    from destila.student import StudentInitSpec, init_student
 
     root = tmp_path_factory.mktemp("wide-pair")
     save_tiny_model(root / "teacher", tiny_tokenizer, layers=8, hidden=512)
-    init_student(str(root / "teacher"), root / "student", config_overrides={"num_hidden_layers": 2}, seed=1)
+    init_student(StudentInitSpec(str(root / "teacher"), root / "student", config={"num_hidden_layers": 2}, seed=1))
     return root / "teacher", root / "student"
 
 

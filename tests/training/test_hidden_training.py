@@ -6,7 +6,7 @@ from conftest import pydoc_texts
 from transformers import AutoModelForCausalLM
 
 from destila.cli.main import main
-from destila.student import init_student
+from destila.student import StudentInitSpec, init_student
 from destila.training import DistillationArguments
 from destila.training.run import train_student
 from destila.training.trainer import DistillationTrainer
@@ -20,9 +20,9 @@ from train_helpers import read_log
 def narrow_student(tiny_llama_dir, tmp_path_factory):
     """A fresh 2-layer student half as wide as the teacher: its layers need a projection."""
     path = tmp_path_factory.mktemp("narrow") / "student"
-    init_student(str(tiny_llama_dir), path, seed=2, config_overrides={
+    init_student(StudentInitSpec(str(tiny_llama_dir), path, seed=2, config={
         "num_hidden_layers": 2, "hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2,
-        "num_key_value_heads": 1})
+        "num_key_value_heads": 1}))
     return path
 
 
@@ -35,7 +35,7 @@ def test_online_hidden_term_equals_the_naive_formula(tiny_llama_dir, tmp_path):
     """Equal widths (a student cut from the teacher): no projection, and the term is a plain MSE of
     transformers' own hidden_states for the pairs of the layer map."""
     student_path = tmp_path / "cut"
-    init_student(str(tiny_llama_dir), student_path, layers=3)
+    init_student(StudentInitSpec(str(tiny_llama_dir), student_path, layers=3))
     student = AutoModelForCausalLM.from_pretrained(student_path)
     teacher = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval()
     a = args(tmp_path / "out", hidden_loss="mse", hidden_weight=0.5, layer_map="s0:t0,s1:t2")

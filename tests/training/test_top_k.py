@@ -66,13 +66,13 @@ def test_k_prime_above_the_cache_k_is_refused(caches_at_two_k, fresh_student, tm
 def test_embedded_teacher_k20_from_k100_equals_a_k20_cache(tmp_path):
     """The embedded default: training at K′ = 20 from a K = 100 cache gives a K = 20 cache's losses to 1e-6 (relative)."""
     from destila.models import EMBEDDED
-    from destila.student import init_student
+    from destila.student import StudentInitSpec, init_student
 
     for k in (100, 20):
         build_cache(EMBEDDED, "pydoc", tmp_path / f"k{k}", seq_len=64, max_tokens=64 * 8, top_k=k,
                     logprob_dtype="float32", progress=False)
     student = tmp_path / "student"
-    init_student(EMBEDDED, student, layers=2, seed=0)
+    init_student(StudentInitSpec(EMBEDDED, student, layers=2))
     common = dict(max_steps=2, per_device_train_batch_size=2, hard_weight=0.0)
     cut = train_and_log(student, tmp_path / "k100", tmp_path / "cut", top_k=20, **common)
     built = train_and_log(student, tmp_path / "k20", tmp_path / "built", **common)

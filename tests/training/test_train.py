@@ -79,17 +79,17 @@ def test_accumulation_is_exact(tiny_cache, fresh_student, tmp_path):
 
 
 def test_vocabulary_and_context_mismatches_are_refused(tiny_cache, tiny_llama_dir, tmp_path):
-    from destila.student import init_student
+    from destila.student import StudentInitSpec, init_student
 
     wide = tmp_path / "wide"
-    init_student(str(tiny_llama_dir), wide, config_overrides={"num_hidden_layers": 1})
+    init_student(StudentInitSpec(str(tiny_llama_dir), wide, config={"num_hidden_layers": 1}))
     model = AutoModelForCausalLM.from_pretrained(wide)
     model.resize_token_embeddings(model.config.vocab_size + 8)
     model.save_pretrained(wide)
     with pytest.raises(ValueError, match=r"output head has \d+ rows but the cache's vocabulary has \d+ tokens"):
         train_student(str(wide), tmp_path / "o1", args_for(tmp_path / "o1"), cache=tiny_cache)
     short = tmp_path / "short"
-    init_student(str(tiny_llama_dir), short, config_overrides={"num_hidden_layers": 1, "max_position_embeddings": 16})
+    init_student(StudentInitSpec(str(tiny_llama_dir), short, config={"num_hidden_layers": 1, "max_position_embeddings": 16}))
     with pytest.raises(ValueError, match="sequences have 32 tokens but the student's context is 16"):
         train_student(str(short), tmp_path / "o2", args_for(tmp_path / "o2"), cache=tiny_cache)
 

@@ -43,7 +43,7 @@ def add_fields(parser, cls, *, positional=(), exclude=(), only=None, prefix: str
 
     ``prefix``: flags and destinations named ``prefix + field`` (``prefix="teacher_"``: field
     ``device_map`` is ``--teacher-device-map``, read back by ``values_of(..., prefix="teacher_")``).
-    Metadata read besides ``help``: ``choices``, ``metavar``, ``aliases``, ``nargs`` and ``const``
+    Metadata read besides ``help``: ``flag`` (False: a Python-only field, no flag), ``choices``, ``metavar``, ``aliases``, ``nargs`` and ``const``
     (argparse's: several values, or a value that may be left out), ``type`` (a function reading the
     flag's text, for a field that is not a plain bool/int/float/str) and ``default_text`` (the
     default as the help shows it, when the value itself would not say it: bytes shown in GiB).
@@ -86,7 +86,10 @@ def add_fields(parser, cls, *, positional=(), exclude=(), only=None, prefix: str
 
 
 def _selected(cls, exclude, only) -> list[dataclasses.Field]:
-    return [f for f in dataclasses.fields(cls) if f.name not in exclude and (only is None or f.name in only)]
+    """The fields that are flags: minus ``exclude``, only ``only`` if given, never one whose metadata says
+    ``"flag": False`` (a Python-only field, such as token ids already read)."""
+    return [f for f in dataclasses.fields(cls) if f.name not in exclude and (only is None or f.name in only)
+            and f.metadata.get("flag", True)]
 
 
 def values_of(args: argparse.Namespace, cls, *, exclude=(), only=None, prefix: str = "") -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from destila.cli.fields import add_fields, values_of
 from destila.crosstok.spec import TokenizerSpec
 from destila.student.layers import format_layer_list
-from destila.student.spec import NOT_INIT_KEYWORDS, StudentInitSpec
+from destila.student.spec import StudentInitSpec
 
 
 def register(subparsers) -> None:
@@ -52,19 +52,9 @@ def run_tokenizer(args) -> int:
 
 
 def run_init(args) -> int:
-    from destila.student import init_student, parse_config_overrides  # heavy: torch, kept out of `destila --help`
+    from destila.student import init_student  # heavy: torch, kept out of `destila --help`
 
-    spec = StudentInitSpec(**values_of(args, StudentInitSpec))
-    if spec.seed is not None and spec.config is None:
-        raise ValueError("--seed: seeds a fresh model's initialisation (--config); a cut copies the teacher's weights")
-    if spec.text_field != "text" and spec.data is None:
-        raise ValueError("--text-field: applies to --data only; add --data DATA or drop it")
-    summary = init_student(
-        **values_of(args, StudentInitSpec, exclude=NOT_INIT_KEYWORDS),
-        config_overrides=parse_config_overrides(spec.config) if spec.config else None,
-        seed=0 if spec.seed is None else spec.seed,
-        progress=True,
-    )
+    summary = init_student(StudentInitSpec(**values_of(args, StudentInitSpec)), progress=True)
     ratio = summary["student_parameters"] / summary["teacher_parameters"]
     print(
         f"student: {summary['student_layers']} of {summary['teacher_layers']} layers, "

@@ -10,6 +10,7 @@ same object::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 STYLES = ("byte_level", "space_mark")
 
@@ -45,3 +46,12 @@ class TokenizerSpec:
         if self.holdout_every is not None and self.holdout_every < 2:
             raise ValueError(f"holdout_every: expected 2 or more (every N-th document held out), found "
                              f"{self.holdout_every}")
+
+
+def check_tokenizer_folder(folder) -> Path:
+    """``folder`` as a path, refused in one line (``FileNotFoundError``) when it holds no saved tokenizer."""
+    path = Path(folder).expanduser()
+    if not ((path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()):
+        raise FileNotFoundError(f"tokenizer: {path} holds no tokenizer.json or tokenizer_config.json; expected a "
+                                "folder written by save_pretrained, such as `destila student tokenizer` writes")
+    return path

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from destila.crosstok.spec import TokenizerSpec
+from destila.crosstok.spec import TokenizerSpec, check_tokenizer_folder
 from destila.data.spans import check_spells_bytes
 
 _DEFAULT_SPECIALS = ["<|endoftext|>"]
@@ -133,8 +133,5 @@ def load_student_tokenizer(folder):
     tokenizer will do). ``FileNotFoundError`` in one line when the folder holds none."""
     from transformers import AutoTokenizer
 
-    path = Path(folder).expanduser()
-    if not ((path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()):
-        raise FileNotFoundError(f"tokenizer: {path} holds no tokenizer.json or tokenizer_config.json; expected a "
-                                "folder written by save_pretrained, such as `destila student tokenizer` writes")
-    return AutoTokenizer.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(check_tokenizer_folder(folder))
+

@@ -49,6 +49,7 @@ from destila.eval.harness import require_harness
 from destila.models import EMBEDDED, INIT_INCOMPLETE, embedded_teacher_dir, load_tokenizer
 from destila.student import check_layer_indices, init_student
 from destila.student.calibration import from_texts
+from destila.student.spec import StudentInitSpec
 from destila.student.width import resolve_targets
 from destila.targets.spec import TargetSpec
 
@@ -228,7 +229,8 @@ class Demo:
         # Calibration text from the training documents only: the held-out ones stay unseen.
         calibration = from_texts(train, load_tokenizer(teacher), s.calibration_tokens,
                                  source="the demo's training documents")
-        summary = init_student(teacher, path, layers=s.student_layers, calibration=calibration, **s.student_width)
+        summary = init_student(StudentInitSpec(teacher, path, layers=s.student_layers, calibration=calibration,
+                                               **s.student_width))
         return {"path": str(path), "kept_layers": summary["kept_layers"],
                 "student_parameters": summary["student_parameters"],
                 "teacher_parameters": summary["teacher_parameters"],

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from destila.demo.stages import StageLog, train_from_cache
 from destila.models import resolve_source
+from destila.student.spec import StudentInitSpec
 
 
 @dataclass
@@ -96,12 +97,15 @@ class Recipe:
                 "size_mb": round(summary["folder_bytes"] / 1e6, 1)}
 
     def init(self, model: str, folder: str, **how) -> dict:
+        """The student ``how`` describes (fields of :class:`~destila.student.spec.StudentInitSpec`); a fresh one
+        (``config=``) is seeded with the recipe's seed."""
         from destila.student import init_student  # heavy: torch
 
         path = self.out / folder
         if (path / "config.json").exists():  # written by a run killed before it could record the stage
             return {"path": str(path)}
-        summary = init_student(model, path, seed=self.settings.seed, **how)
+        seed = {"seed": self.settings.seed} if "config" in how else {}
+        summary = init_student(StudentInitSpec(model, path, **seed, **how))
         return {"path": str(path), "layers": summary["student_layers"], "parameters": summary["student_parameters"]}
 
     def train(self, student: str, cache: str, folder: str) -> dict:

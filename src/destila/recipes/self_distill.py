@@ -41,7 +41,7 @@ class SelfRecipe(Recipe):
 
         if self.start == "copy":  # all layers "cut": an exact copy
             return self.init(model, "init", layers=AutoConfig.from_pretrained(model).num_hidden_layers)
-        return self.init(model, "init", config_overrides={})
+        return self.init(model, "init", config={})
 
     def run(self) -> dict:
         log = self.log

@@ -1,8 +1,8 @@
 """Making a student: layers cut from the teacher (a count, a list, or chosen by measured importance),
 optionally narrowed by width pruning, or a fresh smaller model of the teacher's architecture.
 
-    from destila.student import init_student
-    summary = init_student("smollm2", "student/", layers=15, select="importance", data="pydoc")
+    from destila.student import StudentInitSpec, init_student
+    summary = init_student(StudentInitSpec("smollm2", "student/", layers=15, select="importance", data="pydoc"))
     summary["kept_layers"], summary["student_parameters"], summary["start_perplexity"]
 
 Every path writes an ordinary ``save_pretrained`` folder with the teacher's
@@ -18,7 +18,7 @@ _HOMES = {
     "LAYER_PREFIXES": "cut", "cut_student": "cut",
     "fresh_student": "fresh", "parse_config_overrides": "fresh",
     "contiguous_cut": "importance", "layer_scores": "importance", "most_important": "importance",
-    "RECORD": "init", "init_student": "init",
+    "RECORD": "init", "init_student": "init", "StudentInitSpec": "spec",
     "check_layer_indices": "layers", "evenly_spaced_layers": "layers", "format_layer_list": "layers",
     "parse_layer_list": "layers", "parse_layers": "layers",
 }

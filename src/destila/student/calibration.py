@@ -17,8 +17,8 @@ from destila.cache import TopKCache
 from destila.constants import IGNORE_INDEX
 from destila.data import load_texts
 from destila.models import tokenizer_fingerprint
+from destila.student.spec import DEFAULT_CALIBRATION_TOKENS
 
-DEFAULT_CALIBRATION_TOKENS = 4096
 DEFAULT_CALIBRATION_SEQ_LEN = 256
 HELD_OUT_SHARE = 4
 """One row in this many (at least one, when there are two or more) is held out for the perplexity."""

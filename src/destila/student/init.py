@@ -24,8 +24,9 @@ from destila.student import calibration as calib
 from destila.student.cut import _supported_prefix, cut_student
 from destila.student.fresh import fresh_student
 from destila.student.importance import contiguous_cut, greedy_cut, layer_scores, most_important
-from destila.student.layers import CRITERIA, SELECTIONS, check_layer_indices, evenly_spaced_layers
-from destila.student.width import WIDTH_FIELDS, prune_width, resolve_targets
+from destila.student.layers import check_layer_indices, evenly_spaced_layers
+from destila.student.spec import DEFAULT_CALIBRATION_TOKENS, WIDTH_FIELDS, StudentInitSpec, check_selection
+from destila.student.width import prune_width, resolve_targets
 
 RECORD = "destila_student.json"
 _LOCK = ".lock"  # the name cache build and train use too: one writer per folder, whichever command
@@ -36,23 +37,18 @@ def _count(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def resolve_calibration(tokenizer, calibration=None, cache=None, data=None,
-                        tokens: int = calib.DEFAULT_CALIBRATION_TOKENS, text_field: str = "text"):
-    """A :class:`~destila.student.calibration.Calibration` from exactly one of the three sources, or None.
+def resolve_calibration(tokenizer, spec: StudentInitSpec):
+    """The spec's :class:`~destila.student.calibration.Calibration` (from ``calibration``, ``cache`` or
+    ``data``; the spec allows one), or None.
 
-    ``calibration`` may be a ``Calibration``, or token ids ``[S, L]`` / ``[N]``
-    (one row).
+    ``spec.calibration`` may be a ``Calibration``, or token ids ``[S, L]`` / ``[N]`` (one row).
     """
-    given = [name for name, value in (("calibration", calibration), ("--cache", cache), ("--data", data))
-             if value is not None]
-    if len(given) > 1:
-        raise ValueError(f"student init: give one source of calibration text, found {' and '.join(given)}")
-    if tokens < 2:
-        raise ValueError(f"--calibration-tokens: expected at least 2, found {tokens}")
+    cache, data, calibration = spec.cache, spec.data, spec.calibration
+    tokens = spec.calibration_tokens or DEFAULT_CALIBRATION_TOKENS
     if cache is not None:
         return calib.from_cache(cache, tokens, tokenizer)
     if data is not None:
-        return calib.from_data(str(data), tokenizer, tokens, text_field=text_field)
+        return calib.from_data(str(data), tokenizer, tokens, text_field=spec.text_field)
     if calibration is None or isinstance(calibration, calib.Calibration):
         return calibration
     ids = torch.as_tensor(calibration, dtype=torch.long)
@@ -62,21 +58,6 @@ def resolve_calibration(tokenizer, calibration=None, cache=None, data=None,
     scored = torch.ones_like(ids, dtype=torch.bool)
     scored[:, -1] = False
     return calib.Calibration(ids, scored, None, source="token ids")
-
-
-def check_selection(layers, select: str | None, criterion: str | None) -> None:
-    """Refuse ``--select`` / ``--criterion`` values and combinations that cannot apply (before any work)."""
-    if select is not None and select not in SELECTIONS:
-        raise ValueError(f"--select: expected one of {', '.join(SELECTIONS)}, found {select!r}")
-    if criterion is not None and criterion not in CRITERIA:
-        raise ValueError(f"--criterion: expected one of {', '.join(CRITERIA)}, found {criterion!r}")
-    if criterion is not None and select != "importance":
-        raise ValueError(f"--criterion {criterion}: applies to --select importance only, found --select {select}")
-    if select is not None and layers is None:
-        raise ValueError(f"--select {select}: chooses which layers --layers N keeps; add --layers")
-    if select is not None and isinstance(layers, (list, tuple)):
-        raise ValueError(f"--select {select}: the layers were given explicitly ({list(layers)}); "
-                         "give --layers as a count to have them selected")
 
 
 def choose_layers(teacher, layers, select: str | None, selection, criterion: str | None = None,
@@ -113,91 +94,55 @@ def choose_layers(teacher, layers, select: str | None, selection, criterion: str
                   "skip_kl": scores["skip_kl"], "calibration_tokens": scores["tokens"]}
 
 
-def init_student(
-    teacher: str,
-    out: str | Path,
-    *,
-    layers: int | list[int] | None = None,
-    layer_indices: list[int] | None = None,
-    select: str | None = None,
-    criterion: str | None = None,
-    calibration=None,
-    cache: str | Path | None = None,
-    data: str | None = None,
-    text_field: str = "text",
-    calibration_tokens: int | None = None,
-    hidden_size: int | None = None,
-    intermediate_size: int | None = None,
-    num_attention_heads: int | None = None,
-    num_key_value_heads: int | None = None,
-    config_overrides: dict | None = None,
-    gguf_file: str | None = None,
-    seed: int = 0,
-    progress: bool = False,
-    tokenizer: str | Path | None = None,
-) -> dict:
-    """Write a student folder (weights, config, tokenizer, ``destila_student.json``); return a summary dict.
+def init_student(spec: StudentInitSpec | str, out: str | Path | None = None, *, progress: bool = False,
+                 **options) -> dict:
+    """Write the student folder ``spec`` describes (weights, config, tokenizer, ``destila_student.json``);
+    return a summary dict.
 
-    Give ``layers`` (a count, spread per ``select``: ``"even"``,
-    ``"importance"`` or ``"contiguous"``; or a list of teacher layer indices)
-    and/or width targets (``hidden_size``, ``intermediate_size``,
-    ``num_attention_heads``, ``num_key_value_heads``: Minitron-style pruning
-    of the cut, see :mod:`destila.student.width`), or ``config_overrides``
-    (a fresh model). ``layer_indices`` is the same as a list in ``layers``.
-    ``criterion`` (``"greedy_kl"``, the default, ``"skip_kl"`` or
-    ``"block_influence"``) ranks the layers for ``select="importance"``. Calibration text
-    (``calibration`` token ids ``[S, L]``, a ``cache`` folder, or a ``data``
-    source; about ``calibration_tokens`` tokens) is needed by the measured
-    selections and width pruning; when given, the summary holds the starting
-    perplexity of student and teacher on its held-out rows. Summary keys: ``method``, ``kept_layers``,
-    ``student_parameters``, ``teacher_parameters``, ``teacher_layers``,
-    ``student_layers``, ``start_perplexity``, ``teacher_perplexity``, ``out``.
-    Refuses to overwrite a non-empty folder. ``progress`` shows the
-    measurements' progress on stderr. ``tokenizer``: a tokenizer folder with
-    another vocabulary than the teacher's; the student gets it, a cut keeps the
-    teacher's embedding rows of the tokens both have and builds the others
-    from their pieces (:func:`destila.crosstok.transplant_vocabulary`; the
-    summary's ``vocabulary`` holds the counts), a fresh model is sized to it.
-    No starting perplexity is measured then (the calibration text is in the
+    ``init_student(StudentInitSpec(teacher, out, layers=..., ...))``; the
+    flat form ``init_student(teacher, out, layers=..., ...)`` builds the same
+    spec from its keywords. ``layers`` (a count, spread per ``select``:
+    ``"even"``, ``"importance"`` or ``"contiguous"``; or a list of teacher
+    layer indices) and/or width targets (``hidden_size``,
+    ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``:
+    Minitron-style pruning of the cut, see :mod:`destila.student.width`), or
+    ``config`` (a fresh model). ``criterion`` (``"greedy_kl"``, the default,
+    ``"skip_kl"`` or ``"block_influence"``) ranks the layers for
+    ``select="importance"``. Calibration text (``calibration`` token ids
+    ``[S, L]``, a ``cache`` folder, or a ``data`` source; about
+    ``calibration_tokens`` tokens) is needed by the measured selections and
+    width pruning; when given, the summary holds the starting perplexity of
+    student and teacher on its held-out rows. Summary keys: ``method``,
+    ``kept_layers``, ``student_parameters``, ``teacher_parameters``,
+    ``teacher_layers``, ``student_layers``, ``start_perplexity``,
+    ``teacher_perplexity``, ``out``. Refuses to overwrite a non-empty
+    folder. ``progress`` shows the measurements' progress on stderr.
+    ``tokenizer``: a tokenizer folder with another vocabulary than the
+    teacher's; the student gets it, a cut keeps the teacher's embedding rows
+    of the tokens both have and builds the others from their pieces
+    (:func:`destila.crosstok.transplant_vocabulary`; the summary's
+    ``vocabulary`` holds the counts), a fresh model is sized to it. No
+    starting perplexity is measured then (the calibration text is in the
     teacher's tokens).
     """
-    if layers is not None and layer_indices is not None:
-        raise ValueError("student init: give either a number of layers or the layer indices, not both")
-    layers = layer_indices if layer_indices is not None else layers
-    width = {k: v for k, v in zip(WIDTH_FIELDS, (hidden_size, intermediate_size, num_attention_heads,
-                                                  num_key_value_heads)) if v is not None}
-    cut = layers is not None or bool(width)
-    if cut == (config_overrides is not None):
-        raise ValueError("student init: give either --layers and/or width targets (cut and prune the teacher) "
-                         "or --config (a fresh model)")
-    if config_overrides is not None and (select is not None or any(
-            v is not None for v in (calibration, cache, data))):
-        raise ValueError("student init: --select and calibration text apply to a cut (--layers), not to --config")
-    check_selection(layers, select, criterion)
-    if calibration_tokens is not None and cache is None and data is None:
-        raise ValueError("--calibration-tokens: applies to calibration text read from --cache or --data; add one")
-    text_given = not (calibration is None and cache is None and data is None)
-    if select in ("importance", "contiguous") and not text_given:
-        raise ValueError(f"--select {select}: measuring the layers needs calibration text; "
-                         "add --cache CACHE or --data DATA (e.g. --data pydoc)")
-    if width and not text_given:
-        raise ValueError(f"--{next(iter(width)).replace('_', '-')}: width pruning keeps the channels and heads "
-                         "that matter on calibration text; add --cache CACHE or --data DATA (e.g. --data pydoc)")
-    out = Path(out)
+    if not isinstance(spec, StudentInitSpec):
+        spec = StudentInitSpec(spec, out, **options)
+    elif out is not None or options:
+        raise ValueError("init_student: pass either a StudentInitSpec or (teacher, out, **options), not both")
+    out, width, layers = spec.out, spec.width, spec.layers
     with _claim(out):  # one writer: a second init into the same folder is refused at once
-        model = load_causal_lm(teacher, gguf_file=gguf_file)
+        model = load_causal_lm(spec.teacher, gguf_file=spec.gguf_file)
         if width:  # impossible sizes are refused before any measurement
             resolve_targets(model.config, **width)
-        teacher_tokenizer = load_tokenizer(teacher, gguf_file=gguf_file)
-        student_tokenizer = load_student_tokenizer(tokenizer) if tokenizer is not None else None
-        calibration = resolve_calibration(teacher_tokenizer, calibration, cache, data,
-                                          calibration_tokens or calib.DEFAULT_CALIBRATION_TOKENS, text_field)
+        teacher_tokenizer = load_tokenizer(spec.teacher, gguf_file=spec.gguf_file)
+        student_tokenizer = load_student_tokenizer(spec.tokenizer) if spec.tokenizer is not None else None
+        calibration = resolve_calibration(teacher_tokenizer, spec)
         selection, held_out = calibration.split() if calibration is not None else (None, None)
-        record: dict = {"teacher": str(teacher)}
-        if cut:
+        record: dict = {"teacher": str(spec.teacher)}
+        if not spec.fresh:
             if layers is None:
                 layers = list(range(model.config.num_hidden_layers))
-            kept, record["layers"] = choose_layers(model, layers, select, selection, criterion, progress)
+            kept, record["layers"] = choose_layers(model, layers, spec.select, selection, spec.criterion, progress)
             student, kept = cut_student(model, indices=kept)
             summary = {"method": "cut", "kept_layers": kept, "select": record["layers"]["select"]}
             if width:
@@ -205,11 +150,11 @@ def init_student(
                 summary["method"] = "cut+width" if len(kept) < model.config.num_hidden_layers else "width"
                 summary["width"] = {k: record["width"][k] for k in (*WIDTH_FIELDS, "head_dim")}
         else:
-            student = fresh_student(model, config_overrides, seed=seed, tokenizer=student_tokenizer)
-            summary = {"method": "fresh", "overrides": config_overrides}
+            student = fresh_student(model, spec.config, seed=spec.seed or 0, tokenizer=student_tokenizer)
+            summary = {"method": "fresh", "overrides": spec.config}
         if student_tokenizer is not None:
-            summary["vocabulary"] = (vocabulary_of(student, teacher_tokenizer, student_tokenizer, cut)
-                                     | {"tokenizer": str(tokenizer)})
+            summary["vocabulary"] = (vocabulary_of(student, teacher_tokenizer, student_tokenizer, not spec.fresh)
+                                     | {"tokenizer": str(spec.tokenizer)})
             held_out = None  # the calibration rows are teacher tokens: no student perplexity on them
         summary.update(
             out=str(out),

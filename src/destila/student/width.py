@@ -29,9 +29,9 @@ import re
 import torch
 
 from destila.student.calibration import Calibration
+from destila.student.spec import WIDTH_FIELDS
 
 WIDTH_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
-WIDTH_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads")
 
 
 def head_dim_of(config) -> int:
