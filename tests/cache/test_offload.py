@@ -68,7 +68,8 @@ def test_parse_max_memory_reads_accelerate_sizes():
 @pytest.mark.slow
 def test_offloaded_online_teacher_gives_the_same_training(tiny_llama_dir, tmp_path):
     from destila.student import StudentInitSpec, init_student
-    from destila.training import DistillationArguments, train_student
+    from destila.data import DataSpec
+    from destila.training import DistillationArguments, TrainSpec, train_student
 
     student = tmp_path / "student"
     init_student(StudentInitSpec(str(tiny_llama_dir), student, config={"num_hidden_layers": 1}, seed=1))
@@ -79,8 +80,8 @@ def test_offloaded_online_teacher_gives_the_same_training(tiny_llama_dir, tmp_pa
         out = tmp_path / name
         args = DistillationArguments(output_dir=str(out), max_steps=3, per_device_train_batch_size=2, logging_steps=1,
                                      save_strategy="no", online_loss="topk", top_k=8, seed=3)
-        train_student(str(student), out, args, teacher=str(tiny_llama_dir), data=pydoc_texts(2), seq_len=32,
-                      teacher_placement=placement)
+        train_student(TrainSpec(str(student), out, args, teacher=str(tiny_llama_dir),
+                                data=DataSpec(pydoc_texts(2), seq_len=32), teacher_placement=placement))
         losses[name] = [json.loads(line)["loss"] for line in (out / "log.jsonl").read_text().splitlines()
                         if '"loss"' in line]
     assert len(losses["plain"]) == 3 and losses["offloaded"] == losses["plain"]

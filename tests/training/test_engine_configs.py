@@ -41,12 +41,12 @@ def test_fsdp_example_holds_only_trainer_options():
 
 def test_bf16_trains_on_cpu(tiny_cache, fresh_student, tmp_path):
     """--bf16 without a GPU: accepted (no use_cpu needed), autocast runs, the fused loss stays float32."""
-    from destila.training import train_student
+    from destila.training import TrainSpec, train_student
 
     out = tmp_path / "bf16"
     args = DistillationArguments(output_dir=str(out), bf16=True, max_steps=2, per_device_train_batch_size=4,
                                  logging_steps=1, save_strategy="no")
     assert args.use_cpu and args.bf16
-    result = train_student(str(fresh_student), out, args, cache=tiny_cache)
+    result = train_student(TrainSpec(str(fresh_student), out, args, cache=tiny_cache))
     losses = [json.loads(line)["loss"] for line in (out / "log.jsonl").read_text().splitlines() if '"loss"' in line]
     assert result["steps"] == 2 and len(losses) == 2 and all(0 < loss < 10 for loss in losses)

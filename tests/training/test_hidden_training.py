@@ -7,10 +7,10 @@ from transformers import AutoModelForCausalLM
 
 from destila.cli.main import main
 from destila.student import StudentInitSpec, init_student
-from destila.training import DistillationArguments
+from destila.training import DistillationArguments, TrainSpec
 from destila.training.run import train_student
 from destila.training.trainer import DistillationTrainer
-from destila.data import aligned_labels, collate
+from destila.data import DataSpec, aligned_labels, collate
 from destila.training.hidden_distillation import HiddenDistillation, PROJECTION_FILE
 from destila.targets.online import OnlineTeacher
 from train_helpers import read_log
@@ -58,9 +58,9 @@ def test_online_hidden_term_equals_the_naive_formula(tiny_llama_dir, tmp_path):
 def test_online_hidden_training_with_a_projection_then_resume(tiny_llama_dir, narrow_student, tmp_path):
     out = tmp_path / "out"
     texts = pydoc_texts(4)
-    common = dict(teacher=str(tiny_llama_dir), data=texts, seq_len=32, max_tokens=32 * 24)
-    train_student(str(narrow_student), out, args(out, max_steps=4, hidden_loss="cosine", online_loss="topk"),
-                  **common)
+    common = dict(teacher=str(tiny_llama_dir), data=DataSpec(texts, seq_len=32, max_tokens=32 * 24))
+    train_student(TrainSpec(str(narrow_student), out, args(out, max_steps=4, hidden_loss="cosine", online_loss="topk"),
+                            **common))
     log = read_log(out / "log.jsonl")
     assert sorted(log) == [1, 2, 3, 4] and all(0 < r["hidden_loss"] < 2 for r in log.values())
     # The projection is checkpointed (for resume) but not part of the saved student.
@@ -74,8 +74,8 @@ def test_online_hidden_training_with_a_projection_then_resume(tiny_llama_dir, na
     earlier = torch.load(out / "checkpoint-2" / PROJECTION_FILE)
     assert all(not torch.equal(projection[k], earlier[k]) for k in projection)
     # Resume runs the remaining steps from the checkpoint, projections included.
-    train_student(str(narrow_student), out, args(out, max_steps=6, hidden_loss="cosine", online_loss="topk"),
-                  resume=True, **common)
+    train_student(TrainSpec(str(narrow_student), out, args(out, max_steps=6, hidden_loss="cosine", online_loss="topk"),
+                            resume=True, **common))
     assert sorted(read_log(out / "log.jsonl")) == [1, 2, 3, 4, 5, 6]
 
 

@@ -7,7 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from conftest import pydoc_texts
-from destila.training import DistillationArguments, train_student
+from destila.data import DataSpec
+from destila.training import DistillationArguments, TrainSpec, train_student
 from destila.training.peft_student import LoraArguments
 from train_helpers import DOCS, SEQ_LEN
 
@@ -24,9 +25,9 @@ def args_for(out, **overrides):
 def test_lora_student_learns_saves_an_adapter_and_merges_exactly(tiny_cache, fresh_student, tmp_path):
     out = tmp_path / "lora"
     args = args_for(out, learning_rate=5e-3, eval_fraction=0.2, eval_strategy="steps", eval_steps=10,
-                    eval_on_start=True)
-    result = train_student(str(fresh_student), out, args, cache=tiny_cache,
-                           lora=LoraArguments(lora_r=8, lora_target_modules="q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", merge=True))
+                    eval_on_start=True, lora_r=8, lora_target_modules="q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+                    merge=True)
+    result = train_student(TrainSpec(str(fresh_student), out, args, cache=tiny_cache))
     evals = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines() if "eval_kl" in line]
     # Held-out KL to the teacher falls. Rank-8 adapters on a frozen random
     # 2-layer student move it slowly: about 0.7% in these 10 steps.
@@ -51,9 +52,9 @@ def test_lora_student_learns_saves_an_adapter_and_merges_exactly(tiny_cache, fre
 
 def test_lora_student_trains_online(tiny_llama_dir, fresh_student, tmp_path):
     out = tmp_path / "online"
-    result = train_student(str(fresh_student), out, args_for(out, max_steps=2, online_loss="topk", top_k=8),
-                           teacher=str(tiny_llama_dir), data=pydoc_texts(DOCS), seq_len=SEQ_LEN,
-                           lora=LoraArguments(lora_r=2))
+    result = train_student(TrainSpec(str(fresh_student), out,
+                                     args_for(out, max_steps=2, online_loss="topk", top_k=8, lora_r=2),
+                                     teacher=str(tiny_llama_dir), data=DataSpec(pydoc_texts(DOCS), seq_len=SEQ_LEN)))
     assert result["steps"] == 2 and (out / "adapter_model.safetensors").is_file()
 
 

@@ -9,8 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from destila.models import load_causal_lm
-from destila.training import DistillationArguments, train_student
-from destila.training.peft_student import LoraArguments
+from destila.training import DistillationArguments, TrainSpec, train_student
 
 peft = pytest.importorskip("peft", reason="LoRA students need destila[peft]")
 
@@ -19,9 +18,8 @@ peft = pytest.importorskip("peft", reason="LoRA students need destila[peft]")
 def lora_run(tiny_cache, fresh_student, tmp_path_factory):
     out = tmp_path_factory.mktemp("lora-run") / "lora"
     args = DistillationArguments(output_dir=str(out), max_steps=3, per_device_train_batch_size=4, learning_rate=2e-2,
-                                 save_strategy="no", report_to="none", eval_fraction=0.1, seed=5)
-    result = train_student(str(fresh_student), out, args, cache=str(tiny_cache),
-                           lora=LoraArguments(lora_r=4, merge=True))
+                                 save_strategy="no", report_to="none", eval_fraction=0.1, seed=5, lora_r=4, merge=True)
+    result = train_student(TrainSpec(str(fresh_student), out, args, cache=str(tiny_cache)))
     return out, result
 
 

@@ -4,7 +4,8 @@ import pytest
 
 from conftest import pydoc_texts
 from destila.cache import build_cache
-from destila.training import DistillationArguments, train_student
+from destila.data import DataSpec
+from destila.training import DistillationArguments, TrainSpec, train_student
 from train_helpers import DOCS, SEQ_LEN, read_log
 
 
@@ -29,10 +30,10 @@ def full_vocab_cache(tiny_llama_dir, tiny_tokenizer, tmp_path_factory):
 def test_cache_with_k_equal_v_follows_online_dense(full_vocab_cache, fresh_student, tiny_llama_dir, tmp_path,
                                                    divergence):
     offline = tmp_path / "offline"
-    train_student(str(fresh_student), offline, online_args(offline, divergence=divergence), cache=full_vocab_cache)
+    train_student(TrainSpec(str(fresh_student), offline, online_args(offline, divergence=divergence), cache=full_vocab_cache))
     online = tmp_path / "online"
-    train_student(str(fresh_student), online, online_args(online, divergence=divergence, online_loss="dense"),
-                  teacher=str(tiny_llama_dir), data=pydoc_texts(DOCS), seq_len=SEQ_LEN)
+    train_student(TrainSpec(str(fresh_student), online, online_args(online, divergence=divergence, online_loss="dense"),
+                            teacher=str(tiny_llama_dir), data=DataSpec(pydoc_texts(DOCS), seq_len=SEQ_LEN)))
     offline_log, online_log = read_log(offline / "log.jsonl"), read_log(online / "log.jsonl")
     assert sorted(offline_log) == sorted(online_log) == list(range(1, 7))
     # Same sequences, same order, same maths: only float32 rounding differs
@@ -47,10 +48,10 @@ def test_online_topk_matches_a_cache_of_the_same_k(tiny_llama_dir, fresh_student
     build_cache(str(tiny_llama_dir), pydoc_texts(DOCS), cache, seq_len=SEQ_LEN, top_k=8, logprob_dtype="float32",
                 progress=False)
     offline = tmp_path / "offline"
-    train_student(str(fresh_student), offline, online_args(offline, max_steps=3), cache=cache)
+    train_student(TrainSpec(str(fresh_student), offline, online_args(offline, max_steps=3), cache=cache))
     online = tmp_path / "online"
-    train_student(str(fresh_student), online, online_args(online, max_steps=3, online_loss="topk", top_k=8),
-                  teacher=str(tiny_llama_dir), data=pydoc_texts(DOCS), seq_len=SEQ_LEN)
+    train_student(TrainSpec(str(fresh_student), online, online_args(online, max_steps=3, online_loss="topk", top_k=8),
+                            teacher=str(tiny_llama_dir), data=DataSpec(pydoc_texts(DOCS), seq_len=SEQ_LEN)))
     offline_log, online_log = read_log(offline / "log.jsonl"), read_log(online / "log.jsonl")
     for step in (1, 2, 3):
         assert offline_log[step]["loss"] == pytest.approx(online_log[step]["loss"], rel=2e-4)

@@ -8,7 +8,7 @@ from train_helpers import read_log
 
 from destila.cache import build_cache
 from destila.targets.truncate import truncate_topk
-from destila.training import train_student
+from destila.training import TrainSpec, train_student
 
 
 def test_truncation_equals_the_top_k_of_the_full_distribution():
@@ -51,14 +51,14 @@ def test_k_prime_from_a_larger_cache_trains_as_a_cache_built_at_k_prime(caches_a
 
 
 def train_and_log(student, cache, out, **overrides):
-    train_student(str(student), out, args_for(out, **overrides), cache=cache)
+    train_student(TrainSpec(str(student), out, args_for(out, **overrides), cache=cache))
     return read_log(out / "log.jsonl")
 
 
 def test_k_prime_above_the_cache_k_is_refused(caches_at_two_k, fresh_student, tmp_path):
     _, small = caches_at_two_k
     with pytest.raises(ValueError, match=r"holds K = 5 .* --top_k ≤ 5"):
-        train_student(str(fresh_student), tmp_path / "o", args_for(tmp_path / "o", top_k=6), cache=small)
+        train_student(TrainSpec(str(fresh_student), tmp_path / "o", args_for(tmp_path / "o", top_k=6), cache=small))
 
 
 @pytest.mark.real_model

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from destila.training import DistillationArguments, train_student
+from destila.training import DistillationArguments, TrainSpec, train_student
 from destila.data import next_token_labels
 from destila.training.datasets import split_indices
 from train_helpers import read_log
@@ -32,7 +32,7 @@ def test_labels_are_next_tokens_and_split_is_stable():
 def test_kl_to_teacher_falls_and_student_reloads(tiny_cache, fresh_student, tmp_path):
     out = tmp_path / "out"
     args = args_for(out, max_steps=30, eval_fraction=0.2, eval_strategy="steps", eval_steps=30, eval_on_start=True)
-    result = train_student(str(fresh_student), out, args, cache=tiny_cache)
+    result = train_student(TrainSpec(str(fresh_student), out, args, cache=tiny_cache))
     records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     evals = [r for r in records if "eval_kl" in r]
     assert len(evals) >= 2
@@ -48,7 +48,7 @@ def test_kl_to_teacher_falls_and_student_reloads(tiny_cache, fresh_student, tmp_
 
 
 def train_and_log(student, cache, out, **overrides) -> dict[int, dict]:
-    train_student(str(student), out, args_for(out, **overrides), cache=cache)
+    train_student(TrainSpec(str(student), out, args_for(out, **overrides), cache=cache))
     return read_log(out / "log.jsonl")
 
 
@@ -87,11 +87,11 @@ def test_vocabulary_and_context_mismatches_are_refused(tiny_cache, tiny_llama_di
     model.resize_token_embeddings(model.config.vocab_size + 8)
     model.save_pretrained(wide)
     with pytest.raises(ValueError, match=r"output head has \d+ rows but the cache's vocabulary has \d+ tokens"):
-        train_student(str(wide), tmp_path / "o1", args_for(tmp_path / "o1"), cache=tiny_cache)
+        train_student(TrainSpec(str(wide), tmp_path / "o1", args_for(tmp_path / "o1"), cache=tiny_cache))
     short = tmp_path / "short"
     init_student(StudentInitSpec(str(tiny_llama_dir), short, config={"num_hidden_layers": 1, "max_position_embeddings": 16}))
     with pytest.raises(ValueError, match="sequences have 32 tokens but the student's context is 16"):
-        train_student(str(short), tmp_path / "o2", args_for(tmp_path / "o2"), cache=tiny_cache)
+        train_student(TrainSpec(str(short), tmp_path / "o2", args_for(tmp_path / "o2"), cache=tiny_cache))
 
 
 def test_tokenizer_mismatch_needs_the_flag(tiny_cache, fresh_student, tmp_path):
@@ -105,6 +105,6 @@ def test_tokenizer_mismatch_needs_the_flag(tiny_cache, fresh_student, tmp_path):
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|new|>"]})  # same size head, other tokenizer
     tokenizer.save_pretrained(other)
     with pytest.raises(ValueError, match="tokenizer .* differs from the cache's"):
-        train_student(str(other), tmp_path / "o", args_for(tmp_path / "o"), cache=tiny_cache)
+        train_student(TrainSpec(str(other), tmp_path / "o", args_for(tmp_path / "o"), cache=tiny_cache))
     args = args_for(tmp_path / "o", max_steps=1, allow_tokenizer_mismatch=True)
-    train_student(str(other), tmp_path / "o", args, cache=tiny_cache)
+    train_student(TrainSpec(str(other), tmp_path / "o", args, cache=tiny_cache))

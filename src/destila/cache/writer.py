@@ -15,7 +15,7 @@ targets (with the head gathered whole once) and writes, as a single process woul
 
 Naive equivalent (one process, everything in memory)::
 
-    rows = packed_source(DataSpec(data, seq_len=seq_len), tokenizer)          # destila.data
+    rows = as_sequences(data, tokenizer, seq_len=seq_len)                     # destila.data
     batch = rows.rows(range(len(rows)))                                       # input_ids, position_ids, loss_mask
     logits = model(batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
     logp = torch.log_softmax(logits.float() / temperature, -1)[batch["loss_mask"]]   # trained positions only
@@ -57,9 +57,9 @@ from destila.cache.resume import (
     undo_empty_build,
     write_progress,
 )
-from destila.cache.source import load_source
 from destila.cache.spec import BuildSpec
 from destila.cache.tokenizer_files import copy_tokenizer
+from destila.data.sequences import as_sequences, describe_data
 from destila.io import names_user_path
 from destila.models import (
     check_plain_head,
@@ -209,8 +209,10 @@ def _prepare(group, spec: BuildSpec, device, held: dict):
 
     output = spec.output
     tokenizer = load_tokenizer(spec.teacher, spec.gguf_file)
-    source, description, data_fp = load_source(spec.data, tokenizer, spec.seq_len, spec.max_tokens, spec.text_field,
-                                               main_first=lambda: distributed.main_first(group), spans=spec.spans)
+    source = as_sequences(spec.data, tokenizer, seq_len=spec.seq_len, max_tokens=spec.max_tokens,
+                          text_field=spec.text_field, main_first=lambda: distributed.main_first(group),
+                          spans=spec.spans)
+    description, data_fp = describe_data(spec.data, source), source.store.fingerprint
     fields = _content(spec, tokenizer, source, data_fp, None)
     context = {"data_source": description, "teacher": str(spec.teacher)}
 

@@ -22,10 +22,9 @@ import argparse
 import dataclasses
 import typing
 
-_SIMPLE = (bool, int, float, str)
+from destila.models import MODEL_HELP  # noqa: F401  (re-exported: every command that loads a model says it so)
 
-MODEL_HELP = "HF model folder, hub id, .gguf file, or 'smollm2'"
-"""What a teacher or student argument accepts; the help of every command that loads a model."""
+_SIMPLE = (bool, int, float, str)
 
 
 def _scalar_type(cls, name: str):

@@ -1,9 +1,11 @@
 """Data in: sources (text, conversations, prompt/completion), loss masks, a token store, packed sequences, collate.
 
-    from destila.data import DataSpec, packed_source, collate
+    from destila.data import DataSpec, as_sequences, collate
     spec = DataSpec("chat.jsonl", messages_field="messages", seq_len=1024)   # loss on assistant turns
-    source = packed_source(spec, tokenizer)        # source[i]: input_ids, position_ids, loss_mask [L]
+    source = as_sequences(spec, tokenizer)         # source[i]: input_ids, position_ids, loss_mask [L]
     batch = collate([source[0], source[1]])        # + labels [B, L], Hugging Face convention (unshifted)
+
+:func:`as_sequences` is the one way user data enters: cache build, training and eval all call it.
 """
 
 from destila.data.collate import aligned_labels, collate, hf_labels, next_token_labels, shift_labels
@@ -11,12 +13,13 @@ from destila.data.from_dataset import dataset_source
 from destila.data.loader import packed_source, texts_source
 from destila.data.naive import data_fingerprint, ids_fingerprint, pack_documents
 from destila.data.packed import PackedSource
+from destila.data.sequences import as_data_spec, as_sequences, describe_data
 from destila.data.sources import PYDOC, load_records, load_texts, pydoc_texts
 from destila.data.spec import KINDS, LOSS_ON, PACKING, DataSpec
 from destila.data.store import TokenStore, build_store
 
 __all__ = [
-    "DataSpec", "aligned_labels", "dataset_source", "hf_labels", "KINDS", "LOSS_ON", "PACKING", "PYDOC", "PackedSource", "TokenStore", "build_store", "collate",
+    "DataSpec", "aligned_labels", "as_data_spec", "as_sequences", "dataset_source", "describe_data", "hf_labels", "KINDS", "LOSS_ON", "PACKING", "PYDOC", "PackedSource", "TokenStore", "build_store", "collate",
     "data_fingerprint", "ids_fingerprint", "load_records", "load_texts", "next_token_labels", "pack_documents",
     "packed_source", "pydoc_texts", "shift_labels", "texts_source",
 ]

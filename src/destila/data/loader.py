@@ -15,7 +15,7 @@ from pathlib import Path
 
 from destila.data.formats import detect_format
 from destila.data.packed import PackedSource
-from destila.data.spec import DataSpec
+from destila.data.spec import TEXTS, DataSpec
 from destila.data.store import build_store, store_key, store_root
 from destila.models import tokenizer_fingerprint
 
@@ -63,7 +63,7 @@ def texts_source(texts: list[str], tokenizer, spec: DataSpec | None = None, *, s
     for text in texts:
         raw = text.encode("utf-8")
         digest.update(len(raw).to_bytes(8, "little") + raw)
-    spec = spec or DataSpec("<texts>", **spec_fields)
+    spec = spec or DataSpec(TEXTS, **spec_fields)
     described = {k: v for k, v in spec.describe().items() if k != "source"}
     identity = [digest.hexdigest(), described, tokenizer_fingerprint(tokenizer)] + (["spans"] if spans else [])
     identity = json.dumps(identity, sort_keys=True, default=str)

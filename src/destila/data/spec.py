@@ -7,6 +7,7 @@ the object directly::
     spec = DataSpec("chat.jsonl", messages_field="messages", seq_len=1024)
     spec.kind      # "messages"
     spec.loss_on   # "assistant" (the default for conversations)
+    DataSpec(["a document", "another"], seq_len=64)   # documents given in Python (small data, tests)
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 KINDS = ("text", "messages", "prompt_completion")
+TEXTS = "<texts>"
+"""How documents given in Python are named where a source name would stand (manifests, logs)."""
 LOSS_ON = ("all", "assistant", "completion")
 PACKING = ("bfd", "documents", "none")
 DEFAULT_LOSS_ON = {"text": "all", "messages": "assistant", "prompt_completion": "completion"}
@@ -30,9 +33,9 @@ _KIND_FIELDS = {"text": ("text_field",), "messages": ("messages_field",),
 class DataSpec:
     """Where the documents come from, which fields hold them, what is trained, and how rows are cut."""
 
-    source: str = field(
+    source: str | tuple[str, ...] = field(
         metadata={"help": "'pydoc', a .txt/.jsonl/.json/.parquet/.csv file, a folder of them, a folder saved "
-                  "by datasets, or a datasets hub name (needs network)"},
+                  "by datasets, or a datasets hub name (needs network); from Python also a list of documents"},
     )
     text_field: str = field(default="text", metadata={"help": "field holding plain text"})
     messages_field: str | None = field(
@@ -73,7 +76,12 @@ class DataSpec:
     )
 
     def __post_init__(self):
-        object.__setattr__(self, "source", str(self.source))
+        if isinstance(self.source, (list, tuple)):
+            if not all(isinstance(text, str) for text in self.source):
+                raise ValueError("source: a list given in Python holds documents; expected strings only")
+            object.__setattr__(self, "source", tuple(self.source))
+        else:
+            object.__setattr__(self, "source", str(self.source))
         if (self.prompt_field is None) != (self.completion_field is None):
             raise ValueError(
                 f"prompt_field/completion_field: give both or neither, found prompt_field={self.prompt_field!r} "
@@ -127,6 +135,11 @@ class DataSpec:
         return tuple(getattr(self, name) for name in _KIND_FIELDS[self.kind])
 
     @property
+    def documents(self) -> tuple[str, ...] | None:
+        """The documents given in Python (``source`` a list), or None for a named source."""
+        return self.source if isinstance(self.source, tuple) else None
+
+    @property
     def max_sequences(self) -> int | None:
         return None if self.max_tokens is None else self.max_tokens // self.seq_len
 
@@ -134,5 +147,9 @@ class DataSpec:
         return replace(self, **changes)
 
     def describe(self) -> dict:
-        """The fields that decide the sequences, as a plain dict (for manifests, store keys and logs)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("content", True)}
+        """The fields that decide the sequences, as a plain dict (for manifests, store keys and logs); documents
+        given in Python are ``"<texts>"`` there (their store is keyed by their content)."""
+        described = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("content", True)}
+        if self.documents is not None:
+            described["source"] = TEXTS
+        return described

@@ -58,7 +58,7 @@ def train_from_cache(student: str, out: str | Path, cache: str | Path, *, max_st
     :class:`DistillationArguments` field (loss weights, ``warmup_steps``, ``freeze_embeddings``, …).
     Returns ``{"path", "steps", "train_seconds"}``."""
     # heavy: transformers' Trainer; the recipes import this module and `destila --help` imports them
-    from destila.training import DistillationArguments, train_student
+    from destila.training import DistillationArguments, TrainSpec, train_student
     from destila.training.callbacks import StopAfterSeconds
 
     out = Path(out)
@@ -70,6 +70,6 @@ def train_from_cache(student: str, out: str | Path, cache: str | Path, *, max_st
     )
     callbacks = (*callbacks, StopAfterSeconds(budget)) if budget else tuple(callbacks)
     resume = True if out.exists() else None  # the newest complete checkpoint of this stage's own run
-    result = train_student(student, out, args, cache=cache, resume=resume, callbacks=callbacks,
-                           eval_cache=eval_cache, eval_sequences=eval_sequences)
+    result = train_student(TrainSpec(student, out, args, cache=cache, resume=resume, eval_cache=eval_cache,
+                                     eval_sequences=eval_sequences), callbacks=callbacks)
     return {"path": str(out), "steps": result["steps"], "train_seconds": result["train"].get("train_runtime")}

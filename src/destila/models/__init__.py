@@ -11,6 +11,7 @@ The loading functions are re-exported here: ``from destila.models import load_ca
 from destila.models.loading import (
     EMBEDDED,
     INIT_INCOMPLETE,
+    MODEL_HELP,
     SAVE_INCOMPLETE,
     check_plain_head,
     config_hash,
@@ -28,7 +29,7 @@ from destila.models.loading import (
     weight_fingerprint,
 )
 
-__all__ = ["EMBEDDED", "INIT_INCOMPLETE", "SAVE_INCOMPLETE", "check_plain_head", "config_hash", "decoder_of", "destila_home",
+__all__ = ["EMBEDDED", "INIT_INCOMPLETE", "MODEL_HELP", "SAVE_INCOMPLETE", "check_plain_head", "config_hash", "decoder_of", "destila_home",
            "embedded_gguf_path", "embedded_teacher_dir", "final_hidden_states", "hub_unreachable",
            "load_causal_lm", "load_tokenizer", "output_head", "resolve_source", "tokenizer_fingerprint",
            "weight_fingerprint"]

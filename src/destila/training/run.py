@@ -8,22 +8,20 @@ from pathlib import Path
 from destila.cache import TopKCache
 from destila.cache.dataset import open_cache
 from destila.cache.derived_checks import check_cache_tokenizer
-from destila.data import DataSpec, collate, packed_source, texts_source
+from destila.data import as_data_spec, as_sequences, collate
 from destila.io import reported_os_error
 from destila.models import SAVE_INCOMPLETE, load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
 from destila.io.permissions import readable_by_all
-from destila.targets.online import OnlineTeacher
 from destila.targets.spec import check_training_temperature
-from destila.targets.truncate import check_top_k
 from destila.training.arguments import DistillationArguments
 from destila.training.callbacks import EngineReport, JsonlLogCallback
 from destila.training.datasets import Subset
 from destila.training.finite import check_weights
-from destila.training.hidden_distillation import hidden_term
 from destila.training.objective import objective_of
 from destila.training.output_dir import LOG_FILE, WRITE_FAILURE, RunRecordCallback, claim_output_dir
-from destila.training.peft_student import MERGED_DIR, LoraArguments, base_reference, merge_adapter, with_adapters
+from destila.training.peft_student import MERGED_DIR, base_reference, merge_adapter, record_base
 from destila.training.sharing import check_push, write_model_card
+from destila.training.spec import TrainSpec
 from destila.training.trainer import DistillationTrainer
 
 
@@ -62,120 +60,91 @@ def check_student(model, student_path: str, *, vocab_size: int, fingerprint: str
         raise ValueError(f"student: sequences have {seq_len} tokens but the student's context is {limit} tokens")
 
 
-def train_student(
-    student: str,
-    out: str | Path,
-    args: DistillationArguments | None = None,
-    *,
-    cache: str | Path | None = None,
-    teacher: str | None = None,
-    data: str | list[str] | DataSpec | None = None,
-    teacher_gguf_file: str | None = None,
-    seq_len: int = 512,
-    max_tokens: int | None = None,
-    text_field: str = "text",
-    resume: bool | str | None = None,
-    callbacks: tuple = (),
-    eval_cache: str | Path | None = None,
-    eval_sequences: int | None = None,
-    lora: LoraArguments | None = None,
-    teacher_placement: dict | None = None,
-) -> dict:
-    """Train ``student`` from ``cache`` (offline) or from ``teacher`` on ``data`` (online).
+def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: DistillationArguments | None = None, *,
+                  callbacks: tuple = (), **options) -> dict:
+    """Train the student ``spec`` describes, from a cache (offline) or from a teacher on data (online).
 
-    Writes checkpoints and ``log.jsonl`` into ``out`` and, at the end,
+    ``train_student(TrainSpec(student, out, args, cache=...))``; the flat form
+    ``train_student(student, out, args, cache=..., ...)`` builds the same spec
+    (``options`` are :class:`TrainSpec` fields, and for online data the
+    :class:`~destila.data.DataSpec` fields ``seq_len``, ``max_tokens`` and
+    ``text_field`` when ``data`` is a name or a list). ``callbacks``: extra
+    ``TrainerCallback`` objects (a budget, a step clock).
+
+    Writes checkpoints and ``log.jsonl`` into ``spec.out`` and, at the end,
     ``trainer_state.json``, ``train_results.json``, ``all_results.json``
     (and ``eval_results.json``) as ``Trainer.save_state``/``save_metrics`` do, and the
     student (safetensors, config, tokenizer) loadable with
-    ``AutoModelForCausalLM.from_pretrained(out)``; with ``lora`` adapters
-    enabled, the adapter instead (``PeftModel.from_pretrained``), and with
-    ``lora.merge`` also ``out/merged``, the plain merged model.
-    ``teacher_placement`` (online only) holds :func:`destila.models.load_causal_lm`'s
-    ``device_map``/``max_memory``/``offload_folder`` for a teacher larger than one device.
+    ``AutoModelForCausalLM.from_pretrained(out)``; with LoRA adapters
+    (``args.lora_r > 0``), the adapter instead (``PeftModel.from_pretrained``), and with
+    ``args.merge`` also ``out/merged``, the plain merged model.
     Returns ``{"train": Trainer metrics, "steps": optimizer steps, "eval": held-out metrics or {},
     "engine": what ran (:func:`destila.training.engines.describe_engine`), "merged": folder or None}``.
 
     ``out`` is claimed by :func:`~destila.training.output_dir.claim_output_dir`:
-    a folder holding another run is refused unless ``resume`` (continue it
+    a folder holding another run is refused unless ``spec.resume`` (continue it
     from its newest complete checkpoint, or from the checkpoint path given)
     or ``args.overwrite``; a second concurrent writer is refused at once.
 
     Held-out data: ``args.eval_fraction`` of the training source, or
-    ``eval_cache`` (a cache of other documents, its first ``eval_sequences``
+    ``spec.eval_cache`` (a cache of other documents, its first ``eval_sequences``
     sequences), evaluated every ``args.eval_steps`` when
     ``args.eval_strategy="steps"`` and once at the end.
+
+    The student, its targets and the output folder are checked here; everything
+    else (the online teacher, K′ against the cache, the hidden-state term, LoRA
+    adapters, frozen embeddings) is :class:`DistillationTrainer`'s own construction.
     """
     from transformers import AutoTokenizer
 
-    if (cache is None) == (teacher is None) or (teacher is not None and data is None):
-        raise ValueError("train: give either a cache (offline), or a teacher and data (online)")
-    out = Path(out)
-    args = args or DistillationArguments(output_dir=str(out))
-    if Path(args.output_dir).resolve() != out.resolve():
-        raise ValueError(f"train: args.output_dir is {args.output_dir} but out is {out}; they must agree")
+    spec = _spec_of(spec, out, args, options)
+    out, args = spec.out, spec.args
     check_push(args)  # before anything loads: without a Hub the run would fail at its end
-    if eval_cache is not None and (args.eval_fraction > 0 or cache is None):
-        raise ValueError("train: an eval cache goes with offline training (a cache) and eval_fraction 0")
-    if lora is None:
-        lora = args.lora_arguments()
-    elif args.lora_r and lora != args.lora_arguments():
-        raise ValueError("train: lora and the LoRA fields of args (lora_r, ...) disagree; give them in one place")
-    model = load_causal_lm(student)
-    if args.freeze_embeddings:
-        model.get_input_embeddings().requires_grad_(False)
-        output_head(model)[0].requires_grad_(False)
-    online, spec = None, None
-    if cache is not None:
+    model = load_causal_lm(spec.student)
+    teacher_model, data_spec = None, None
+    if not spec.online:
         # A cache folder, an export of one (a folder, a hub id, a datasets.Dataset), or a dataset of cache
         # items with a cache's attributes (a mix of caches): destila.cache.dataset.open_cache.
-        source = open_cache(cache)
+        source = open_cache(spec.cache)
         if getattr(source, "vocab_size", 0) is None:  # rows that do not record it: the student's
             source.assume_vocab_size(output_head(model)[0].shape[0])
         tokenizer = (AutoTokenizer.from_pretrained(source.tokenizer_path) if source.tokenizer_path is not None
-                     else load_tokenizer(student))
+                     else load_tokenizer(spec.student))
         if isinstance(source, TopKCache):  # the student ships this tokenizer: the one the cache's ids mean
-            check_cache_tokenizer(cache, source.manifest, tokenizer)
-        check_training_temperature(args.temperature, source.manifest.temperature, f"the cache {cache}")
-        check_top_k(args.top_k, source)
+            check_cache_tokenizer(spec.cache, source.manifest, tokenizer)
+        check_training_temperature(args.temperature, source.manifest.temperature, f"the cache {spec.cache}")
         check_student(
-            model, student, vocab_size=source.vocab_size, fingerprint=source.manifest.tokenizer_fingerprint,
+            model, spec.student, vocab_size=source.vocab_size, fingerprint=source.manifest.tokenizer_fingerprint,
             seq_len=source.seq_len, allow_tokenizer_mismatch=args.allow_tokenizer_mismatch,
         )
     else:
-        teacher_model = load_causal_lm(teacher, gguf_file=teacher_gguf_file, **(teacher_placement or {}))
-        tokenizer = load_tokenizer(teacher, gguf_file=teacher_gguf_file)
-        if isinstance(data, (list, tuple)):
-            source = texts_source(list(data), tokenizer, seq_len=seq_len, max_tokens=max_tokens)
-        else:
-            from accelerate import PartialState
+        from accelerate import PartialState
 
-            spec = data if isinstance(data, DataSpec) else DataSpec(
-                str(data), text_field=text_field, seq_len=seq_len, max_tokens=max_tokens)
-            # One process tokenises into the store; the others then map the same files.
-            source = packed_source(spec, tokenizer, main_first=PartialState().main_process_first)
+        teacher_model = load_causal_lm(spec.teacher, gguf_file=spec.teacher_gguf_file, **(spec.teacher_placement or {}))
+        tokenizer = load_tokenizer(spec.teacher, gguf_file=spec.teacher_gguf_file)
+        # One process tokenises into the store; the others then map the same files.
+        source = as_sequences(spec.data, tokenizer, main_first=PartialState().main_process_first)
+        data_spec = spec.data if spec.data.documents is None else None  # documents are not recorded with the run
         check_student(
-            model, student, vocab_size=output_head(teacher_model)[0].shape[0],
+            model, spec.student, vocab_size=output_head(teacher_model)[0].shape[0],
             fingerprint=tokenizer_fingerprint(tokenizer), seq_len=source.seq_len,
             allow_tokenizer_mismatch=args.allow_tokenizer_mismatch, source="teacher",
         )
-        online = OnlineTeacher(teacher_model, args.online_loss, args.target_spec())
-    if lora is not None and lora.enabled:
-        model = with_adapters(model, lora, base=base_reference(student))
-    hidden = hidden_term(args.hidden_options(), model, teacher_model=online.model if online else None,
-                         source=source)
     eval_dataset = None  # with args.eval_fraction, the trainer holds out its split of the source
-    if eval_cache is not None:
-        held_out = open_cache(eval_cache)
+    if spec.eval_cache is not None:
+        held_out = open_cache(spec.eval_cache)
         if held_out.manifest.tokenizer_fingerprint != source.manifest.tokenizer_fingerprint:
-            raise ValueError(f"train: the eval cache {eval_cache} was built with another tokenizer than the "
+            raise ValueError(f"train: the eval cache {spec.eval_cache} was built with another tokenizer than the "
                              "training cache; build both with the same teacher")
-        eval_dataset = Subset(held_out, range(min(len(held_out), eval_sequences or len(held_out))))
-    objective = objective_of(args, cache=cache, teacher=teacher, data=spec, student=student,
-                             cache_content=source.manifest.ids_fingerprint if cache is not None else None, out=out)
+        eval_dataset = Subset(held_out, range(min(len(held_out), spec.eval_sequences or len(held_out))))
+    objective = objective_of(args, cache=spec.cache, teacher=spec.teacher, data=data_spec, student=spec.student,
+                             cache_content=source.manifest.ids_fingerprint if not spec.online else None, out=out)
+    data_given = data_spec.source if data_spec is not None else None
     with args.main_process_first(desc="claiming the output folder"):
-        claim = claim_output_dir(out, resume=resume, overwrite=args.overwrite, is_main=args.process_index == 0,
-                                 objective=objective, inputs={"student": student, "cache": cache, "teacher": teacher,
-                                                              "data": data, "eval cache": eval_cache})
+        claim = claim_output_dir(out, resume=spec.resume, overwrite=args.overwrite,
+                                 is_main=args.process_index == 0, objective=objective,
+                                 inputs={"student": spec.student, "cache": spec.cache, "teacher": spec.teacher,
+                                         "data": data_given, "eval cache": spec.eval_cache})
     try:
         for note in claim.notes:
             print(note)
@@ -186,10 +155,11 @@ def train_student(
             eval_dataset=eval_dataset,
             data_collator=collate,
             processing_class=tokenizer,
-            teacher=online,
-            hidden=hidden,
+            teacher_model=teacher_model,
             callbacks=[JsonlLogCallback(out / LOG_FILE), RunRecordCallback(claim.run_id), *callbacks],
         )
+        if args.lora_arguments().enabled:  # the adapter names the student as it was given (a valid base)
+            record_base(trainer.model, base_reference(spec.student))
         if any(getattr(callback, "shows_progress", False) for callback in callbacks):
             # A callback draws its own bar (e.g. destila.demo.budget.StepBudget, whose total is the real
             # step target); the Trainer's would count toward max_steps, or print every log line.
@@ -216,10 +186,11 @@ def train_student(
             readable_by_all(out)
             flag.unlink()
         merged = None
-        if lora is not None and lora.merge:
+        lora = args.lora_arguments()
+        if lora.merge:
             merged = out / MERGED_DIR
             if trainer.is_world_process_zero():
-                merge_adapter(out, student, merged)
+                merge_adapter(out, spec.student, merged)
                 write_model_card(trainer, merged, model_name=f"{out.name}-merged", merged=True)
             trainer.accelerator.wait_for_everyone()
     except BaseException as err:
@@ -233,3 +204,20 @@ def train_student(
         claim.release()
     return {"train": result.metrics, "steps": result.global_step, "eval": metrics, "engine": engine.engine,
             "merged": str(merged) if merged else None}
+
+
+_DATA_OPTIONS = ("seq_len", "max_tokens", "text_field")
+
+
+def _spec_of(spec, out, args, options: dict) -> TrainSpec:
+    """``spec`` itself, or the :class:`TrainSpec` of the flat form (its data options folded into the DataSpec)."""
+    if isinstance(spec, TrainSpec):
+        if out is not None or args is not None or options:
+            raise ValueError("train_student: pass either a TrainSpec or (student, out, args, **options), not both")
+        return spec
+    data_options = {name: options.pop(name) for name in _DATA_OPTIONS if name in options}
+    if data_options and options.get("data") is None:
+        raise ValueError(f"train_student: {', '.join(data_options)} shape online data; give data= too")
+    if data_options:
+        options["data"] = as_data_spec(options["data"], **data_options)
+    return TrainSpec(spec, out, args, **options)

@@ -5,7 +5,8 @@
 - ``peft_config=LoraConfig(...)`` (any PEFT config): the model wrapped with
   ``peft.get_peft_model``, as TRL does;
 - ``args.lora_r > 0``: adapters from the LoRA fields of
-  :class:`~destila.training.DistillationArguments`.
+  :class:`~destila.training.DistillationArguments`;
+- ``args.freeze_embeddings``: the input embedding and the output head kept fixed.
 
 Naive equivalent::
 
@@ -15,7 +16,7 @@ Naive equivalent::
 
 from __future__ import annotations
 
-from destila.models import load_causal_lm, load_tokenizer
+from destila.models import load_causal_lm, load_tokenizer, output_head
 from destila.training.peft_student import base_reference, record_base, with_adapters
 
 
@@ -38,6 +39,9 @@ def student_model(model, args, kwargs: dict) -> tuple[object, dict]:
                 kwargs["processing_class"] = load_tokenizer(path)
             except (OSError, ValueError, TypeError):
                 pass  # weights without a tokenizer: a cache brings its own
+    if args.freeze_embeddings:  # before any adapter: the base model's own embedding and head
+        model.get_input_embeddings().requires_grad_(False)
+        output_head(model)[0].requires_grad_(False)
     lora = args.lora_arguments()
     if peft_config is not None and lora.enabled:
         raise ValueError(f"peft_config: given together with lora_r = {lora.lora_r}; give one of them")

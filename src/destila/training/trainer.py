@@ -173,22 +173,24 @@ class DistillationTrainer(Trainer):
         model, kwargs = _student(model, arguments, kwargs)
         has_teacher = teacher is not None or teacher_model is not None
         kwargs = _with_data(kwargs, cache, data_spec, model, arguments, has_teacher)
-        super().__init__(model, arguments, **kwargs)
-        self.add_callback(FiniteGradients())  # never an optimizer step on NaN gradients
-        check_plain_head(self.model)
-        if _cache_of(self.train_dataset) is not None:
-            check_top_k(self.args.top_k, _cache_of(self.train_dataset))
+        # Everything that can refuse the run is checked before the Trainer's own construction, which
+        # creates the output folder: a refusal leaves nothing behind.
+        if _cache_of(kwargs.get("train_dataset")) is not None:
+            check_top_k(arguments.top_k, _cache_of(kwargs["train_dataset"]))
         if teacher_model is not None:
-            teacher = OnlineTeacher(teacher_model, self.args.online_loss, self.args.target_spec())
-        self.teacher = teacher.to(self.args.device) if teacher is not None else None
+            teacher = OnlineTeacher(teacher_model, arguments.online_loss, arguments.target_spec())
         if hidden is None:  # built here from the args when the caller did not (TRL-style construction)
-            hidden = hidden_term(self.args.hidden_options(), self.model,
-                                 teacher_model=self.teacher.model if self.teacher is not None else None,
-                                 source=self.train_dataset)
-        if hidden is not None and self.args.world_size > 1:
+            hidden = hidden_term(arguments.hidden_options(), model,
+                                 teacher_model=teacher.model if teacher is not None else None,
+                                 source=kwargs.get("train_dataset"))
+        if hidden is not None and arguments.world_size > 1:
             # Its projections live outside the (DDP-wrapped) model, so their gradients would not be averaged.
             raise ValueError("hidden_loss: hidden-state distillation runs in one process only; launch without "
                              "torchrun, or drop --hidden_loss")
+        super().__init__(model, arguments, **kwargs)
+        self.add_callback(FiniteGradients())  # never an optimizer step on NaN gradients
+        check_plain_head(self.model)
+        self.teacher = teacher.to(self.args.device) if teacher is not None else None
         self.hidden = hidden.to(self.args.device) if hidden is not None else None
         self._hidden_window = torch.zeros(2, dtype=torch.float64)
         # Count valid labels for num_items_in_batch (the Trainer only does so
