@@ -38,7 +38,7 @@ def run(out: Path, student: Path, loss: str, learning_rate: float, steps: int, s
     from destila.demo.samples import continuations, degenerate, distinct_words
     from destila.demo.settings import DEMO_PROMPTS, DemoSettings
     from destila.demo.stages import train_from_cache
-    from destila.eval.run import evaluate_model
+    from destila.eval import EvalSpec, evaluate_model
 
     variant = variant or {}
     tag = "".join(f"-{name}{value}" for name, value in sorted(variant.items()))
@@ -49,8 +49,8 @@ def run(out: Path, student: Path, loss: str, learning_rate: float, steps: int, s
                               learning_rate=learning_rate, seed=seed, warmup_steps=5, weight_decay=0.0,
                               freeze_embeddings=True, save_steps=100000, **{**LOSSES[loss], **variant})
     seconds = time.monotonic() - start
-    metrics = evaluate_model(result["path"], cache=str(out / "cache-heldout"), max_tokens=8192, new_tokens=1,
-                             batch_size=4)
+    metrics = evaluate_model(EvalSpec([result["path"]], cache=str(out / "cache-heldout"), max_tokens=8192,
+                                      new_tokens=1, batch_size=4))
     texts = [row["greedy"] for row in continuations(result["path"], list(DEMO_PROMPTS), DemoSettings.new_tokens)]
     record = {"loss": loss, **variant, "learning_rate": learning_rate, "seed": seed, "steps": result["steps"],
               "student": str(student), **{k: metrics[k] for k in METRICS}, "train_seconds": round(seconds, 1),

@@ -8,8 +8,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from conftest import pydoc_texts
 from destila.cache import build_cache
 from destila.cli.main import main as cli
-from destila.data import pack_documents
-from destila.eval import comparison_rows, evaluate_model, markdown_table
+from destila.data import DataSpec, pack_documents
+from destila.eval import EvalSpec, comparison_rows, evaluate_model, markdown_table
 from destila.student import StudentInitSpec, init_student
 
 
@@ -21,17 +21,18 @@ def small_cache(tiny_llama_dir, tmp_path_factory):
 
 
 def test_teacher_against_itself_has_no_divergence(tiny_llama_dir, small_cache):
-    on_cache = evaluate_model(str(tiny_llama_dir), cache=str(small_cache), new_tokens=4)
+    on_cache = evaluate_model(EvalSpec([str(tiny_llama_dir)], cache=str(small_cache), new_tokens=4))
     assert on_cache["top1_agreement"] == 1.0
     assert abs(on_cache["kl_to_teacher"]) < 1e-3  # float16 log-probs: p sums to 1 only within rounding
-    with_teacher = evaluate_model(str(tiny_llama_dir), data=pydoc_texts(3), seq_len=32, teacher=str(tiny_llama_dir),
-                                  new_tokens=4)
+    with_teacher = evaluate_model(EvalSpec([str(tiny_llama_dir)], data=DataSpec(pydoc_texts(3), seq_len=32),
+                                           teacher=str(tiny_llama_dir), new_tokens=4))
     assert with_teacher["top1_agreement"] == 1.0
     assert abs(with_teacher["kl_to_teacher"]) < 1e-6
 
 
 def test_perplexity_and_accuracy_match_a_direct_computation(tiny_llama_dir, tiny_tokenizer):
-    result = evaluate_model(str(tiny_llama_dir), data=pydoc_texts(3), seq_len=32, max_tokens=32 * 12, new_tokens=4)
+    result = evaluate_model(EvalSpec([str(tiny_llama_dir)], data=DataSpec(pydoc_texts(3), seq_len=32), max_tokens=32 * 12,
+                                     new_tokens=4))
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
     ids = pack_documents(pydoc_texts(3), tiny_tokenizer, 32, max_tokens=32 * 12)
     with torch.no_grad():

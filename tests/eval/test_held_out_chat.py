@@ -8,8 +8,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from destila.cache import TopKCache
+from destila.data import DataSpec
 from destila.cli.main import main as cli
-from destila.eval import evaluate_model, markdown_table
+from destila.eval import EvalSpec, evaluate_model, markdown_table
 from destila.eval.run import documents_in
 
 CONVERSATIONS = [
@@ -32,7 +33,7 @@ def chat_cache(tiny_chat_llama_dir, tmp_path_factory):
 
 
 def test_an_assistant_only_cache_scores_only_the_trained_positions(tiny_chat_llama_dir, chat_cache):
-    result = evaluate_model(str(tiny_chat_llama_dir), cache=str(chat_cache), new_tokens=4)
+    result = evaluate_model(EvalSpec([str(tiny_chat_llama_dir)], cache=str(chat_cache), new_tokens=4))
     cache = TopKCache(chat_cache)
     trained = sum(int((cache[i]["labels"] != -100).sum()) for i in range(len(cache)))
     every = sum(cache[i]["input_ids"].numel() for i in range(len(cache)))
@@ -46,8 +47,8 @@ def test_samples_use_the_chat_template_and_the_prompts_file(tiny_chat_llama_dir,
     prompts = tmp_path / "prompts.jsonl"
     asked = [[{"role": "user", "content": "What does yield do?"}], [{"role": "user", "content": "And with?"}]]
     prompts.write_text("".join(json.dumps({"messages": m}) + "\n" for m in asked))
-    result = evaluate_model(str(tiny_chat_llama_dir), data=["def f(): pass"] * 4, seq_len=16, new_tokens=5,
-                            prompts=str(prompts))
+    result = evaluate_model(EvalSpec([str(tiny_chat_llama_dir)], data=DataSpec(["def f(): pass"] * 4, seq_len=16),
+                                     new_tokens=5, prompts=str(prompts)))
     assert result["chat_template_applied"] is True
     assert [s["prompt"] for s in result["samples"]] == ["What does yield do?", "And with?"]
     tokenizer = AutoTokenizer.from_pretrained(tiny_chat_llama_dir)
@@ -65,8 +66,8 @@ def test_conversation_prompts_without_a_chat_template_are_refused(tiny_llama_dir
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
     with pytest.raises(ValueError, match="need a chat template"):
-        evaluate_model(str(tiny_llama_dir), data=["def f(): pass"] * 4, seq_len=16, new_tokens=2,
-                       prompts=str(prompts))
+        evaluate_model(EvalSpec([str(tiny_llama_dir)], data=DataSpec(["def f(): pass"] * 4, seq_len=16),
+                                new_tokens=2, prompts=str(prompts)))
 
 
 def test_documents_are_counted_where_position_ids_restart():

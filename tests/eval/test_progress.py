@@ -8,17 +8,16 @@ from destila.eval.progress import ProgressFile, read_progress, run_with_progress
 
 
 class RecordingBar:
-    """The part of ``rich.progress.Progress`` that run_with_progress drives, recording every update."""
+    """The part of a ``tqdm`` bar that run_with_progress drives, recording every redraw."""
 
     def __init__(self):
-        self.updates = []
+        self.updates, self.n, self.total, self.description = [], 0, None, ""
 
-    def add_task(self, description, total=None):
-        self.updates.append({"description": description, "total": total})
-        return 0
+    def set_description_str(self, description, refresh=True):
+        self.description = description
 
-    def update(self, task, **fields):
-        self.updates.append(fields)
+    def refresh(self):
+        self.updates.append({"description": self.description, "total": self.total, "completed": self.n})
 
 
 def test_the_bar_follows_the_states_the_worker_writes(tmp_path):
@@ -51,3 +50,22 @@ def test_a_worker_failure_reaches_the_caller(tmp_path):
 
 def test_without_a_file_reporting_does_nothing():
     ProgressFile(None)(1, 2, "anything")
+
+
+def test_a_real_tqdm_bar_ends_on_done(tmp_path):
+    import io
+
+    from tqdm import tqdm
+
+    path, shown = tmp_path / "progress", io.StringIO()
+
+    def work():
+        ProgressFile(path)(2, 5, "scoring 5 sequences")
+        time.sleep(0.1)
+        return "result"
+
+    with tqdm(file=shown, unit="batch") as bar:
+        assert run_with_progress(work, path, bar, "model 1/1 tiny", poll_seconds=0.02) == "result"
+    text = shown.getvalue()
+    assert "model 1/1 tiny: scoring 5 sequences" in text and "2/5" in text
+    assert text.rstrip().splitlines()[-1].lstrip("\r").startswith("model 1/1 tiny: done")

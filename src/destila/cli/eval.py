@@ -7,7 +7,7 @@ from pathlib import Path
 
 from destila.cli.fields import add_fields, values_of
 from destila.data.spec import DataSpec
-from destila.eval import DEFAULT_PROMPT, evaluate_models, render_table
+from destila.eval import evaluate_models, render_table
 from destila.eval.harness import TaskEvalSpec, evaluate_tasks, prepare_tasks
 from destila.eval.spec import SOURCES, EvalSpec
 from destila.eval.task_table import render_task_table
@@ -37,27 +37,25 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from rich.console import Console
 
-    spec = EvalSpec(**values_of(args, EvalSpec))
+    values = values_of(args, EvalSpec)
+    if values["data"] is not None:
+        values["data"] = DataSpec(values["data"], **values_of(args, DataSpec, exclude=_NOT_FLAGS))
+    spec = EvalSpec(**values)
     tasks = TaskEvalSpec(**values_of(args, TaskEvalSpec))
     if not spec.held_out and tasks.tasks is None:
         raise ValueError("eval: nothing to evaluate; give --cache or --data (held-out metrics), --tasks (task "
                          "accuracy), or both")
-    ignored = tasks.given_without_tasks()
-    if not spec.held_out:
-        ignored += [flag for flag, given in (("--teacher", spec.teacher), ("--eval-fraction", spec.eval_fraction),
-                                             ("--prompt", spec.prompt), ("--prompts", spec.prompts)) if given]
+    ignored = tasks.given_without_tasks() + spec.ignored_without_held_out()
     if ignored:
         raise ValueError(f"eval: {', '.join(ignored)} would be ignored here; "
                          f"{'they go with --tasks' if tasks.tasks is None else 'they go with --cache or --data'}")
-    if spec.prompt is not None and spec.prompts is not None:
-        raise ValueError("eval: --prompt and --prompts: give one of them")
     # Checked before any model is loaded: a missing extra or an unreachable hub fails in seconds, not after the
     # held-out evaluation.
     selection = prepare_tasks(tasks) if tasks.tasks is not None else None
     console = Console()
     results = [{"model": model} for model in spec.models]
     if spec.held_out:
-        results = _held_out(spec, values_of(args, DataSpec, exclude=_NOT_FLAGS))
+        results = evaluate_models(spec, progress=True)
         console.print(render_table(results))
     if selection is not None:
         scores = evaluate_tasks(spec.models, tasks, batch_size=spec.batch_size, device=spec.device,
@@ -71,21 +69,3 @@ def run(args) -> int:
         Path(spec.json).write_text(json.dumps(results, indent=2))
         print(f"results written to {spec.json}")
     return 0
-
-
-def _held_out(spec: EvalSpec, data_options: dict) -> list[dict]:
-    indices = None
-    if spec.eval_fraction is not None:
-        if spec.cache is None:
-            raise ValueError("--eval-fraction: only meaningful with --cache")
-        from destila.cache.dataset import open_cache  # heavy: torch and datasets; kept out of `destila --help`
-        from destila.training.datasets import split_indices  # heavy: transformers; kept out of `destila --help`
-
-        indices = split_indices(len(open_cache(spec.cache)), spec.eval_fraction)[1]
-    return evaluate_models(
-        spec.models, cache=spec.cache, indices=indices, teacher=spec.teacher,
-        data=DataSpec(spec.data, **data_options).describe() if spec.data is not None else None,
-        max_tokens=spec.max_tokens,
-        batch_size=spec.batch_size, prompt=spec.prompt or DEFAULT_PROMPT, prompts=spec.prompts,
-        new_tokens=spec.new_tokens, device=spec.device, progress=True,
-    )

@@ -44,7 +44,7 @@ from destila.demo.report import write_demo_report
 from destila.demo.samples import continuations
 from destila.demo.settings import DEMO_PROMPTS, TRAININGS, DemoSettings
 from destila.demo.stages import StageLog, train_from_cache
-from destila.eval import evaluate_models, pydoc_cloze_scores, render_table
+from destila.eval import EvalSpec, evaluate_models, pydoc_cloze_scores, render_table
 from destila.eval.harness import require_harness
 from destila.models import EMBEDDED, INIT_INCOMPLETE, embedded_teacher_dir, load_tokenizer
 from destila.student import check_layer_indices, init_student
@@ -257,8 +257,8 @@ class Demo:
 
     def evaluate(self, models: list[str], names: list[str]) -> dict:
         s = self.settings
-        results = evaluate_models(models, cache=str(self.out / "cache-heldout"), max_tokens=s.eval_tokens,
-                                  prompt=DEMO_PROMPTS[0], new_tokens=s.new_tokens, batch_size=4)
+        results = evaluate_models(EvalSpec(models, cache=str(self.out / "cache-heldout"), max_tokens=s.eval_tokens,
+                                           prompt=DEMO_PROMPTS[0], new_tokens=s.new_tokens, batch_size=4))
         self.console.print(render_table([{**r, "model": n} for r, n in zip(results, names)],
                                         title="held-out comparison"))
         for result, model in zip(results, models):

@@ -1,7 +1,8 @@
 """Progress of a model evaluated in its own process, shown by the parent.
 
 The child writes its latest state (``done total what``) to a small file,
-replaced atomically; the parent polls it and drives a ``rich`` progress bar.
+replaced atomically; the parent polls it and drives a ``tqdm`` progress bar
+(the one progress library of the project).
 A pipe would do too, but the isolated-process runner keeps the child's
 output for its error report, so a file is the one channel both sides own.
 
@@ -38,8 +39,8 @@ def read_progress(path: Path) -> tuple[int, int | None, str] | None:
 
 
 def run_with_progress(run, path: Path, bar, label: str, poll_seconds: float = 0.3):
-    """``run()`` in a thread while ``bar`` (a ``rich.progress.Progress``) shows ``path``'s state; its result."""
-    task = bar.add_task(f"{label}: starting", total=None)
+    """``run()`` in a thread while ``bar`` (a ``tqdm`` bar) shows ``path``'s state; its result."""
+    _show(bar, None, None, f"{label}: starting")
     outcome = {}
 
     def target():
@@ -55,8 +56,17 @@ def run_with_progress(run, path: Path, bar, label: str, poll_seconds: float = 0.
         state = read_progress(path)
         if state is not None:
             done, total, what = state
-            bar.update(task, completed=done, total=total, description=f"{label}: {what}")
+            _show(bar, done, total, f"{label}: {what}")
     if "error" in outcome:
         raise outcome["error"]
-    bar.update(task, completed=1, total=1, description=f"{label}: done")
+    _show(bar, 1, 1, f"{label}: done")
     return outcome["result"]
+
+
+def _show(bar, done: int | None, total: int | None, description: str) -> None:
+    """Set a tqdm bar's count, total (None: unknown) and description, then redraw it."""
+    bar.total = total
+    if done is not None:
+        bar.n = done
+    bar.set_description_str(description, refresh=False)
+    bar.refresh()

@@ -10,92 +10,90 @@ so its peak memory is its own.
 
 from __future__ import annotations
 
+import dataclasses
+
 from destila.cache.dataset import open_cache
 from destila.constants import IGNORE_INDEX
-from destila.data import DataSpec, collate, packed_source, texts_source
+from destila.data import as_sequences, collate, split_indices
 from destila.eval.measure import PeakMeter, run_isolated
 from destila.eval.progress import ProgressFile, run_with_progress
 from destila.eval.quality import metrics_from_sums, quality_sums
+from destila.eval.spec import DEFAULT_PROMPT, EvalSpec
 from destila.eval.speed import forward_tokens_per_second, generate, size_on_disk
 from destila.generation.prompts import Prompt, load_prompts
-from destila.losses.options import DEFAULT_CHUNK_SIZE
 from destila.models import load_causal_lm, load_tokenizer, resolve_source
 
-DEFAULT_PROMPT = "The `with` statement in Python"
+def evaluate_model(spec: EvalSpec, model: str | None = None, *, progress_file: str | None = None) -> dict:
+    """Every metric of ``model`` (one of ``spec.models``; may be left out when the spec names one) on the
+    spec's held-out text (see the module docstring); a JSON-able dict.
 
+    Data: ``spec.cache`` (its sequences ``spec.indices``, or the part
+    ``spec.eval_fraction`` holds out, or all of them) or ``spec.data`` (a
+    :class:`~destila.data.DataSpec`: a source, or documents given in Python),
+    with the model's tokenizer, up to ``spec.max_tokens`` tokens. Metrics
+    cover the positions the loss mask keeps (assistant turns, completions,
+    whole documents); ``tokens`` says how many. ``spec.teacher`` adds the
+    full-vocabulary KL and agreement. ``peak_bytes`` is the model's own peak
+    (weights, forward, generation), taken before any teacher is loaded.
+    ``documents`` counts the packed documents (or pieces of them) the scored
+    tokens come from, and ``scored_positions`` names which positions count
+    (``all``, or only the ``assistant`` turns / ``completion`` a cache or data
+    spec was built to train).
 
-def evaluate_model(
-    model: str, *, cache: str | None = None, indices: list[int] | None = None,
-    data: str | list[str] | dict | DataSpec | None = None,
-    teacher: str | None = None, seq_len: int = 512, max_tokens: int | None = 16384, text_field: str = "text",
-    batch_size: int = 4, chunk_size: int = DEFAULT_CHUNK_SIZE, prompt: str = DEFAULT_PROMPT, new_tokens: int = 32,
-    prompts: str | list | None = None, device: str = "cpu", progress_file: str | None = None,
-) -> dict:
-    """Every metric of one model (see the module docstring); a JSON-able dict.
-
-    Data: ``cache`` (its sequences ``indices``, or all of them) or ``data``
-    (a :class:`~destila.data.DataSpec` or its fields as a dict; a source name
-    or a list of texts packed into ``seq_len`` tokens), with the model's
-    tokenizer, up to ``max_tokens`` tokens. Metrics cover the positions the
-    loss mask keeps (assistant turns, completions, whole documents);
-    ``tokens`` says how many. ``teacher`` adds the full-vocabulary KL and
-    agreement. ``peak_bytes`` is the model's own peak (weights, forward,
-    generation), taken before any teacher is loaded. ``documents`` counts the
-    packed documents (or pieces of them) the scored tokens come from, and
-    ``scored_positions`` names which positions count (``all``, or only the
-    ``assistant`` turns / ``completion`` a cache or data spec was built to train).
-
-    Generation samples: ``prompt``, or every prompt of ``prompts`` (a ``.txt``
-    file, one per line; a ``.jsonl`` file with ``messages`` or ``prompt``; or
-    a list), rendered with the model's chat template when it has one.
-    ``progress_file``: where the latest state is written for a watching parent
-    (:mod:`destila.eval.progress`).
+    Generation samples: ``spec.prompt``, or every prompt of ``spec.prompts``
+    (a ``.txt`` file, one per line; a ``.jsonl`` file with ``messages`` or
+    ``prompt``; or a list), rendered with the model's chat template when it
+    has one. ``progress_file``: where the latest state is written for a
+    watching parent (:mod:`destila.eval.progress`).
     """
-    if (cache is None) == (data is None):
+    if model is None:
+        if len(spec.models) != 1:
+            raise ValueError(f"eval: the spec names {len(spec.models)} models; say which one to evaluate")
+        model = spec.models[0]
+    if not spec.held_out:
         raise ValueError("eval: give either a cache or data")
     report = ProgressFile(progress_file)
     report(0, None, "loading")
-    samples_prompts = load_prompts(prompts) if prompts is not None else [Prompt(text=prompt)]
-    meter = PeakMeter(device)
-    lm = load_causal_lm(model, device=device)
+    samples_prompts = load_prompts(spec.prompts) if spec.prompts is not None else [
+        Prompt(text=spec.prompt or DEFAULT_PROMPT)]
+    meter = PeakMeter(spec.device)
+    lm = load_causal_lm(model, device=spec.device)
     tokenizer = load_tokenizer(model)
-    if cache is not None:
-        source = open_cache(cache)
+    if spec.cache is not None:
+        source = open_cache(spec.cache)
         rows = lm.get_output_embeddings().weight.shape[0]
         if rows != source.vocab_size:  # the cache's ids would index past (or short of) the model's head
             raise ValueError(
-                f"eval: {model} has a vocabulary of {rows} tokens but the cache at {cache} was made with "
+                f"eval: {model} has a vocabulary of {rows} tokens but the cache at {spec.cache} was made with "
                 f"{source.vocab_size}; evaluate on a cache of this model's teacher, or pass --data instead"
             )
         scored = (source.manifest.data or {}).get("loss_on") or "all"
-        chosen = list(range(len(source))) if indices is None else list(indices)
-        if max_tokens is not None:
-            chosen = chosen[: max(1, max_tokens // source.seq_len)]
+        chosen = list(range(len(source))) if spec.indices is None else list(spec.indices)
+        if spec.eval_fraction is not None:
+            chosen = split_indices(len(source), spec.eval_fraction)[1]
+        if spec.max_tokens is not None:
+            chosen = chosen[: max(1, spec.max_tokens // source.seq_len)]
         items = [source[i] for i in chosen]
     else:
-        if isinstance(data, (list, tuple)):
-            packed = texts_source(list(data), tokenizer, seq_len=seq_len, max_tokens=max_tokens)
-            scored = "all"
-        else:
-            spec = DataSpec(**data) if isinstance(data, dict) else data
-            spec = spec if isinstance(spec, DataSpec) else DataSpec(str(data), text_field=text_field, seq_len=seq_len)
-            packed = packed_source(spec.replace(max_tokens=max_tokens or spec.max_tokens), tokenizer)
-            scored = spec.loss_on
+        packed = as_sequences(spec.data, tokenizer)
+        scored = spec.data.loss_on
         items = [packed[i] for i in range(len(packed))]
 
+    batch_size, device = spec.batch_size, spec.device
     batches = [{k: v.to(device) for k, v in collate(items[i:i + batch_size]).items()}
                for i in range(0, len(items), batch_size)]
     report(0, None, "forward speed")
     forward_speed = forward_tokens_per_second(lm, batches[0]["input_ids"])
-    samples, generate_speed, templated = generation_samples(lm, tokenizer, samples_prompts, new_tokens, report)
+    samples, generate_speed, templated = generation_samples(lm, tokenizer, samples_prompts, spec.new_tokens, report)
     scoring = lambda done, total: report(done, total, f"scoring {len(items)} sequences")  # noqa: E731
-    if teacher is None:
-        sums = quality_sums(lm, batches, None, chunk_size, on_batch=scoring)
+    if spec.teacher is None:
+        sums = quality_sums(lm, batches, None, spec.chunk_size, on_batch=scoring)
         peak = meter.peak()
     else:
         peak = meter.peak()
         report(0, None, "loading the teacher")
-        sums = quality_sums(lm, batches, load_causal_lm(teacher, device=device), chunk_size, on_batch=scoring)
+        sums = quality_sums(lm, batches, load_causal_lm(spec.teacher, device=device), spec.chunk_size,
+                            on_batch=scoring)
     path = resolve_source(model)[0]
     return {
         "model": model,
@@ -114,6 +112,11 @@ def evaluate_model(
         "samples": samples,
         "chat_template_applied": templated,
     }
+
+
+def evaluate_in_worker(spec: dict, model: str, progress_file: str | None = None) -> dict:
+    """:func:`evaluate_model` in a fresh process: the spec arrives as JSON (``dataclasses.asdict``)."""
+    return evaluate_model(EvalSpec(**spec), model, progress_file=progress_file)
 
 
 def documents_in(items: list[dict]) -> int:
@@ -163,30 +166,36 @@ def generation_samples(lm, tokenizer, prompts: list[Prompt], new_tokens: int, re
 _USER_ERRORS = ("ValueError: ", "FileNotFoundError: ", "destila.cache.reader.CorruptShardError: ")
 
 
-def evaluate_models(models: list[str], *, isolated: bool = True, timeout: float | None = None,
-                    progress: bool = False, **options) -> list[dict]:
-    """:func:`evaluate_model` for each model, each in a fresh process when ``isolated`` (for its peak memory).
+def evaluate_models(spec: EvalSpec, *, isolated: bool = True, timeout: float | None = None,
+                    progress: bool = False) -> list[dict]:
+    """:func:`evaluate_model` for each of ``spec.models``, each in a fresh process when ``isolated`` (for its
+    peak memory).
 
     ``progress``: show a progress bar per model (its stage, batches scored, elapsed time) on the terminal.
     """
-    import contextlib
     import tempfile
     from pathlib import Path
 
+    from tqdm.auto import tqdm
+
     results = []
-    with contextlib.ExitStack() as stack:
-        bar = stack.enter_context(_progress_bar()) if progress and isolated else None
-        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="destila-eval-")))
-        for number, model in enumerate(models, start=1):
+    shipped = dataclasses.asdict(spec)  # what a worker process rebuilds its spec from
+    show = progress and isolated
+    with tempfile.TemporaryDirectory(prefix="destila-eval-") as tmp:
+        for number, model in enumerate(spec.models, start=1):
             if not isolated:
-                results.append(evaluate_model(model, **options))
+                results.append(evaluate_model(spec, model))
                 continue
-            state = folder / f"progress-{number}"
-            kwargs = {"model": model, **options, **({"progress_file": str(state)} if bar is not None else {})}
-            launch = lambda: run_isolated("destila.eval.run:evaluate_model", kwargs,  # noqa: E731
-                                          device=options.get("device", "cpu"), timeout=timeout)
-            label = f"model {number}/{len(models)} {Path(model).name or model}"
-            run = launch() if bar is None else run_with_progress(launch, state, bar, label)
+            state = Path(tmp) / f"progress-{number}"
+            kwargs = {"spec": shipped, "model": model, **({"progress_file": str(state)} if show else {})}
+            launch = lambda: run_isolated("destila.eval.run:evaluate_in_worker", kwargs,  # noqa: E731
+                                          device=spec.device, timeout=timeout)
+            label = f"model {number}/{len(spec.models)} {Path(model).name or model}"
+            if show:
+                with tqdm(unit="batch", dynamic_ncols=True) as bar:
+                    run = run_with_progress(launch, state, bar, label)
+            else:
+                run = launch()
             if run["status"] == "error" and str(run["error"]).startswith(_USER_ERRORS):
                 error_type, _, message = str(run["error"]).partition(": ")  # the worker's own one-line message
                 raise (FileNotFoundError if error_type == "FileNotFoundError" else ValueError)(message)
@@ -194,10 +203,3 @@ def evaluate_models(models: list[str], *, isolated: bool = True, timeout: float 
                 raise RuntimeError(f"eval: evaluating {model} failed ({run['status']}): {run.get('error')}")
             results.append(run["result"])
     return results
-
-
-def _progress_bar():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn())

@@ -114,11 +114,11 @@ class Recipe:
                                 learning_rate=s.learning_rate, seed=s.seed)
 
     def evaluate(self, models: list[str], names: list[str], held_out_cache: str) -> dict:
-        from destila.eval import evaluate_models, render_table  # heavy: torch
+        from destila.eval import EvalSpec, evaluate_models, render_table  # heavy: torch
 
         s = self.settings
-        results = evaluate_models(models, cache=held_out_cache, max_tokens=s.eval_tokens, prompt=PROMPT,
-                                  new_tokens=s.new_tokens, batch_size=4)
+        results = evaluate_models(EvalSpec(models, cache=held_out_cache, max_tokens=s.eval_tokens, prompt=PROMPT,
+                                           new_tokens=s.new_tokens, batch_size=4))
         self.console.print(render_table([{**r, "model": n} for r, n in zip(results, names)], title=self.title))
         return {"results": results, "names": names}
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from destila.cache import TopKCache, build_cache, inspect_cache
 from destila.data import DataSpec
 from destila.eval.run import evaluate_model
+from destila.eval.spec import EvalSpec
 from destila.generation import GenerateSpec, generate
 from destila.generation.prompts import load_prompts
 from destila.io import write_atomic
@@ -259,7 +260,7 @@ class OnPolicyRecipe:
     def evaluate(self, student: str, cache: str) -> dict:
         """The student on its own held-out answers: KL to the teacher (top-K buckets), perplexity, agreement."""
 
-        result = evaluate_model(student, cache=cache, max_tokens=None, new_tokens=8, device=self.device())
+        result = evaluate_model(EvalSpec([student], cache=cache, max_tokens=None, new_tokens=8, device=self.device()))
         keep = ("kl_to_teacher", "perplexity", "top1_agreement", "tokens")
         return {k: result[k] for k in keep if k in result}
 
