@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import ENV, pydoc_texts, run_and_kill, save_tiny_model
 
-from destila.generation import GenerateSpec, generate
+from destila.generation import GenerateSpec, SamplingSpec, generate
 from destila.generation.run import sidecar_path
 from destila.generation.sampling import OwnStreamSampler
 
@@ -79,8 +79,8 @@ def test_conversations_with_chat_template_and_cache_build_reads_the_text(chat_te
     ]
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "answers.jsonl"
-    spec = GenerateSpec(max_new_tokens=12, temperature=0.8, num_return_sequences=2, seed=3)
-    report = generate(str(chat_teacher), prompts, out, spec, batch_size=2, progress=False)
+    sampling = SamplingSpec(max_new_tokens=12, temperature=0.8, num_return_sequences=2, seed=3)
+    report = generate(GenerateSpec(str(chat_teacher), prompts, out, sampling, batch_size=2, progress=False))
     assert (report.prompts, report.written_prompts, report.lines) == (2, 2, 4)
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["prompt_index"], r["sample"]) for r in records] == [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -93,7 +93,7 @@ def test_conversations_with_chat_template_and_cache_build_reads_the_text(chat_te
     # The two samples of a prompt come from different streams.
     assert records[0]["messages"][-1] != records[1]["messages"][-1]
     # Running again is a no-op; the text field feeds the cache builder directly.
-    assert generate(str(chat_teacher), prompts, out, spec, progress=False).written_prompts == 0
+    assert generate(GenerateSpec(str(chat_teacher), prompts, out, sampling, progress=False)).written_prompts == 0
     cache = build_cache(str(chat_teacher), out, tmp_path / "cache", text_field="text", seq_len=16, top_k=4,
                         progress=False)
     assert cache.complete and len(TopKCache(tmp_path / "cache")) == cache.sequences > 0
@@ -101,27 +101,28 @@ def test_conversations_with_chat_template_and_cache_build_reads_the_text(chat_te
 
 def test_refusals(chat_teacher, teacher, tmp_path):
     with pytest.raises(ValueError, match="chat template"):
-        generate(str(teacher), [[{"role": "user", "content": "hi"}]], tmp_path / "a.jsonl", progress=False)
+        generate(GenerateSpec(str(teacher), [[{"role": "user", "content": "hi"}]], tmp_path / "a.jsonl",
+                              progress=False))
     with pytest.raises(ValueError, match="greedy"):
-        GenerateSpec(temperature=0, num_return_sequences=2)
+        SamplingSpec(temperature=0, num_return_sequences=2)
     foreign = tmp_path / "foreign.jsonl"
     foreign.write_text('{"text": "mine"}\n')
     with pytest.raises(FileExistsError, match="not written by destila generate"):
-        generate(str(teacher), ["hello"], foreign, progress=False)
+        generate(GenerateSpec(str(teacher), ["hello"], foreign, progress=False))
     assert foreign.read_text() == '{"text": "mine"}\n'  # untouched
     out = tmp_path / "b.jsonl"
-    generate(str(teacher), ["hello", "world"], out, GenerateSpec(max_new_tokens=2), progress=False)
+    generate(GenerateSpec(str(teacher), ["hello", "world"], out, SamplingSpec(max_new_tokens=2), progress=False))
     before = out.read_bytes()
     with pytest.raises(ValueError, match=r"max_new_tokens: 2 before, 3 now"):
-        generate(str(teacher), ["hello", "world"], out, GenerateSpec(max_new_tokens=3), progress=False)
+        generate(GenerateSpec(str(teacher), ["hello", "world"], out, SamplingSpec(max_new_tokens=3), progress=False))
     assert out.read_bytes() == before
 
 
 def test_cut_off_tail_is_rewritten_whole(teacher, tmp_path):
-    spec = GenerateSpec(max_new_tokens=6, num_return_sequences=2, seed=1)
+    sampling = SamplingSpec(max_new_tokens=6, num_return_sequences=2, seed=1)
     prompts = prompt_lines(5)
     want = tmp_path / "want.jsonl"
-    generate(str(teacher), prompts, want, spec, batch_size=2, progress=False)
+    generate(GenerateSpec(str(teacher), prompts, want, sampling, batch_size=2, progress=False))
     lines = want.read_bytes().splitlines(keepends=True)
     assert len(lines) == 10
     # A kill in the middle of a batch's write: the first 7 lines and half of the 8th (prompts 0-2 whole,
@@ -129,7 +130,7 @@ def test_cut_off_tail_is_rewritten_whole(teacher, tmp_path):
     got = tmp_path / "got.jsonl"
     sidecar_path(want).rename(sidecar_path(got))
     got.write_bytes(b"".join(lines[:7]) + lines[7][:17])
-    report = generate(str(teacher), prompts, got, spec, batch_size=2, progress=False)
+    report = generate(GenerateSpec(str(teacher), prompts, got, sampling, batch_size=2, progress=False))
     assert (report.already_done, report.written_prompts) == (3, 2)  # prompt 3's lone line and the cut one dropped
     assert got.read_bytes() == b"".join(lines)
 
@@ -149,8 +150,8 @@ def test_killed_twice_then_resumed_equals_an_uninterrupted_run(teacher, tmp_path
     flags = ["--max-new-tokens", "24", "--temperature", "0.9", "--top-p", "0.95", "--num-return-sequences", "2",
              "--seed", "7", "--batch-size", "2"]
     want = tmp_path / "want.jsonl"
-    spec = GenerateSpec(max_new_tokens=24, temperature=0.9, top_p=0.95, num_return_sequences=2, seed=7)
-    generate(str(teacher), prompts, want, spec, batch_size=2, progress=False)
+    sampling = SamplingSpec(max_new_tokens=24, temperature=0.9, top_p=0.95, num_return_sequences=2, seed=7)
+    generate(GenerateSpec(str(teacher), prompts, want, sampling, batch_size=2, progress=False))
     total = _count_lines(want)
     assert total == 60
 

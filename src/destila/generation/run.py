@@ -41,11 +41,11 @@ from pathlib import Path
 
 from destila.generation.prompts import Prompt, load_prompts
 from destila.io import names_user_path, output_lock, write_atomic
-from destila.models import load_causal_lm, load_tokenizer, resolve_source
+from destila.models import MODEL_HELP, load_causal_lm, load_tokenizer, resolve_source
 
 
 @dataclass(frozen=True)
-class GenerateSpec:
+class SamplingSpec:
     """How answers are sampled; recorded next to the output and checked on resume."""
 
     max_new_tokens: int = field(default=256, metadata={"help": "tokens generated per answer at most"})
@@ -73,6 +73,38 @@ class GenerateSpec:
                              "pass --temperature > 0 or --num-return-sequences 1")
         if self.chat_template not in ("auto", "always", "never"):
             raise ValueError(f"chat_template: expected auto, always or never, found {self.chat_template!r}")
+
+
+@dataclass(frozen=True)
+class GenerateSpec:
+    """What one ``destila generate`` run is asked for: the teacher, its prompts, the output and how to sample.
+
+    The command fills one from its flags; Python callers pass the same object to :func:`generate`::
+
+        generate(GenerateSpec("smollm2", "prompts.txt", "answers.jsonl", SamplingSpec(temperature=0.7)))
+    """
+
+    teacher: str = field(metadata={"help": MODEL_HELP, "metavar": "TEACHER"})
+    prompts: str | Path | list = field(metadata={
+        "help": ".txt (one prompt per line), .jsonl, .json or .parquet (from Python also a list)",
+        "metavar": "PROMPTS"})
+    output: str | Path = field(metadata={
+        "help": "JSON-lines file (created, or resumed)", "metavar": "OUT", "aliases": ["-o"]})
+    sampling: SamplingSpec = field(default_factory=SamplingSpec, metadata={
+        "help": "how answers are sampled (its own flags)"})
+    prompt_field: str = field(default="prompt", metadata={"help": "field of text prompts"})
+    messages_field: str = field(default="messages", metadata={"help": "field of conversations"})
+    gguf_file: str | None = field(default=None, metadata={"help": "GGUF file name inside the TEACHER folder"})
+    batch_size: int = field(default=8, metadata={"help": "prompts per generate call"})
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, …"})
+    progress: bool = field(default=True, metadata={"help": "progress bar (--quiet: none)", "aliases": ["--quiet"]})
+
+    def __post_init__(self):
+        if not isinstance(self.sampling, SamplingSpec):
+            raise ValueError(f"sampling: expected a SamplingSpec, found {type(self.sampling).__name__}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size: expected an integer ≥ 1, found {self.batch_size}")
+        object.__setattr__(self, "output", Path(self.output).expanduser())
 
 
 @dataclass
@@ -153,37 +185,24 @@ def finished_prompts(out: Path, per_prompt: int) -> set[int]:
     return done
 
 
-def generate(
-    teacher: str,
-    prompts: str | Path | list,
-    out: str | Path,
-    spec: GenerateSpec | None = None,
-    *,
-    gguf_file: str | None = None,
-    prompt_field: str = "prompt",
-    messages_field: str = "messages",
-    batch_size: int = 8,
-    device: str = "cpu",
-    progress: bool = True,
-) -> GenerateReport:
-    """Answer every prompt of ``prompts`` with ``teacher``; append conversations to ``out`` (JSON lines).
+def generate(spec: GenerateSpec) -> GenerateReport:
+    """Answer every prompt of ``spec.prompts`` with ``spec.teacher``; append conversations to ``spec.output``
+    (JSON lines).
 
     ``prompts`` is anything :func:`destila.generation.prompts.load_prompts`
     accepts. Resumes an interrupted run of the same settings; the finished
     file does not depend on where (or whether) earlier runs were killed.
     """
-    spec = spec or GenerateSpec()
-    if batch_size < 1:
-        raise ValueError(f"batch_size: expected an integer ≥ 1, found {batch_size}")
-    out = Path(out).expanduser()
+    out = spec.output
     if out.is_dir():
         raise IsADirectoryError(f"output: {out} is a folder; expected a JSON-lines file to create or resume")
-    items = load_prompts(prompts, prompt_field=prompt_field, messages_field=messages_field)
+    items = load_prompts(spec.prompts, prompt_field=spec.prompt_field, messages_field=spec.messages_field)
     with output_lock(out, "generate"):  # two runs appending to one file would write every answer twice
-        return _generate_locked(teacher, items, out, spec, gguf_file, batch_size, device, progress)
+        return _generate_locked(spec.teacher, items, out, spec.sampling, spec.gguf_file, spec.batch_size,
+                                spec.device, spec.progress)
 
 
-def _generate_locked(teacher, items, out: Path, spec: GenerateSpec, gguf_file, batch_size, device,
+def _generate_locked(teacher, items, out: Path, spec: SamplingSpec, gguf_file, batch_size, device,
                      progress) -> GenerateReport:
     from tqdm.auto import tqdm
 

@@ -39,7 +39,7 @@ from destila.cache import TopKCache, build_cache, inspect_cache
 from destila.data import DataSpec
 from destila.eval.run import evaluate_model
 from destila.eval.spec import EvalSpec
-from destila.generation import GenerateSpec, generate
+from destila.generation import GenerateSpec, SamplingSpec, generate
 from destila.generation.prompts import load_prompts
 from destila.io import write_atomic
 from destila.losses.options import LossOptions
@@ -208,13 +208,14 @@ class OnPolicyRecipe:
         """``model`` answers ``prompts`` into ``path`` (resumable); tokens written and the speed of this call."""
 
         s = self.settings
-        spec = GenerateSpec(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
-                            num_return_sequences=s.samples_per_prompt, seed=seed, chat_template=s.chat_template)
+        sampling = SamplingSpec(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
+                                num_return_sequences=s.samples_per_prompt, seed=seed, chat_template=s.chat_template)
         path.parent.mkdir(parents=True, exist_ok=True)
         before = _answered(path)
         start = time.monotonic()
-        report = generate(model, [p.messages if p.messages is not None else p.text for p in prompts], path, spec,
-                          batch_size=s.generate_batch_size, device=self.device(), progress=False)
+        report = generate(GenerateSpec(model, [p.messages if p.messages is not None else p.text for p in prompts],
+                                       path, sampling, batch_size=s.generate_batch_size, device=self.device(),
+                                       progress=False))
         seconds = time.monotonic() - start
         tokenizer = load_tokenizer(model)
         new = answer_tokens(path, tokenizer, skip=before)
