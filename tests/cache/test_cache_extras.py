@@ -110,7 +110,6 @@ def test_hidden_states_are_the_teacher_layer_outputs(tiny_llama_dir, hidden_cach
 
 def test_online_and_offline_hidden_terms_agree_with_the_identity_projection(tiny_llama_dir, hidden_cache, tmp_path):
     from destila.student import StudentInitSpec, init_student
-    from destila.targets.online import OnlineTeacher
     from destila.training import DistillationArguments
     from destila.data import collate
     from destila.training.hidden_distillation import HiddenDistillation
@@ -123,11 +122,9 @@ def test_online_and_offline_hidden_terms_agree_with_the_identity_projection(tiny
                                  online_loss="topk", top_k=8, report_to="none")
     cache = TopKCache(hidden_cache)
     offline_batch = collate([cache[i] for i in range(3)])
-    offline = DistillationTrainer(model=student, args=args, data_collator=collate, hidden=HiddenDistillation(
-        args.hidden_options(), student, cached_layers=cache.hidden_layers, cached_dim=cache.hidden_dim))
-    online = DistillationTrainer(model=student, args=args, data_collator=collate,
-                                 teacher=OnlineTeacher(teacher, "topk", args.target_spec()),
-                                 hidden=HiddenDistillation(args.hidden_options(), student, teacher=teacher))
+    offline = DistillationTrainer(model=student, args=args, data_collator=collate, cache=cache)
+    online = DistillationTrainer(model=student, args=args, data_collator=collate, teacher_model=teacher)
+    assert isinstance(offline.hidden, HiddenDistillation) and isinstance(online.hidden, HiddenDistillation)
     online_batch = {k: offline_batch[k] for k in ("input_ids", "labels")}
     loss_off, stats_off = offline._distill(student, offline_batch)
     loss_on, stats_on = online._distill(student, online_batch)

@@ -39,10 +39,9 @@ def test_online_hidden_term_equals_the_naive_formula(tiny_llama_dir, tmp_path):
     student = AutoModelForCausalLM.from_pretrained(student_path)
     teacher = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval()
     a = args(tmp_path / "out", hidden_loss="mse", hidden_weight=0.5, layer_map="s0:t0,s1:t2")
-    hidden = HiddenDistillation(a.hidden_options(), student, teacher=teacher)
-    assert hidden.parameters() == []
-    trainer = DistillationTrainer(model=student, args=a, teacher=OnlineTeacher(teacher, "topk", a.target_spec()),
-                                  hidden=hidden, data_collator=collate)
+    trainer = DistillationTrainer(model=student, args=a, teacher_model=OnlineTeacher(teacher, "topk", a.target_spec()),
+                                  data_collator=collate)
+    assert isinstance(trainer.hidden, HiddenDistillation) and trainer.hidden.parameters() == []
     batch = collate([{"input_ids": torch.randint(1, 300, (16,))} for _ in range(2)])
     loss, stats = trainer._distill(student, batch)
     kd, _ = trainer._kd(student, {**trainer._targets(batch), "labels": aligned_labels(batch["labels"])})

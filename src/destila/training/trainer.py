@@ -35,7 +35,7 @@ from destila.training.datasets import Subset, split_indices
 from destila.training.engines import enable_cpu_fsdp
 from destila.training.finite import FiniteGradients, check_loss, check_weights
 from destila.training.head_loss import distill_through_forward
-from destila.training.hidden_distillation import HiddenDistillation, hidden_term
+from destila.training.hidden_distillation import hidden_term
 from destila.training.sharing import check_push, write_model_card
 from destila.training.student_model import student_model as _student
 
@@ -143,18 +143,20 @@ class DistillationTrainer(Trainer):
     with ``processing_class`` (see :func:`destila.data.dataset_source`; pass
     ``data_spec`` to choose fields, sequence length, packing or loss positions),
     or any dataset of token items. The default collator is
-    :func:`destila.data.collate`. ``teacher=OnlineTeacher(...)`` is the
-    lower-level form of ``teacher_model``.
+    :func:`destila.data.collate`. ``teacher_model`` may also be an
+    :class:`~destila.targets.online.OnlineTeacher` (the teacher with its own
+    target spec). Built from the args, checked before the Trainer's own
+    construction: the online teacher, K′ against the cache, the hidden-state
+    term (``--hidden_loss``), LoRA adapters and frozen embeddings.
     """
 
     # compute_loss divides by num_items_in_batch itself: the Trainer must not
     # divide again by the accumulation steps.
     loss_is_scaled_for_ga = True
 
-    def __init__(self, *args, teacher: OnlineTeacher | None = None, teacher_model=None, cache=None,
-                 data_spec=None, hidden: HiddenDistillation | None = None, **kwargs):
-        if sum(x is not None for x in (teacher, teacher_model, cache)) > 1:
-            raise ValueError("DistillationTrainer: give one source of targets: teacher_model, teacher or cache")
+    def __init__(self, *args, teacher_model=None, cache=None, data_spec=None, **kwargs):
+        if teacher_model is not None and cache is not None:
+            raise ValueError("DistillationTrainer: give one source of targets: teacher_model or cache")
         if len(args) > 2:
             raise TypeError("DistillationTrainer: pass model and args positionally, everything else by name")
         model, arguments = (list(args) + [None, None])[:2]
@@ -171,18 +173,17 @@ class DistillationTrainer(Trainer):
             raise ValueError("batch_eval_metrics: compute_metrics is called once, on every held-out batch's logits "
                              "and labels; drop --batch_eval_metrics")
         model, kwargs = _student(model, arguments, kwargs)
-        has_teacher = teacher is not None or teacher_model is not None
-        kwargs = _with_data(kwargs, cache, data_spec, model, arguments, has_teacher)
+        kwargs = _with_data(kwargs, cache, data_spec, model, arguments, teacher_model is not None)
         # Everything that can refuse the run is checked before the Trainer's own construction, which
         # creates the output folder: a refusal leaves nothing behind.
         if _cache_of(kwargs.get("train_dataset")) is not None:
             check_top_k(arguments.top_k, _cache_of(kwargs["train_dataset"]))
-        if teacher_model is not None:
-            teacher = OnlineTeacher(teacher_model, arguments.online_loss, arguments.target_spec())
-        if hidden is None:  # built here from the args when the caller did not (TRL-style construction)
-            hidden = hidden_term(arguments.hidden_options(), model,
-                                 teacher_model=teacher.model if teacher is not None else None,
-                                 source=kwargs.get("train_dataset"))
+        teacher = teacher_model
+        if teacher is not None and not isinstance(teacher, OnlineTeacher):
+            teacher = OnlineTeacher(teacher, arguments.online_loss, arguments.target_spec())
+        hidden = hidden_term(arguments.hidden_options(), model,
+                             teacher_model=teacher.model if teacher is not None else None,
+                             source=kwargs.get("train_dataset"))
         if hidden is not None and arguments.world_size > 1:
             # Its projections live outside the (DDP-wrapped) model, so their gradients would not be averaged.
             raise ValueError("hidden_loss: hidden-state distillation runs in one process only; launch without "

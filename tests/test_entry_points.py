@@ -1,0 +1,88 @@
+"""One way in: every public entry point takes one spec dataclass, and few parameters besides it.
+
+Each pipeline step has a spec whose ``__post_init__`` holds its checks; the
+command fills it from its flags and the Python function takes the same
+object. Counted here: the parameters of each entry point other than its spec
+(``*args``/``**kwargs`` count as one each). The tensor-level loss
+(``distill_loss``) is not an entry point of this kind: its arguments are
+tensors, and its options are the fields of ``LossOptions``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+
+import pytest
+
+MAX_BESIDES_SPEC = 6
+
+# entry point: (module, name, the parameter holding the spec, the spec class's module and name)
+ENTRY_POINTS = {
+    "build_cache": ("destila.cache", "build_cache", "spec", "destila.cache.spec", "BuildSpec"),
+    "train_student": ("destila.training", "train_student", "spec", "destila.training.spec", "TrainSpec"),
+    "DistillationTrainer": ("destila.training", "DistillationTrainer", "args", "destila.training.arguments",
+                            "DistillationArguments"),
+    "init_student": ("destila.student", "init_student", "spec", "destila.student.spec", "StudentInitSpec"),
+    "evaluate_model": ("destila.eval", "evaluate_model", "spec", "destila.eval.spec", "EvalSpec"),
+    "evaluate_models": ("destila.eval", "evaluate_models", "spec", "destila.eval.spec", "EvalSpec"),
+    "evaluate_tasks": ("destila.eval", "evaluate_tasks", "spec", "destila.eval.harness", "TaskEvalSpec"),
+    "generate": ("destila.generation", "generate", "spec", "destila.generation.run", "GenerateSpec"),
+    "ProgressiveRecipe": ("destila.recipes", "ProgressiveRecipe", "settings", "destila.recipes.common",
+                          "RecipeSettings"),
+    "SelfRecipe": ("destila.recipes", "SelfRecipe", "settings", "destila.recipes.common", "RecipeSettings"),
+    "OnPolicyRecipe": ("destila.recipes", "OnPolicyRecipe", "settings", "destila.recipes.on_policy",
+                       "OnPolicySettings"),
+    "Demo": ("destila.demo", "Demo", "settings", "destila.demo.settings", "DemoSettings"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
+def test_every_entry_point_takes_its_spec_and_at_most_six_parameters_besides(name):
+    module, attr, holder, spec_module, spec_name = ENTRY_POINTS[name]
+    function = getattr(importlib.import_module(module), attr)
+    spec = getattr(importlib.import_module(spec_module), spec_name)
+    assert dataclasses.is_dataclass(spec) and hasattr(spec, "__post_init__"), f"{spec_name}: no checks"
+    parameters = {p.name: p for p in inspect.signature(function).parameters.values() if p.name != "self"}
+    assert holder in parameters, f"{name}{inspect.signature(function)} takes no {spec_name}"
+    # The trainer takes (model, args) positionally, as transformers' Trainer does: *args holds the spec.
+    annotation = str(parameters[holder].annotation)
+    assert spec_name in annotation or parameters[holder].kind is inspect.Parameter.VAR_POSITIONAL, annotation
+    besides = len(parameters) - 1
+    assert besides <= MAX_BESIDES_SPEC, f"{name}{inspect.signature(function)}: {besides} parameters besides its spec"
+
+
+def test_the_spec_is_what_the_command_line_fills(tmp_path):
+    """The flat keyword forms build the very spec the command builds (one set of checks)."""
+    from destila.student.spec import StudentInitSpec
+    from destila.training import DistillationArguments
+    from destila.training.run import _spec_of
+    from destila.training.spec import TrainSpec
+
+    args = DistillationArguments(output_dir=str(tmp_path / "o"), report_to="none")
+    flat = _spec_of("s", tmp_path / "o", args, {"teacher": "t", "data": ["a document"], "seq_len": 16})
+    assert flat == TrainSpec("s", tmp_path / "o", args, teacher="t", data=flat.data)
+    assert flat.data.documents == ("a document",) and flat.data.seq_len == 16
+    with pytest.raises(ValueError, match="give either a cache .offline., or a teacher and data"):
+        TrainSpec("s", tmp_path / "o", args)
+    with pytest.raises(ValueError, match="args.output_dir is .* but out is"):
+        TrainSpec("s", tmp_path / "elsewhere", args, cache="c")
+    with pytest.raises(ValueError, match="teacher_placement is about the online teacher"):
+        TrainSpec("s", tmp_path / "o", args, cache="c", teacher_placement={"device_map": "auto"})
+    with pytest.raises(ValueError, match="--select importance: measuring the layers needs calibration text"):
+        StudentInitSpec("t", tmp_path / "s", layers=2, select="importance")
+
+
+def test_the_eval_spec_keeps_one_data_spec_with_its_token_cap():
+    from destila.data import DataSpec
+    from destila.eval import EvalSpec
+
+    spec = EvalSpec(["m"], data="pydoc", max_tokens=4096)
+    assert spec.data == DataSpec("pydoc", max_tokens=4096)
+    shipped = EvalSpec(**dataclasses.asdict(EvalSpec(["m"], data=DataSpec(["x y z"], seq_len=8), max_tokens=64)))
+    assert shipped.data == DataSpec(("x y z",), seq_len=8, max_tokens=64)  # what a worker process rebuilds
+    with pytest.raises(ValueError, match="give either a cache or data"):
+        EvalSpec(["m"], cache="c", data="pydoc")
+    with pytest.raises(ValueError, match="--eval-fraction: only meaningful with --cache"):
+        EvalSpec(["m"], data="pydoc", eval_fraction=0.1)
