@@ -85,3 +85,49 @@ def test_a_missing_reporter_package_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
     with pytest.raises(ValueError, match=r"report_to: tensorboard needs the package tensorboard.*destila\[tensorboard\]"):
         DistillationArguments(output_dir=str(tmp_path), report_to="tensorboard")
+
+
+def _copies():
+    from destila.training.hidden_distillation import HiddenLossOptions
+    from destila.training.peft_student import LoraArguments
+
+    return [*LOSS_FIELDS, *TARGET_FIELDS, *dataclasses.fields(HiddenLossOptions), *dataclasses.fields(LoraArguments)]
+
+
+def test_the_arguments_hold_every_option_of_the_specs_they_copy_as_declared_there():
+    """DistillationArguments is written out field by field: a field added to LossOptions, HiddenLossOptions,
+    LoraArguments (or TargetSpec's online fields) and not here, or declared here with another type, default,
+    help or choices, is caught."""
+    import typing
+
+    from destila.training.hidden_distillation import HiddenLossOptions
+    from destila.training.peft_student import LoraArguments
+
+    ours = {f.name: f for f in dataclasses.fields(DistillationArguments)}
+    our_types = typing.get_type_hints(DistillationArguments)
+    for cls in (LossOptions, TargetSpec, HiddenLossOptions, LoraArguments):
+        types = typing.get_type_hints(cls)
+        for spec_field in dataclasses.fields(cls):
+            if spec_field not in _copies():
+                continue
+            mine = ours.get(spec_field.name)
+            assert mine is not None, f"{cls.__name__}.{spec_field.name} is not a field of DistillationArguments"
+            assert our_types[spec_field.name] == types[spec_field.name], spec_field.name
+            assert mine.default == spec_field.default, spec_field.name
+            assert mine.metadata.get("choices") == spec_field.metadata.get("choices"), spec_field.name
+            assert mine.metadata["help"].endswith(spec_field.metadata["help"]), spec_field.name
+    assert "ignore_index" not in ours  # the data path's business
+
+
+def test_the_arguments_are_a_plain_dataclass_declared_in_its_module():
+    """What "go to definition" needs: the class and its fields are written in training/arguments.py."""
+    import ast
+
+    from destila.training import arguments
+
+    assert DistillationArguments.__module__ == arguments.__name__
+    tree = ast.parse(inspect.getsource(arguments))
+    (cls,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "DistillationArguments"]
+    declared = {node.target.id for node in cls.body if isinstance(node, ast.AnnAssign)}
+    assert {f.name for f in _copies()} <= declared
+    assert "make_dataclass" not in inspect.getsource(arguments)

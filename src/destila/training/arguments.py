@@ -1,10 +1,17 @@
 """`DistillationArguments`: `transformers.TrainingArguments` plus the loss and target options.
 
-Nothing about the loss is declared here: its fields are generated from
-:class:`destila.losses.LossOptions` (names, types, defaults, help) and
-validated by building one, and the online teacher's fields come from
-:class:`destila.targets.TargetSpec` the same way. So the CLI (which
-``HfArgumentParser`` derives from this class), the Trainer and
+A plain dataclass, as TRL's configs are: every field is declared below, so
+"go to definition" and ``help(DistillationArguments)`` find it. The loss
+options are :class:`destila.losses.LossOptions`' fields (minus
+``ignore_index``), copied field by field with :func:`_copied`, which takes the
+name, default and help (choices included) from the declaration there; the
+online teacher's ``head_chunk_rows``, the hidden-state term's and the LoRA
+options are copied from :class:`~destila.targets.TargetSpec`,
+:class:`~destila.training.hidden_distillation.HiddenLossOptions` and
+:class:`~destila.training.peft_student.LoraArguments` the same way, and
+validated by building one of each. ``tests/training/test_arguments.py`` checks
+that no field of those classes is missing here or declared differently, so the
+CLI (which ``HfArgumentParser`` derives from this class), the Trainer and
 :func:`destila.distill_loss` cannot drift apart.
 
 Everything the Trainer already offers (checkpoints, resume, gradient
@@ -18,16 +25,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import typing
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
+from transformers.trainer_utils import SchedulerType
 
 from destila.losses.options import LossOptions
 from destila.targets.spec import TargetSpec
-from destila.training.hidden_distillation import HiddenLossOptions
 from destila.training.engines import check_engine, choose_device
 from destila.training.finite import check_finite_arguments
+from destila.training.hidden_distillation import HiddenLossOptions
 from destila.training.peft_student import LoraArguments
 
 ONLINE_LOSSES = ("dense", "topk")
@@ -53,71 +60,127 @@ DISTILLATION_DEFAULTS = {
 }
 
 
-def _spec_fields(spec, keep, prefix: str = "") -> list[tuple]:
-    """``(name, type, field)`` triples for :func:`dataclasses.make_dataclass`, copied from ``spec``."""
-    hints = typing.get_type_hints(spec)
-    return [
-        (f.name, hints[f.name],
-         field(default=f.default, metadata={**f.metadata, "help": prefix + f.metadata.get("help", "")}))
-        for f in dataclasses.fields(spec) if keep(f.name)
-    ]
+def _copied(cls, name: str, prefix: str = ""):
+    """The field ``name`` of dataclass ``cls`` as a field here: its default and metadata (help, choices),
+    the help prefixed with ``prefix``."""
+    source = cls.__dataclass_fields__[name]
+    return field(default=source.default,
+                 metadata={**source.metadata, "help": prefix + source.metadata.get("help", "")})
 
 
-def _own_fields() -> list[tuple]:
-    return [
-        ("top_k", typing.Optional[int], field(default=None, metadata={
-            "help": "Teacher tokens per position the loss compares. From a cache: K′ ≤ the cache's K, read as its "
-                    "first K′ entries with the exact mass of the rest (default: the cache's K). Online: the "
-                    f"teacher's top-K (default: {TargetSpec.top_k})."})),
-        ("eval_fraction", float, field(default=0.0, metadata={
-            "help": "Fraction of the sequences held out for evaluation (0 disables)."})),
-        ("online_loss", str, field(default="dense", metadata={
-            "help": "Online only: dense (full-vocabulary divergence, the paper's baseline) or topk (the teacher's "
-                    "top-K computed on the fly, then the same loss as from a cache).",
-            "choices": list(ONLINE_LOSSES)})),
-        ("freeze_embeddings", bool, field(default=False, metadata={
-            "help": "Keep the input embedding and the output head fixed (tied or not): the head's weight gradient "
-                    "(one [V, H] GEMM per step) and its optimizer state are skipped, and the student keeps the "
-                    "teacher's vocabulary geometry."})),
-        ("allow_tokenizer_mismatch", bool, field(default=False, metadata={
-            "help": "Train although the student's tokenizer differs from the targets' (accepted only when both "
-                    "vocabularies have the same size)."})),
-        ("overwrite", bool, field(default=False, metadata={
-            "help": "Delete the training run already in the output folder and start again (without it, or "
-                    "--resume, a folder holding a run is refused)."})),
-    ]
+def _changed(name: str, **extra):
+    """TrainingArguments' field ``name`` with destila's default (:data:`DISTILLATION_DEFAULTS`), same help."""
+    source = TrainingArguments.__dataclass_fields__[name]
+    return field(default=DISTILLATION_DEFAULTS[name], metadata={**source.metadata, **extra})
 
 
-def _changed_defaults() -> list[tuple]:
-    """The TrainingArguments fields whose default changes, re-declared with the same type and help."""
-    base = {f.name: f for f in dataclasses.fields(TrainingArguments)}
-    hints = typing.get_type_hints(TrainingArguments)
-    out = []
-    for name, default in DISTILLATION_DEFAULTS.items():
-        help_text = base[name].metadata.get("help", "")
-        out.append((name, hints[name], field(default=default, metadata={**base[name].metadata, "help": help_text})))
-    # -o/--out: the CLI's spelling of output_dir.
-    meta = {**base["output_dir"].metadata, "aliases": ["-o", "--out"]}
-    out.append(("output_dir", hints["output_dir"], field(default=None, metadata=meta)))
-    return out
+@dataclass
+class DistillationArguments(TrainingArguments):
+    """Training arguments for distillation from a top-K cache or an online teacher.
 
+    Every ``transformers.TrainingArguments`` field, plus the loss options of
+    :class:`destila.losses.LossOptions` (except ``ignore_index``), ``top_k``
+    (K′ from a cache, K online), ``head_chunk_rows`` of
+    :class:`destila.targets.TargetSpec` for an online teacher,
+    ``eval_fraction``, ``online_loss``, ``freeze_embeddings``,
+    ``allow_tokenizer_mismatch``, ``overwrite``, the hidden-state options of
+    :class:`~destila.training.hidden_distillation.HiddenLossOptions` and the
+    LoRA options of :class:`~destila.training.peft_student.LoraArguments`
+    (``lora_r``, ...).
+    """
 
-def _post_init(self) -> None:
-    check_finite_arguments(self)  # --learning_rate inf, --max_grad_norm nan, ...: before anything else
-    if self.online_loss not in ONLINE_LOSSES:
-        raise ValueError(f"online_loss: expected one of {', '.join(ONLINE_LOSSES)}, found {self.online_loss!r}")
-    if not 0.0 <= self.eval_fraction < 1.0:
-        raise ValueError(f"eval_fraction: expected a number in [0, 1), found {self.eval_fraction}")
-    if self.remove_unused_columns:
-        raise ValueError("remove_unused_columns: must stay False, the batches carry the teacher's targets")
-    self.loss_options()  # validates every loss option, with LossOptions' messages
-    self.target_spec()
-    self.hidden_options()
-    self.lora_arguments()
-    _check_reporters(self.report_to)
-    choose_device(self)  # CPU-only machines: use_cpu, so torchrun gives DDP over gloo and bf16 is accepted
-    TrainingArguments.__post_init__(self)
-    check_engine(self)
+    # The loss: LossOptions' fields (validated by building one, see loss_options).
+    divergence: str = _copied(LossOptions, "divergence")
+    beta: float = _copied(LossOptions, "beta")
+    tail: str = _copied(LossOptions, "tail")
+    temperature: float = _copied(LossOptions, "temperature")
+    soft_weight: float = _copied(LossOptions, "soft_weight")
+    hard_weight: float = _copied(LossOptions, "hard_weight")
+    impl: str = _copied(LossOptions, "impl")
+    chunk_size: int = _copied(LossOptions, "chunk_size")
+
+    # The targets: K′ of a cache, or the online teacher's top-K and its head's chunk.
+    head_chunk_rows: int = _copied(TargetSpec, "head_chunk_rows", prefix="Online only: ")
+    top_k: int | None = field(default=None, metadata={
+        "help": "Teacher tokens per position the loss compares. From a cache: K′ ≤ the cache's K, read as its "
+                "first K′ entries with the exact mass of the rest (default: the cache's K). Online: the "
+                f"teacher's top-K (default: {TargetSpec.top_k})."})
+
+    # The run.
+    eval_fraction: float = field(default=0.0, metadata={
+        "help": "Fraction of the sequences held out for evaluation (0 disables)."})
+    online_loss: str = field(default="dense", metadata={
+        "help": "Online only: dense (full-vocabulary divergence, the paper's baseline) or topk (the teacher's "
+                "top-K computed on the fly, then the same loss as from a cache).",
+        "choices": list(ONLINE_LOSSES)})
+    freeze_embeddings: bool = field(default=False, metadata={
+        "help": "Keep the input embedding and the output head fixed (tied or not): the head's weight gradient "
+                "(one [V, H] GEMM per step) and its optimizer state are skipped, and the student keeps the "
+                "teacher's vocabulary geometry."})
+    allow_tokenizer_mismatch: bool = field(default=False, metadata={
+        "help": "Train although the student's tokenizer differs from the targets' (accepted only when both "
+                "vocabularies have the same size)."})
+    overwrite: bool = field(default=False, metadata={
+        "help": "Delete the training run already in the output folder and start again (without it, or "
+                "--resume, a folder holding a run is refused)."})
+
+    # The hidden-state term: HiddenLossOptions' fields (off unless hidden_loss is set).
+    hidden_loss: str | None = _copied(HiddenLossOptions, "hidden_loss")
+    hidden_weight: float = _copied(HiddenLossOptions, "hidden_weight")
+    layer_map: str = _copied(HiddenLossOptions, "layer_map")
+
+    # A LoRA student: LoraArguments' fields (lora_r = 0: no adapters).
+    lora_r: int = _copied(LoraArguments, "lora_r")
+    lora_alpha: float | None = _copied(LoraArguments, "lora_alpha")
+    lora_dropout: float = _copied(LoraArguments, "lora_dropout")
+    lora_target_modules: str = _copied(LoraArguments, "lora_target_modules")
+    merge: bool = _copied(LoraArguments, "merge")
+
+    # TrainingArguments' fields whose default changes (DISTILLATION_DEFAULTS), and -o/--out for output_dir.
+    learning_rate: float = _changed("learning_rate")
+    lr_scheduler_type: SchedulerType | str = _changed("lr_scheduler_type")
+    warmup_steps: float = _changed("warmup_steps")
+    logging_steps: float = _changed("logging_steps")
+    remove_unused_columns: bool = _changed("remove_unused_columns")
+    report_to: None | str | list[str] = _changed("report_to")
+    output_dir: str | None = field(default=None, metadata={
+        **TrainingArguments.__dataclass_fields__["output_dir"].metadata, "aliases": ["-o", "--out"]})
+
+    def __post_init__(self) -> None:
+        check_finite_arguments(self)  # --learning_rate inf, --max_grad_norm nan, ...: before anything else
+        if self.online_loss not in ONLINE_LOSSES:
+            raise ValueError(f"online_loss: expected one of {', '.join(ONLINE_LOSSES)}, found {self.online_loss!r}")
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise ValueError(f"eval_fraction: expected a number in [0, 1), found {self.eval_fraction}")
+        if self.remove_unused_columns:
+            raise ValueError("remove_unused_columns: must stay False, the batches carry the teacher's targets")
+        self.loss_options()  # validates every loss option, with LossOptions' messages
+        self.target_spec()
+        self.hidden_options()
+        self.lora_arguments()
+        _check_reporters(self.report_to)
+        choose_device(self)  # CPU-only machines: use_cpu, so torchrun gives DDP over gloo and bf16 is accepted
+        super().__post_init__()
+        check_engine(self)
+
+    def loss_options(self) -> LossOptions:
+        """The :class:`LossOptions` these arguments hold (validated)."""
+        return LossOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(LossOptions)
+                              if f.name not in _LOSS_FIELDS_LEFT_OUT})
+
+    def target_spec(self) -> TargetSpec:
+        """The :class:`TargetSpec` of the online teacher (temperature shared with the student's)."""
+        top_k = {"top_k": self.top_k} if self.top_k is not None else {}
+        return TargetSpec(temperature=self.temperature, **top_k,
+                          **{name: getattr(self, name) for name in ONLINE_TARGET_FIELDS})
+
+    def hidden_options(self) -> HiddenLossOptions:
+        """The hidden-state term's options (validated); ``hidden_loss=None`` means off."""
+        return HiddenLossOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(HiddenLossOptions)})
+
+    def lora_arguments(self) -> LoraArguments:
+        """The LoRA options (validated); ``lora_r = 0`` means a full student, no adapters."""
+        return LoraArguments(**{f.name: getattr(self, f.name) for f in dataclasses.fields(LoraArguments)})
 
 
 def _check_reporters(report_to) -> None:
@@ -131,55 +194,3 @@ def _check_reporters(report_to) -> None:
             if module and importlib.util.find_spec(module) is None:
                 raise ValueError(f"report_to: {reporter.strip()} needs the package {module}, which is not "
                                  f"installed; pip install '{install}' or pass --report_to none")
-
-
-def _loss_options(self) -> LossOptions:
-    """The :class:`LossOptions` these arguments hold (validated)."""
-    return LossOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(LossOptions)
-                          if f.name not in _LOSS_FIELDS_LEFT_OUT})
-
-
-def _target_spec(self) -> TargetSpec:
-    """The :class:`TargetSpec` of the online teacher (temperature shared with the student's)."""
-    top_k = {"top_k": self.top_k} if self.top_k is not None else {}
-    return TargetSpec(temperature=self.temperature, **top_k,
-                      **{name: getattr(self, name) for name in ONLINE_TARGET_FIELDS})
-
-
-def _lora_arguments(self) -> LoraArguments:
-    """The LoRA options (validated); ``lora_r = 0`` means a full student, no adapters."""
-    return LoraArguments(**{f.name: getattr(self, f.name) for f in dataclasses.fields(LoraArguments)})
-
-
-def _hidden_options(self) -> HiddenLossOptions:
-    """The hidden-state term's options (validated); ``hidden_loss=None`` means off."""
-    return HiddenLossOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(HiddenLossOptions)})
-
-
-DistillationArguments = dataclasses.make_dataclass(
-    "DistillationArguments",
-    [
-        *_spec_fields(LossOptions, lambda name: name not in _LOSS_FIELDS_LEFT_OUT),
-        *_spec_fields(TargetSpec, lambda name: name in ONLINE_TARGET_FIELDS, prefix="Online only: "),
-        *_own_fields(),
-        *_spec_fields(HiddenLossOptions, lambda name: True),
-        *_spec_fields(LoraArguments, lambda name: True),
-        *_changed_defaults(),
-    ],
-    bases=(TrainingArguments,),
-    namespace={
-        "__post_init__": _post_init,
-        "loss_options": _loss_options,
-        "target_spec": _target_spec,
-        "hidden_options": _hidden_options,
-        "lora_arguments": _lora_arguments,
-        "__doc__": "Training arguments for distillation from a top-K cache or an online teacher.\n\n"
-                   "Every ``transformers.TrainingArguments`` field, plus the fields of "
-                   ":class:`destila.losses.LossOptions` (except ``ignore_index``), ``top_k`` (K′ from a cache, "
-                   "K online), ``head_chunk_rows`` of :class:`destila.targets.TargetSpec` for an online teacher, "
-                   "``eval_fraction``, ``online_loss``, ``allow_tokenizer_mismatch``, the hidden-state "
-                   "options of :class:`destila.training.hidden_distillation.HiddenLossOptions` and the LoRA options of "
-                   ":class:`destila.training.peft_student.LoraArguments` (``lora_r``, ...).",
-    },
-)
-DistillationArguments.__module__ = __name__
