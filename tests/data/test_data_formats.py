@@ -21,9 +21,9 @@ def write_jsonl(path, rows):
 
 def test_prompt_completion_and_messages_are_detected(tmp_path):
     pairs = detect_format(DataSpec(str(write_jsonl(tmp_path / "pc.jsonl", PAIRS))))
-    assert (pairs.kind, pairs.prompt_field, pairs.loss_on) == ("prompt_completion", "prompt", "completion")
+    assert (pairs.format, pairs.prompt_field, pairs.loss_on) == ("prompt_completion", "prompt", "completion")
     chats = detect_format(DataSpec(str(write_jsonl(tmp_path / "chat.jsonl", CHATS))))
-    assert (chats.kind, chats.messages_field, chats.loss_on) == ("messages", "messages", "assistant")
+    assert (chats.format, chats.messages_field, chats.loss_on) == ("messages", "messages", "assistant")
     text = DataSpec(str(write_jsonl(tmp_path / "t.jsonl", [{"text": "a", "messages": []}])))
     assert detect_format(text) is text  # a text field wins, as in TRL
     named = DataSpec(str(tmp_path / "pc.jsonl"), prompt_field="prompt", completion_field="completion", loss_on="all")
@@ -39,7 +39,7 @@ def test_a_prompt_completion_file_builds_a_cache_trained_on_completions(tiny_lla
     assert exit_.value.code == 0, capsys.readouterr().err
     cache = TopKCache(tmp_path / "c")
     source = packed_source(DataSpec(str(data), seq_len=32), tiny_tokenizer)
-    assert source.spec.kind == "prompt_completion"
+    assert source.spec.format == "prompt_completion"
     trained = sum(int((cache[i]["labels"] != -100).sum()) for i in range(len(cache)))
     completions = sum(len(tiny_tokenizer(p["completion"])["input_ids"]) + 1 for p in PAIRS)  # + EOS
     total = sum(int(cache[i]["input_ids"].numel()) for i in range(len(cache)))

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from destila.cache.identity import manifest_identity_fault
+from destila.cache.kinds import kind_of
 
 _SLACK = 1e-3  # log-probs are ≤ 0 up to float rounding of "top logit − logsumexp"
 
@@ -36,9 +37,14 @@ def manifest_faults(manifest) -> list[str]:
     identity = manifest_identity_fault(m)
     if identity is not None:
         faults.append(identity)
-    width = (m.targets or {}).get("top_k") or (m.targets or {}).get("samples") or 0
-    if (m.targets or {}).get("kind", "topk") == "topk" and width > m.vocab_size:
-        faults.append(f"top_k is {width}, more than the vocabulary of {m.vocab_size}")
+    try:
+        targets = m.target_spec
+    except (TypeError, ValueError) as err:
+        faults.append(f"targets is not a target spec ({err})")
+    else:
+        fault = kind_of(targets.kind).vocab_fault(targets, m.vocab_size)
+        if fault is not None:
+            faults.append(fault)
     return faults
 
 

@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from destila.cache.kinds import target_content, target_width
 from destila.io import outside_link, write_atomic
 from destila.targets.spec import TargetSpec
 
@@ -158,7 +159,7 @@ class Manifest:
     shards: list[ShardInfo] = field(default_factory=list)
     destila_version: str = ""
     extras: dict | None = None  # several teachers, stored hidden states (destila.cache.extras)
-    # The data spec the sequences were made with (kind, fields, loss_on, packing, split, subset, streaming);
+    # The data spec the sequences were made with (its fields, loss_on, packing, split, subset, streaming);
     # informative: ids_fingerprint already covers every token, position and mask it decides.
     data: dict | None = None
     tokenizer_files: dict[str, str] = field(default_factory=dict)  # tokenizer/ file → sha256 (tokenizer_files.py)
@@ -183,7 +184,7 @@ class Manifest:
     @property
     def top_k(self) -> int:
         """Entries per position a reader returns: K (top-K) or S (sampled: at most S distinct ids)."""
-        return self.target_spec.width
+        return target_width(self.target_spec)
 
     @property
     def temperature(self) -> float:
@@ -198,7 +199,7 @@ class Manifest:
     def content(self) -> dict:
         """The content-defining fields (:data:`CONTENT_FIELDS`), the target spec's flattened as ``targets.NAME``."""
         values = {name: getattr(self, name) for name in CONTENT_FIELDS if name != "targets"}
-        values.update({f"targets.{k}": v for k, v in self.target_spec.content().items()})
+        values.update({f"targets.{k}": v for k, v in target_content(self.target_spec).items()})
         return values
 
     def to_json(self) -> str:

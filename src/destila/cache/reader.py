@@ -116,8 +116,7 @@ class TopKCache(torch.utils.data.Dataset):
         try:
             with safe_open(str(self.path / shard.name), framework="pt") as handle:
                 fault = shard_identity_fault(handle.metadata(), self.manifest) or order_fault(handle, shard)
-                if "loss_mask" in handle.keys():  # plain encoding: one small bool tensor
-                    trained = int(handle.get_tensor("loss_mask").sum())
+                trained = encoding_of(self.manifest.encoding).trained_positions(handle)
         except Exception as err:  # safetensors raises its own error type for a bad header
             fault = f"not a readable safetensors file ({err})"
         if fault is not None:

@@ -95,7 +95,7 @@ class BuildSpec(PlacementSpec):
             raise ValueError(f"extras: expected a TeacherExtras, found {type(self.extras).__name__}")
         if self.extras.mixture and not kind_of(self.targets.kind).supports_mixture:
             raise ValueError("teacher_weights: a mixture of teachers is stored as top-K targets; drop --kind sampled")
-        if self.extras.hidden_layers is not None and self.targets.kind != "topk":
+        if self.extras.hidden_layers is not None and not kind_of(self.targets.kind).stores_hidden_states:
             raise ValueError("hidden_layers: teacher hidden states are stored beside top-K targets only; "
                              "drop --targets sampled or --hidden-layers")
         if self.tensor_parallel and (self.device_map or self.max_memory or self.offload_folder):

@@ -147,11 +147,12 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: 
 
 def _trained_positions(path: Path, m) -> int:
     """Positions with a target (the loss mask's count) over all stored shards."""
-    total = 0
+    total, encoding = 0, encoding_of(m.encoding)
     for shard in m.shards:
         with safe_open(str(path / shard.name), framework="pt") as handle:
-            if "loss_mask" in handle.keys():
-                total += int(handle.get_tensor("loss_mask").sum())
+            counted = encoding.trained_positions(handle)
+            if counted is not None:
+                total += counted
                 continue
             reader = ShardRows(handle, m, shard)
             total += sum(int((reader.item(r)["labels"] != IGNORE_INDEX).sum()) for r in range(shard.rows))

@@ -45,7 +45,7 @@ from destila.cache.format import (
     write_manifest,
 )
 from destila.cache.identity import cache_identity
-from destila.cache.kinds import kind_of
+from destila.cache.kinds import kind_of, target_content
 from destila.cache.resume import (
     covers_all,
     done_indices,
@@ -137,7 +137,7 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
     held: dict = {}
     created = not output.exists()
     try:
-        _, manifest, source, model = _prepare(group, spec, device, held)
+        _, manifest, source, model, teachers = _prepare(group, spec, device, held)
         report = BuildReport(
             output, manifest.sequences, manifest.tokens, manifest.complete,
             rank=group.rank, world_size=group.world, dropped=source.dropped_positions(),
@@ -150,7 +150,7 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
         # Tensor-parallel ranks hold one teacher between them: each runs every block.
         blocks = shard_blocks(manifest.sequences, done, spec.shard_size)
         my_blocks = blocks if spec.tensor_parallel else blocks[group.rank :: group.world]
-        _teacher_pass(model, source, my_blocks, manifest, spec, group, report)
+        _teacher_pass(model, teachers, source, my_blocks, manifest, spec, group, report)
         distributed.barrier(group)
         if group.world > 1 and group.is_main:
             manifest = recover(output, read_manifest(output))
@@ -199,12 +199,14 @@ def _content(spec: BuildSpec, tokenizer, source, data_fingerprint: str, vocab_si
 
 def _flat_content(fields: dict) -> dict:
     flat = {k: v for k, v in fields.items() if k != "targets"}
-    flat.update({f"targets.{k}": v for k, v in TargetSpec(**fields["targets"]).content().items()})
+    flat.update({f"targets.{k}": v for k, v in target_content(TargetSpec(**fields["targets"])).items()})
     return flat
 
 
 def _prepare(group, spec: BuildSpec, device, held: dict):
-    """Load everything, agree with what the output folder already holds; returns ``(lock, manifest, source, model)``."""
+    """Load everything, agree with what the output folder already holds; returns ``(lock, manifest, source, model,
+    teachers)``, ``teachers`` the :class:`~destila.cache.extras.TeacherSet` of a mixture or stored hidden states
+    (else None)."""
     import torch
 
     output = spec.output
@@ -276,7 +278,7 @@ def _prepare(group, spec: BuildSpec, device, held: dict):
             error = err
     distributed.share_error(group, error)
     distributed.barrier(group)
-    return lock, read_manifest(output), source, teachers if teachers is not None else model
+    return lock, read_manifest(output), source, model, teachers
 
 
 def _check_ids(model, input_ids) -> None:
@@ -304,13 +306,15 @@ def _check_fits(model, source, spec: BuildSpec) -> None:
     kind_of(spec.targets.kind).check_vocab(spec.targets, vocab)
 
 
-def _teacher_pass(model, source, groups: list[list[int]], manifest, spec: BuildSpec, group, report) -> None:
-    """Compute and write the shards ``groups`` (each a list of sequence indices), recording each once written."""
+def _teacher_pass(model, teachers, source, groups: list[list[int]], manifest, spec: BuildSpec, group,
+                  report) -> None:
+    """Compute and write the shards ``groups`` (each a list of sequence indices), recording each once written.
+
+    ``teachers``: a :class:`~destila.cache.extras.TeacherSet` computing the targets in ``model``'s place, or None.
+    """
     import torch
     from tqdm.auto import tqdm
 
-    teachers = model if hasattr(model, "positions") else None  # a TeacherSet (destila.cache.extras)
-    model = teachers.models[0] if teachers is not None else model
     decoder = decoder_of(model)
     # A device-mapped teacher may keep its head on CPU or disk between uses.
     device, output, seq_len = input_device(model), spec.output, manifest.seq_len

@@ -32,14 +32,14 @@ def detect_format(spec: DataSpec) -> DataSpec:
     if DEFAULT_TEXT_FIELD in names:
         return spec
     if "messages" in names:
-        return _as_kind(spec, "messages", messages_field="messages")
+        return _as_format(spec, "messages", messages_field="messages")
     if {"prompt", "completion"} <= names:
-        return _as_kind(spec, "prompt_completion", prompt_field="prompt", completion_field="completion")
+        return _as_format(spec, "prompt_completion", prompt_field="prompt", completion_field="completion")
     return spec  # the missing "text" field is reported with the fields found
 
 
-def _as_kind(spec: DataSpec, kind: str, **fields) -> DataSpec:
-    """``spec`` read as ``kind``: the kind's default loss positions and packing where the spec has plain text's."""
+def _as_format(spec: DataSpec, data_format: str, **fields) -> DataSpec:
+    """``spec`` read as ``data_format``: that format's default loss positions and packing where the spec has plain text's."""
     keep = {name: getattr(spec, name) for name, defaults in (("loss_on", DEFAULT_LOSS_ON), ("packing", DEFAULT_PACKING))
             if getattr(spec, name) != defaults["text"]}
     return spec.replace(**fields, loss_on=keep.get("loss_on"), packing=keep.get("packing"))

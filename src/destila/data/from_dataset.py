@@ -1,6 +1,6 @@
 """A user's ``datasets.Dataset`` as training sequences, the way TRL trainers take one.
 
-Columns decide the kind: ``messages`` (conversations, loss on assistant
+Columns decide the format: ``messages`` (conversations, loss on assistant
 turns), ``prompt`` + ``completion`` (loss on completions), ``text`` (loss on
 all tokens), or ``input_ids`` (already tokenised: used as is, with any
 ``labels`` and ``attention_mask`` honoured by the collate)::

@@ -58,10 +58,10 @@ def encoder(spec, tokenizer, spans: bool = False, token_budget: int | None = Non
         raise ValueError(
             f"tokenizer: {type(tokenizer).__name__} has no EOS token to end documents; set tokenizer.eos_token"
         )
-    check, encode = _KINDS[spec.kind]
+    check, encode = _FORMATS[spec.format]
     check(tokenizer, spec)
     if not spans:
-        if token_budget is not None and spec.kind == "text":
+        if token_budget is not None and spec.format == "text":
             return BudgetedText(tokenizer, spec, token_budget)
         return lambda batch: encode(*(batch[column] for column in spec.columns), tokenizer, spec)
     speller = check_spells_bytes(tokenizer, "tokenizer (byte spans, --spans)")
@@ -237,8 +237,8 @@ def _encode_messages(values, tokenizer, spec, documents: list | None = None) -> 
     return {"input_ids": ids, "targets": targets}
 
 
-# Each kind of input (DataSpec.kind): the check of the tokenizer, then the batched encoder of its columns.
-_KINDS = {
+# Each data format (DataSpec.format): the check of the tokenizer, then the batched encoder of its columns.
+_FORMATS = {
     "text": (_any_tokenizer, _encode_text),
     "prompt_completion": (_any_tokenizer, _encode_pairs),
     "messages": (_check_chat_tokenizer, _encode_messages),

@@ -100,7 +100,7 @@ def describe_data(data, source: PackedSource) -> str:
     """Where ``data`` came from, in words, as a cache manifest records it (``data_source``); ``source`` is
     :func:`as_sequences`'s result for it (rows given in Python are named by their format)."""
     if _rows_given(data):
-        return f"<{len(data)} {source.spec.kind} rows given in Python>"
+        return f"<{len(data)} {source.spec.format} rows given in Python>"
     documents = data.documents if isinstance(data, DataSpec) else data if isinstance(data, (list, tuple)) else None
     if documents is not None:
         return f"<{len(documents)} documents given in Python>"

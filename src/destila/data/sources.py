@@ -244,7 +244,7 @@ def _keep_columns(dataset, spec):
     names = column_names(dataset) or []
     missing = [c for c in spec.columns if c not in names]
     if missing:
-        flag = {"text": "--text-field", "messages": "--messages-field"}.get(spec.kind, "--prompt-field/--completion-field")
+        flag = {"text": "--text-field", "messages": "--messages-field"}.get(spec.format, "--prompt-field/--completion-field")
         raise ValueError(
             f"data: {spec.source} has no field {missing[0]!r}; fields found: {', '.join(names) or '(none)'}; "
             f"pass {flag} with one of them"

@@ -5,7 +5,7 @@ from these fields (name, type, default, choices, help); Python users build
 the object directly::
 
     spec = DataSpec("chat.jsonl", messages_field="messages", seq_len=1024)
-    spec.kind      # "messages"
+    spec.format    # "messages"
     spec.loss_on   # "assistant" (the default for conversations)
     DataSpec(["a document", "another"], seq_len=64)   # documents given in Python (small data, tests)
 """
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-KINDS = ("text", "messages", "prompt_completion")
+FORMATS = ("text", "messages", "prompt_completion")
+"""The data formats a source is read as (``DataSpec.format``); a target kind is another thing (``TargetSpec.kind``)."""
 TEXTS = "<texts>"
 """How documents given in Python are named where a source name would stand (manifests, logs)."""
 LOSS_ON = ("all", "assistant", "completion")
@@ -24,8 +25,8 @@ DEFAULT_LOSS_ON = {"text": "all", "messages": "assistant", "prompt_completion": 
 DEFAULT_PACKING = {"text": "documents", "messages": "bfd", "prompt_completion": "bfd"}
 
 
-# Each kind of input and the spec fields naming the source columns it reads.
-_KIND_FIELDS = {"text": ("text_field",), "messages": ("messages_field",),
+# Each data format and the spec fields naming the source columns it reads.
+_FORMAT_FIELDS = {"text": ("text_field",), "messages": ("messages_field",),
                 "prompt_completion": ("prompt_field", "completion_field")}
 
 
@@ -90,19 +91,19 @@ class DataSpec:
         if self.messages_field is not None and self.prompt_field is not None:
             raise ValueError(
                 "messages_field and prompt_field/completion_field: a source holds conversations or prompt/completion "
-                "pairs, not both; pass one kind"
+                "pairs, not both; pass one format"
             )
         if self.loss_on is None:
-            object.__setattr__(self, "loss_on", DEFAULT_LOSS_ON[self.kind])
+            object.__setattr__(self, "loss_on", DEFAULT_LOSS_ON[self.format])
         if self.loss_on not in LOSS_ON:
             raise ValueError(f"loss_on: expected one of {', '.join(LOSS_ON)}, found {self.loss_on!r}")
         wanted = {"assistant": "messages", "completion": "prompt_completion"}.get(self.loss_on)
-        if wanted is not None and wanted != self.kind:
+        if wanted is not None and wanted != self.format:
             flag = "--messages-field" if wanted == "messages" else "--prompt-field and --completion-field"
-            raise ValueError(f"loss_on: {self.loss_on!r} needs {flag}; this source is read as {self.kind}; "
+            raise ValueError(f"loss_on: {self.loss_on!r} needs {flag}; this source is read as {self.format}; "
                              "pass --loss-on all or the fields")
         if self.packing is None:
-            object.__setattr__(self, "packing", DEFAULT_PACKING[self.kind])
+            object.__setattr__(self, "packing", DEFAULT_PACKING[self.format])
         if self.packing not in PACKING:
             raise ValueError(f"packing: expected one of {', '.join(PACKING)}, found {self.packing!r}")
         if self.seq_len < 2:
@@ -121,7 +122,7 @@ class DataSpec:
                              f"process; drop --num-proc or {given}")
 
     @property
-    def kind(self) -> str:
+    def format(self) -> str:
         """``text``, ``messages`` or ``prompt_completion``, from the fields given."""
         if self.messages_field is not None:
             return "messages"
@@ -132,7 +133,7 @@ class DataSpec:
     @property
     def columns(self) -> tuple[str, ...]:
         """The source fields this spec reads."""
-        return tuple(getattr(self, name) for name in _KIND_FIELDS[self.kind])
+        return tuple(getattr(self, name) for name in _FORMAT_FIELDS[self.format])
 
     @property
     def documents(self) -> tuple[str, ...] | None:

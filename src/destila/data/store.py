@@ -178,14 +178,14 @@ def checked(store: TokenStore, spec) -> TokenStore:
 
     Every run that reads the store says so, not only the one that built it.
     """
-    what = _WHAT[spec.kind]
+    what = _WHAT[spec.format]
     if store.trained == 0:
         hint = {"messages": "no conversation has an assistant turn (only assistant turns are trained)",
-                "prompt_completion": "every completion is empty"}.get(spec.kind, "every document is empty")
+                "prompt_completion": "every completion is empty"}.get(spec.format, "every document is empty")
         raise ValueError(f"data: {spec.source} has no trained position in the {store.documents} {what} read: {hint}; "
                          "check the data and its --messages-field/--prompt-field/--completion-field")
     if store.empty:
-        field = spec.text_field if spec.kind == "text" else "/".join(spec.columns)
+        field = spec.text_field if spec.format == "text" else "/".join(spec.columns)
         logging.getLogger("destila.data").warning(
             "data: %d of the %d records read from %s were left out: their %r field is missing, null, empty or "
             "not a string",
@@ -247,7 +247,7 @@ def _write(staging: Path, batches, budget, spec) -> None:
                 continue
             break  # the budget is met: read no further
     if documents == 0:
-        raise ValueError(f"data: {spec.source} holds no {_WHAT[spec.kind]} ({empty} documents, all empty); "
+        raise ValueError(f"data: {spec.source} holds no {_WHAT[spec.format]} ({empty} documents, all empty); "
                          "expected at least one")
     meta = {"version": STORE_VERSION, "tokens": tokens, "documents": documents, "fingerprint": digest.hexdigest()[:16],
             "empty": empty, "trained": trained, "spec": spec.describe()}

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from destila.cache import TopKCache, build_cache, inspect_cache
+from destila.cache.kinds import target_content, target_width
 from destila.data import DataSpec
 from destila.eval.run import evaluate_model
 from destila.eval.spec import EvalSpec
@@ -45,6 +46,7 @@ from destila.io import write_atomic
 from destila.losses.options import LossOptions
 from destila.models import load_tokenizer, resolve_source, tokenizer_fingerprint
 from destila.recipes.on_policy_report import markdown, table
+from destila.targets.spec import TargetSpec
 from destila.recipes.on_policy_data import (MixedCache, answer_tokens, check_mixable, round_window, split_prompts,
                                             write_pairs)
 from destila.demo.stages import StageLog, train_from_cache
@@ -184,11 +186,17 @@ class OnPolicyRecipe:
                 raise ValueError(f"mix_offline: {self.settings.mix_offline} was built with another tokenizer "
                                  f"({m.tokenizer_fingerprint}) than the teacher's ({teacher}); build it with the "
                                  "recipe's teacher")
-            if m.target_kind != "topk" or offline.top_k != self.settings.top_k or m.temperature != 1.0:
+            rounds = self.round_targets()  # what every round cache is built with
+            if target_content(m.target_spec) != target_content(rounds):
                 raise ValueError(
                     f"mix_offline: {self.settings.mix_offline} holds {m.target_kind} targets, K = {offline.top_k}, "
-                    f"temperature {m.temperature:g}; the round caches hold topk targets, K = {self.settings.top_k}, "
-                    f"temperature 1; pass --top-k {offline.top_k} or rebuild the offline cache to match")
+                    f"temperature {m.temperature:g}; the round caches hold {rounds.kind} targets, K = "
+                    f"{target_width(rounds)}, temperature {rounds.temperature:g}; pass --top-k {offline.top_k} or "
+                    "rebuild the offline cache to match")
+
+    def round_targets(self) -> TargetSpec:
+        """The targets of every round's cache: the teacher's top-K at temperature 1."""
+        return TargetSpec(top_k=self.settings.top_k)
 
     def device(self) -> str:
         import torch
@@ -231,8 +239,8 @@ class OnPolicyRecipe:
         pairs = folder.with_name(folder.name + "-pairs.jsonl")
         counts = write_pairs(samples, pairs)
         data = DataSpec(str(pairs), prompt_field="prompt", completion_field="completion", seq_len=s.seq_len)
-        build_cache(teacher, data, folder, top_k=s.top_k, batch_size=s.cache_batch_size, shard_size=s.shard_size,
-                    device=self.device(), progress=False)
+        build_cache(teacher, data, folder, targets=self.round_targets(), batch_size=s.cache_batch_size,
+                    shard_size=s.shard_size, device=self.device(), progress=False)
         summary = inspect_cache(folder)
         return {"path": str(folder), "sequences": summary["sequences"], "tokens": summary["tokens"],
                 "trained_positions": summary["trained_positions"], "answers": counts["samples"],

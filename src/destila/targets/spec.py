@@ -11,12 +11,12 @@ compares ``p_T`` with ``q_T'`` and distils another objective.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 DEFAULT_HEAD_CHUNK_ROWS = 1024
-# Each kind and the fields that belong to it (the first is the entries a position holds).
-_KIND_FIELDS = {"topk": ("top_k",), "sampled": ("samples", "seed")}
-TARGET_KINDS = tuple(_KIND_FIELDS)
+TARGET_KINDS = ("topk", "sampled")
+"""The names ``kind`` takes (the choices of ``--targets``); each kind itself, its fields included, lives in
+:mod:`destila.cache.kinds`."""
 
 
 @dataclass(frozen=True)
@@ -64,20 +64,6 @@ class TargetSpec:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ValueError(f"temperature: expected a finite number > 0, found {value!r}")
         object.__setattr__(self, "temperature", float(value))
-
-    @property
-    def width(self) -> int:
-        """Entries per position a reader returns: K for top-K, S (the most distinct ids) for sampled."""
-        return getattr(self, _KIND_FIELDS[self.kind][0])
-
-    def content(self) -> dict:
-        """The fields that change stored values (``head_chunk_rows`` does not, nor those of the other kind)."""
-        values = asdict(self)
-        values.pop("head_chunk_rows")
-        own = _KIND_FIELDS[self.kind]
-        for name in {name for names in _KIND_FIELDS.values() for name in names} - set(own):
-            values.pop(name)
-        return values
 
 
 def check_training_temperature(student_temperature: float, teacher_temperature: float, where: str) -> None:

@@ -82,7 +82,7 @@ def _sources(trainer) -> list[str]:
     data = getattr(trainer.train_dataset, "source", trainer.train_dataset)
     spec, store = getattr(data, "spec", None), getattr(data, "store", None)
     if spec is not None:
-        lines.append(f"- **Data**: {shareable_name(spec.source)} ({spec.kind}, loss on {spec.loss_on}, {spec.packing} "
+        lines.append(f"- **Data**: {shareable_name(spec.source)} ({spec.format}, loss on {spec.loss_on}, {spec.packing} "
                      f"packing, {spec.seq_len} tokens per row); documents fingerprint "
                      f"`{getattr(store, 'fingerprint', '-')}`, token sequences fingerprint "
                      f"`{getattr(data, 'fingerprint', '-')}`")

@@ -91,6 +91,12 @@ class Plain:
         return kind_of(manifest.target_kind).plain_entries(rows.handle, manifest)
 
     @staticmethod
+    def trained_positions(handle) -> int | None:
+        """The shard's trained positions, counted from its one small ``loss_mask`` tensor (None when it has none:
+        the schema check reports that)."""
+        return int(handle.get_tensor("loss_mask").sum()) if "loss_mask" in handle.keys() else None
+
+    @staticmethod
     def stored_logprob_dtype(manifest) -> str | None:
         """The dtype stored log-probs are rounded to, or None when they are exact once decoded."""
         return manifest.logprob_dtype if kind_of(manifest.target_kind).has_logprobs else None

@@ -15,12 +15,14 @@ and never compares kind names.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from destila.cache.kinds.sampled import SAMPLED
 from destila.cache.kinds.topk import TOPK
 from destila.targets.spec import TARGET_KINDS
 
 KINDS = {kind.name: kind for kind in (TOPK, SAMPLED)}
-assert tuple(KINDS) == TARGET_KINDS, "TargetSpec's kinds and the cache's must be the same"
+assert tuple(KINDS) == TARGET_KINDS, "TargetSpec's kind names (the --targets choices) and the cache's kinds must match"
 
 
 def kind_of(name: str):
@@ -29,3 +31,17 @@ def kind_of(name: str):
         return KINDS[name]
     except KeyError:
         raise ValueError(f"targets.kind: expected one of {', '.join(KINDS)}, found {name!r}") from None
+
+
+def target_width(targets) -> int:
+    """Entries per position a reader returns for a :class:`~destila.targets.spec.TargetSpec`: K for top-K, S (the
+    most distinct ids) for sampled: the value of its kind's first field."""
+    return getattr(targets, kind_of(targets.kind).fields[0])
+
+
+def target_content(targets) -> dict:
+    """The fields of a :class:`~destila.targets.spec.TargetSpec` that change stored values: not
+    ``head_chunk_rows``, nor the fields of the other kinds."""
+    others = {name for kind in KINDS.values() for name in kind.fields} - set(kind_of(targets.kind).fields)
+    return {name: value for name, value in asdict(targets).items()
+            if name != "head_chunk_rows" and name not in others}

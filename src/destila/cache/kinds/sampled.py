@@ -30,7 +30,13 @@ class Sampled:
     name = "sampled"
     has_logprobs = False  # counts; log-probs are derived when read
     supports_mixture = False
+    stores_hidden_states = False
     ranked = False  # draws, not an order: no prefix of them is a smaller target
+    fields = ("samples", "seed")  # its TargetSpec fields: the first is the entries a position holds
+
+    @staticmethod
+    def vocab_fault(targets, vocab: int) -> str | None:
+        return None  # draws may outnumber the vocabulary: they repeat
 
     @staticmethod
     def check_vocab(targets, vocab: int) -> None:

@@ -27,7 +27,16 @@ class TopK:
     name = "topk"
     has_logprobs = True  # stored log-probs, whose dtype the plain encoding keeps
     supports_mixture = True  # a mixture of teachers has a top-K and an exact rest mass too
+    stores_hidden_states = True  # teacher hidden states may be stored beside the targets
     ranked = True  # the entries are the K most likely tokens in order: their first K′ are the top-K′
+    fields = ("top_k",)  # its TargetSpec fields: the first is the entries a position holds
+
+    @staticmethod
+    def vocab_fault(targets, vocab: int) -> str | None:
+        """What a manifest's target spec contradicts in a vocabulary of ``vocab`` tokens, or None."""
+        if targets.top_k > vocab:
+            return f"top_k is {targets.top_k}, more than the vocabulary of {vocab}"
+        return None
 
     @staticmethod
     def check_vocab(targets, vocab: int) -> None:
