@@ -18,7 +18,7 @@ from destila import distill_loss
 from destila.eval.quality import metrics_from_sums, quality_sums
 from destila.losses import LossOptions
 from destila.losses.divergences import REGISTRY, Divergence, get_divergence, register
-from destila.targets.online import dense_online_loss
+from destila.losses.full_vocab import full_vocab_loss
 
 
 def _hellinger_terms(p, lp, q, lq, present, beta):
@@ -77,7 +77,7 @@ def test_the_online_dense_loss_uses_the_full_vocabulary_form(hellinger):
     student, teacher = torch.randn(2, 13, 50, generator=gen, dtype=torch.float64).unbind(0)
     labels = torch.randint(0, 50, (13,), generator=gen)
     labels[::4] = -100
-    loss, stats = dense_online_loss(student, teacher, labels, divergence=hellinger, temperature=2.0)
+    loss, stats = full_vocab_loss(student, teacher, labels, divergence=hellinger, temperature=2.0)
     p, q = torch.softmax(teacher / 2.0, -1), torch.softmax(student / 2.0, -1)
     rows = hellinger_formula(p, q).sum(-1)[labels != -100]
     assert float(stats["soft"]) == pytest.approx(float(rows.sum()), rel=1e-5)

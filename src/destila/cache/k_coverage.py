@@ -24,12 +24,10 @@ import math
 import numpy as np
 import torch
 
+from destila.losses.divergences import kl_terms
+
 K_CHOICES = (1, 2, 5, 10, 20, 50, 100)
 DEFAULT_COVERAGE = 0.95
-
-
-def _xlogy(p: torch.Tensor, log_ratio: torch.Tensor) -> torch.Tensor:
-    return torch.where(p > 0, p * log_ratio, torch.zeros_like(p))
 
 
 class KCoverage:
@@ -54,7 +52,7 @@ class KCoverage:
                 uniform = rest - math.log(self.vocab_size - k)  # log-probability of each of the V − K′ others
             else:
                 uniform = torch.full_like(rest, -math.inf)
-            kl = _xlogy(p[:, k:], lp[:, k:] - uniform[:, None]).sum(-1) + _xlogy(p_tail, tail - uniform - outside)
+            kl = kl_terms(p[:, k:], lp[:, k:], uniform[:, None]).sum(-1) + kl_terms(p_tail, tail, uniform + outside)
             self.kls[k].append(kl.clamp_min(0).numpy())
 
     def rows(self) -> list[dict]:

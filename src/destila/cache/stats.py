@@ -31,6 +31,7 @@ from destila.cache.rows import ShardRows, dense_item
 from destila.cache.shard_check import open_checked_shard
 from destila.cache.tokenizer_files import check_tokenizer_files
 from destila.constants import IGNORE_INDEX
+from destila.losses.divergences import entropy_terms
 
 PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 
@@ -113,10 +114,8 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: 
         tail = torch.cat([item["tail_logmass"] for item in stored])[trained]
         lp = lp.masked_fill(~torch.isfinite(lp), -torch.inf)  # padding of sampled targets: p = 0
         p = lp.exp()
-        h_topk = -torch.where(p > 0, p * lp, 0.0).sum(-1)
-        p_tail = tail.exp()
-        # 0 · log 0 = 0 when the tail is empty (K = V)
-        h_tail = torch.where(p_tail > 0, -p_tail * tail, torch.zeros_like(tail))
+        h_topk = entropy_terms(p, lp).sum(-1)
+        h_tail = entropy_terms(tail.exp(), tail)  # 0 · log 0 = 0 when the tail is empty (K = V)
         masses.append(p.sum(-1).double().numpy())
         tails.append(tail.numpy())
         if k_table is not None:

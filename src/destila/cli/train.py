@@ -144,17 +144,19 @@ def _given(argv: list[str], flag: str) -> bool:
 
 
 def _beta_selects_divergence(namespace, argv: list[str]) -> None:
-    """``--beta`` alone selects the divergence as GKD's β does; beside a divergence other than jsd it is refused."""
+    """``--beta`` alone selects the divergence as GKD's β does; beside a divergence without a β it is refused."""
+    from destila.losses.divergences import REGISTRY, get_divergence  # heavy: torch
     from destila.training.trl_keys import gkd_divergence  # heavy: transformers
 
     if not _given(argv, "--beta"):
         return
     if not _given(argv, "--divergence"):
         namespace.__dict__.update(gkd_divergence(namespace.beta))
-        if namespace.divergence != "jsd":
+        if not get_divergence(namespace.divergence).uses_beta:
             namespace.beta = 0.5  # β at 0 or 1 is the divergence itself, not a JSD weight
-    elif namespace.divergence != "jsd":
-        raise ValueError(f"--beta {namespace.beta}: only --divergence jsd has a β, and --divergence "
+    elif not get_divergence(namespace.divergence).uses_beta:
+        with_beta = " or ".join(f"--divergence {d.name}" for d in REGISTRY.values() if d.uses_beta)
+        raise ValueError(f"--beta {namespace.beta}: only {with_beta} has a β, and --divergence "
                          f"{namespace.divergence} is given; drop one of them")
 
 

@@ -89,6 +89,21 @@ def divergence_help() -> str:
     return "; ".join(f"{d.name} {d.formula}" for d in REGISTRY.values())
 
 
+def kl_terms(p: Tensor, log_p: Tensor, log_q: Tensor | float) -> Tensor:
+    """``p · (log p − log q)`` elementwise, 0 where ``p = 0`` (0 · log 0 = 0); summed over a row, KL(p‖q).
+
+    For code outside the losses that measures a divergence of its own
+    distributions (a truncated cache against its full top-K, a cut model
+    against its teacher). Naive equivalent: ``torch.where(p > 0, p * (log_p - log_q), 0)``.
+    """
+    return torch.where(p > 0, p * (log_p - log_q), 0.0)
+
+
+def entropy_terms(p: Tensor, log_p: Tensor) -> Tensor:
+    """``−p · log p`` elementwise, 0 where ``p = 0``; summed over a row, the entropy of ``p``."""
+    return -kl_terms(p, log_p, 0.0)
+
+
 def _xlogy_terms(a: Tensor, log_a: Tensor, log_b: Tensor, present: Tensor) -> Tensor:
     """``a · (log a − log b)`` where ``present`` and a > 0, else 0 (never NaN from 0·∞)."""
     use = present & (log_a > float("-inf"))

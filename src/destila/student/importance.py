@@ -41,6 +41,7 @@ import math
 
 import torch
 
+from destila.losses.divergences import kl_terms
 from destila.student.calibration import Calibration
 from destila.student.cut import _supported_prefix
 from destila.student.layers import CRITERIA, SELECTIONS  # noqa: F401  (re-exported)
@@ -116,7 +117,7 @@ def _kl_sum(teacher_probs: torch.Tensor, teacher_logprobs: torch.Tensor, logits:
     Summed per row before the rows are added (a single float32 sum over n·V terms loses digits).
     """
     other = torch.log_softmax(logits[mask].float(), dim=-1)
-    return float((teacher_probs * (teacher_logprobs - other)).sum(-1).double().sum())
+    return float(kl_terms(teacher_probs, teacher_logprobs, other).sum(-1).double().sum())
 
 
 def _logits_without(model, kwargs: dict, inputs: dict, kept: list[int], position: int,

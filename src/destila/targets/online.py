@@ -2,7 +2,7 @@
 
 The teacher runs on every batch. ``online_loss="dense"`` is the paper's
 online setting: full ``[N, V]`` teacher and student distributions and a plain
-full-vocabulary divergence. ``online_loss="topk"`` takes the teacher's top-K
+full-vocabulary divergence (:func:`destila.losses.full_vocab.full_vocab_loss`). ``online_loss="topk"`` takes the teacher's top-K
 on the fly (chunk by chunk, as the cache writer does) and feeds the very same
 loss as offline training, so the two differ only in where the top-K comes from.
 """
@@ -10,39 +10,12 @@ loss as offline training, so the two differ only in where the top-K comes from.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from destila.constants import IGNORE_INDEX
-from destila.losses.divergences import full_vocab_divergence
 from destila.models import check_plain_head, decoder_of
 from destila.models.placement import head_weights, input_device
 from destila.targets.head import teacher_topk
 from destila.targets.layers import capture_layer_outputs
 from destila.targets.spec import TargetSpec
-
-
-def dense_online_loss(
-    student_logits, teacher_logits, labels, *, divergence="forward_kl", beta=0.5, temperature=1.0,
-    soft_weight=1.0, hard_weight=0.0, num_items=None, ignore_index=IGNORE_INDEX,
-):
-    """``(loss, stats)`` with the normalisation of :func:`destila.distill_loss`.
-
-    ``student_logits``, ``teacher_logits`` ``[N, V]``; ``labels`` ``[N]``.
-    ``loss = Σ_valid (soft·T²·D + hard·CE) / n``, n = ``num_items`` or the
-    number of valid rows (≥ 1); ``stats`` holds the detached sums ``soft``,
-    ``hard``, ``rows`` and ``agree`` (student argmax = teacher argmax).
-    """
-    valid = labels != ignore_index
-    divergence_rows = full_vocab_divergence(student_logits, teacher_logits, divergence, beta, temperature)
-    ce_rows = F.cross_entropy(student_logits.float(), labels.clamp_min(0), reduction="none")
-    zero = torch.zeros((), device=student_logits.device)
-    soft = torch.where(valid, divergence_rows, zero).sum()
-    hard = torch.where(valid, ce_rows, zero).sum()
-    n = torch.as_tensor(num_items if num_items is not None else valid.sum(), device=soft.device).clamp_min(1)
-    loss = (soft_weight * temperature**2 * soft + hard_weight * hard) / n
-    agree = (student_logits.argmax(-1) == teacher_logits.argmax(-1)) & valid
-    stats = {"soft": soft.detach(), "hard": hard.detach(), "rows": valid.sum().float(), "agree": agree.sum().float()}
-    return loss, stats
 
 
 class OnlineTeacher:

@@ -29,7 +29,8 @@ from destila.data.collate import aligned_labels
 from destila.data.sources import in_memory_records
 from destila.losses.divergences import get_divergence
 from destila.models import check_plain_head
-from destila.targets.online import OnlineTeacher, dense_online_loss
+from destila.losses.full_vocab import full_vocab_loss
+from destila.targets.online import OnlineTeacher
 from destila.targets.truncate import check_top_k, with_top_k
 from destila.training.datasets import Subset, split_indices
 from destila.training.engines import enable_cpu_fsdp
@@ -239,7 +240,7 @@ class DistillationTrainer(Trainer):
         if "teacher_logits" in inputs:  # online dense: the paper's full-vocabulary baseline
             logits = model(input_ids=inputs["input_ids"], use_cache=False, **_layout(inputs)).logits
             keep = {k: options[k] for k in ("divergence", "beta", "temperature", "soft_weight", "hard_weight")}
-            return dense_online_loss(
+            return full_vocab_loss(
                 logits.flatten(0, 1), inputs["teacher_logits"].flatten(0, 1), labels.flatten(),
                 num_items=num_items, **keep,
             )
