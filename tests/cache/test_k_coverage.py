@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from destila.cache import build_cache, inspect_cache
-from destila.cache.k_coverage import KCoverage, suggest_k
+from destila.cache.k_prime import KCoverage, suggest_k
 from destila.cli.main import main
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from destila.cache.cheap_checks import check_manifest, order_fault, target_value_fault
+from destila.cache.checks import CorruptShardError, check_manifest, order_fault, target_value_fault
 from destila.cache.encodings import encoding_of
 from destila.cache.encodings.compact_blocks import BlockError
 from destila.cache.format import MANIFEST, TOKENIZER_DIR, ShardFormatError, read_manifest, shard_file_fault
@@ -42,10 +42,6 @@ from destila.cache.rows import ShardRows
 from destila.cache.tokenizer_files import check_tokenizer_files
 
 _VERIFY = ("first_touch", "open", "none")
-
-
-class CorruptShardError(ValueError):
-    """A shard's bytes differ from what the manifest recorded."""
 
 
 class TopKCache(torch.utils.data.Dataset):

@@ -21,14 +21,12 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
-from destila.cache.cheap_checks import check_manifest, order_fault, target_value_fault
+from destila.cache.checks import CorruptShardError, check_manifest, open_checked_shard, order_fault, target_value_fault
 from destila.cache.encodings import encoding_of
 from destila.cache.format import TOKENIZER_DIR, read_manifest
-from destila.cache.k_coverage import DEFAULT_COVERAGE, KCoverage, format_table, suggest_k
+from destila.cache.k_prime import DEFAULT_COVERAGE, KCoverage, format_table, suggest_k
 from destila.cache.kinds import kind_of
-from destila.cache.reader import CorruptShardError
 from destila.cache.rows import ShardRows, dense_item
-from destila.cache.shard_check import open_checked_shard
 from destila.cache.tokenizer_files import check_tokenizer_files
 from destila.constants import IGNORE_INDEX
 from destila.losses.divergences import entropy_terms
@@ -45,7 +43,7 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: 
     over every shard. Every shard read for the statistics is first checked
     against the manifest (size, SHA-256, tensor shapes): a damaged one raises
     ``ValueError`` naming it. Top-K caches also get ``stats.k_coverage`` (per
-    K′ ≤ K, see :mod:`destila.cache.k_coverage`) and ``stats.k_suggestion``,
+    K′ ≤ K, see :mod:`destila.cache.k_prime`) and ``stats.k_suggestion``,
     the smallest K′ whose mean covered mass reaches ``coverage``.
     """
     path = Path(path).expanduser()

@@ -13,7 +13,8 @@ is finite (``-inf`` only when K = V) and ≤ 0; each position's mass
 allows; sampled counts sum to S; byte spans (a cache built with ``--spans``)
 are spans, follow each other within a document and are as wide as their
 tokens' bytes (:mod:`~destila.cache.spans`). Across shards: every sequence is stored
-exactly once and ``complete`` agrees (:mod:`~destila.cache.coverage`). The
+exactly once and ``complete`` agrees (:mod:`~destila.cache.checks`, whose
+cheap checks every reader runs too). The
 tokenizer files match the digests recorded at build time
 (:mod:`~destila.cache.tokenizer_files`).
 """
@@ -35,8 +36,7 @@ from destila.cache.format import (
     read_manifest,
     shard_file_fault,
 )
-from destila.cache.cheap_checks import manifest_faults
-from destila.cache.coverage import coverage_faults
+from destila.cache.checks import manifest_faults, sequence_coverage_faults
 from destila.cache.dataset_rows import RECORD
 from destila.cache.derived_checks import IdsFingerprint, cache_tokenizer_faults, layout_fault
 from destila.cache.encodings import encoding_of
@@ -91,7 +91,7 @@ def verify_cache(path: str | Path) -> VerifyReport:
         report.warnings.append(f"{TOKENIZER_DIR}/: no digests in the manifest (built by an older destila); not checked")
     report.faults.extend(f"{MANIFEST}: {fault}" for fault in manifest_faults(manifest))
     report.faults.extend(_derived_faults(path, manifest, report))
-    report.faults.extend(coverage_faults(manifest))
+    report.faults.extend(sequence_coverage_faults(manifest))
     widths = _span_widths(path, manifest, report) if manifest.spans else None
     ids = IdsFingerprint(manifest)
     for shard in manifest.shards:

@@ -163,7 +163,7 @@ def generation_samples(lm, tokenizer, prompts: list[Prompt], new_tokens: int, re
 
 
 # A worker's failure that is the user's input (its last traceback line): shown as one line, not a crash.
-_USER_ERRORS = ("ValueError: ", "FileNotFoundError: ", "destila.cache.reader.CorruptShardError: ")
+_USER_ERRORS = ("ValueError: ", "FileNotFoundError: ", "destila.cache.checks.CorruptShardError: ")
 
 
 def evaluate_models(spec: EvalSpec, *, isolated: bool = True, timeout: float | None = None,
