@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from destila.cli.fields import add_fields, values_of
 from destila.data.spec import DataSpec
@@ -11,6 +10,7 @@ from destila.eval import evaluate_models, render_table
 from destila.eval.harness import TaskEvalSpec, evaluate_tasks, prepare_tasks
 from destila.eval.spec import SOURCES, EvalSpec
 from destila.eval.task_table import render_task_table
+from destila.io import write_report_file
 
 # DataSpec fields that are not eval's data flags: DATA and --max-tokens are its own, and --num-proc could never be
 # honoured (eval reads at most --max-tokens tokens, in order, in one process).
@@ -66,6 +66,6 @@ def run(args) -> int:
                           tasks_seconds=score["seconds"])
         console.print(render_task_table(scores))
     if spec.json:
-        Path(spec.json).write_text(json.dumps(results, indent=2))
+        write_report_file(spec.json, json.dumps(results, indent=2))
         print(f"results written to {spec.json}")
     return 0

@@ -15,6 +15,7 @@ from pathlib import Path
 from destila.demo.samples import degenerate, distinct_words
 from destila.demo.settings import TRAININGS
 from destila.eval import markdown_table
+from destila.io import write_report_file
 from destila.training.callbacks import read_training_log
 
 NOISE_NOTE = (
@@ -253,7 +254,7 @@ def write_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, 
     named = [{**r, "model": name} for r, name in zip(results, names)]
     report = {"command": command, "settings": settings, "stages": stages, "cache": cache, "results": named,
               "training": {name: {"train": train, "held_out": held} for name, (train, held) in runs.items()}}
-    (out / "report.json").write_text(json.dumps(report, indent=2))
+    write_report_file(out / "report.json", json.dumps(report, indent=2))
     lines = [f"# {title}", "", f"Command: `{command}`", "", "## Held-out comparison", "",
              "Ratios are to the first model. KL and agreement are measured against the teacher's cached top-K "
              "distributions on documents that training never saw.", "",
@@ -263,7 +264,7 @@ def write_report(out: str | Path, *, settings: dict, stages: dict, cache: dict, 
     for name, result in zip(names, results):
         lines += [f"**{name}**:", "", *_text_block(result["sample"]), ""]
     lines += _tail_sections(stages, cache, settings, NOISE_NOTE)
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    write_report_file(out / "report.md", "\n".join(lines) + "\n")
     return report
 
 
@@ -347,7 +348,7 @@ def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: d
     report = {"command": command, "verdict": summary, "settings": settings, "stages": stages, "cache": cache,
               "trained": trained, "results": named,
               "training": {name: {"train": train, "held_out": held} for name, (train, held) in runs.items()}}
-    (out / "report.json").write_text(json.dumps(report, indent=2))
+    write_report_file(out / "report.json", json.dumps(report, indent=2))
     lines = ["# destila demo report", "", summary, "", f"Command: `{command}`", "",
              "## Held-out comparison", "",
              "Ratios are to the teacher. KL and agreement are measured against the teacher's cached top-K "
@@ -371,5 +372,5 @@ def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: d
               f"{settings['new_tokens']} new tokens per prompt, greedy (the most likely token at each step).", ""]
     lines += continuation_lines(results, names)
     lines += _tail_sections(stages, cache, settings, f"Budget: {settings['minutes']:g} min. {NOISE_NOTE}")
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    write_report_file(out / "report.md", "\n".join(lines) + "\n")
     return report

@@ -41,6 +41,8 @@ import time
 import traceback
 from pathlib import Path
 
+from destila.io import write_atomic
+
 _OOM_MARKERS = ("can't allocate memory", "not enough memory", "out of memory", "cannot allocate memory")
 # Address-space headroom above the budget: thread stacks, malloc arenas and
 # library mappings reserve virtual memory they never touch.
@@ -195,7 +197,7 @@ def main() -> None:
     from destila.eval import measure
 
     report = measure._child(spec)
-    Path(spec["output"]).write_text(json.dumps(report))
+    write_atomic(spec["output"], json.dumps(report))  # the parent reads it whole, or finds none
 
 
 if __name__ == "__main__":

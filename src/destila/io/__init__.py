@@ -2,7 +2,8 @@
 
 - :func:`write_atomic`: a reader sees the old file or the new one, never a
   mix; after it returns the new one survives a power cut (tmp file, fsync,
-  rename, fsync of the folder).
+  rename, fsync of the folder). :func:`write_report_file`: the same for a file a
+  user reads (a report, results), an OS failure named by that file.
 - :func:`publish_folder`: the same for a whole folder written under a
   staging name (a converted model, a token store, a tokenizer copy).
 - :func:`exclusive_lock` / :func:`try_lock`: one writer per folder, through
@@ -95,6 +96,13 @@ def write_atomic(path: str | os.PathLike, payload: bytes | str) -> None:
             pass
         raise
     fsync_dir(path.parent)
+
+
+def write_report_file(path: str | os.PathLike, text: str) -> None:
+    """:func:`write_atomic` for a file the user asked for or reads (a report, ``--json`` results): a full disk
+    or a read-only folder is one line naming ``path``, never the temporary beside it."""
+    with names_user_path(path):
+        write_atomic(path, text)
 
 
 def publish_folder(staging: str | os.PathLike, target: str | os.PathLike) -> None:

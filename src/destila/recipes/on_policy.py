@@ -42,7 +42,7 @@ from destila.eval.run import evaluate_model
 from destila.eval.spec import EvalSpec
 from destila.generation import GenerateSpec, SamplingSpec, generate
 from destila.generation.prompts import load_prompts
-from destila.io import write_atomic
+from destila.io import write_atomic, write_report_file
 from destila.losses.options import LossOptions
 from destila.models import load_tokenizer, resolve_source, tokenizer_fingerprint
 from destila.recipes.on_policy_report import markdown, table
@@ -316,8 +316,8 @@ class OnPolicyRecipe:
 
     def _report(self, report: dict) -> None:
 
-        (self.out / "report.json").write_text(json.dumps(report, indent=2))
-        (self.out / "report.md").write_text(markdown(report))
+        write_report_file(self.out / "report.json", json.dumps(report, indent=2))
+        write_report_file(self.out / "report.md", markdown(report))
         self.console.print(table(report["rounds"], self.title))
         self.console.print(f"student: {report['student']}\nreport: {self.out / 'report.md'}")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from destila.crosstok.student_tokenizer import load_student_tokenizer
-from destila.io import exclusive_lock, names_user_path
+from destila.io import exclusive_lock, names_user_path, write_atomic
 from destila.models import INIT_INCOMPLETE, load_causal_lm, load_tokenizer
 from destila.io.permissions import readable_by_all
 from destila.student import calibration as calib
@@ -230,6 +230,6 @@ def _write_student(student, tokenizer, out: Path, record: dict) -> None:
         (out / INIT_INCOMPLETE).write_text("written by `destila student init`; removed when the folder is complete\n")
         student.save_pretrained(out)
         tokenizer.save_pretrained(out)
-        (out / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+        write_atomic(out / RECORD, json.dumps(record, indent=1) + "\n")
         readable_by_all(out)
         (out / INIT_INCOMPLETE).unlink()
