@@ -86,3 +86,20 @@ def test_the_eval_spec_keeps_one_data_spec_with_its_token_cap():
         EvalSpec(["m"], cache="c", data="pydoc")
     with pytest.raises(ValueError, match="--eval-fraction: only meaningful with --cache"):
         EvalSpec(["m"], data="pydoc", eval_fraction=0.1)
+
+
+def test_the_demo_and_the_recipes_declare_their_shared_sizes_once():
+    """seq_len, top_k, batch size, learning rate, ...: one declaration (StageSettings), never redeclared."""
+    from destila.demo.settings import CachedStageSettings, DemoSettings, StageSettings
+    from destila.recipes import OnPolicySettings, RecipeSettings
+
+    for cls, base in ((DemoSettings, CachedStageSettings), (RecipeSettings, CachedStageSettings),
+                      (OnPolicySettings, StageSettings)):
+        assert issubclass(cls, base)
+        shared = {f.name for f in dataclasses.fields(base)}
+        redeclared = shared & set(vars(cls).get("__annotations__", {}))
+        assert not redeclared, f"{cls.__name__} declares {redeclared} again"
+        defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.name in shared}
+        assert defaults == {f.name: f.default for f in dataclasses.fields(base)}
+    with pytest.raises(ValueError, match="holdout_every: expected an integer ≥ 2"):
+        RecipeSettings(holdout_every=1)

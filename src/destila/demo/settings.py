@@ -1,4 +1,9 @@
-"""What `destila demo` runs: its settings and prompts (light: the command line reads them for its flags)."""
+"""What `destila demo` runs: its settings and prompts (light: the command line reads them for its flags).
+
+:class:`StageSettings` and :class:`CachedStageSettings` hold the sizes and training settings the demo and
+every recipe share, declared once: :class:`DemoSettings`, :class:`~destila.recipes.common.RecipeSettings`
+and :class:`~destila.recipes.on_policy.OnPolicySettings` subclass them.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,49 @@ DEMO_PROMPTS = (
 )
 
 
+def _positive_integers(settings, names) -> None:
+    for name in names:
+        value = getattr(settings, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: expected an integer ≥ 1, found {value!r}")
+
+
+@dataclass
+class StageSettings:
+    """The sizes and training settings every stage of the demo and of the recipes shares."""
+
+    seq_len: int = field(default=256, metadata={"help": "tokens per packed sequence of every cache"})
+    holdout_every: int = field(default=5, metadata={
+        "help": "every N-th document (on-policy: prompt) is held out: never trained on, scored at the end"})
+    top_k: int = field(default=100, metadata={"help": "teacher ids kept per position in every cache"})
+    batch_size: int = field(default=4, metadata={"help": "sequences per training step"})
+    # The best of 2.5e-4, 5e-4 and 1e-3 for both of the demo's students (docs/demo.md).
+    learning_rate: float = field(default=5e-4, metadata={"help": "learning rate of every training"})
+    cache_batch_size: int = field(default=8, metadata={"help": "sequences per teacher forward when caching"})
+
+    def __post_init__(self):
+        _positive_integers(self, ("seq_len", "top_k", "batch_size", "cache_batch_size"))
+        if self.seq_len < 2:
+            raise ValueError(f"seq_len: expected at least 2 tokens, found {self.seq_len}")
+        if self.holdout_every < 2:
+            raise ValueError(f"holdout_every: expected an integer ≥ 2, found {self.holdout_every}")
+        if not 0 < self.learning_rate < math.inf:  # NaN fails this too
+            raise ValueError(f"learning_rate: expected a positive finite number, found {self.learning_rate}")
+
+
+@dataclass
+class CachedStageSettings(StageSettings):
+    """:class:`StageSettings` plus the token budgets of a run that caches documents and reports samples."""
+
+    train_tokens: int = field(default=24576, metadata={"help": "at most this many cached training tokens"})
+    eval_tokens: int = field(default=8192, metadata={"help": "held-out tokens cached and scored"})
+    new_tokens: int = field(default=32, metadata={"help": "tokens generated per model in the report"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        _positive_integers(self, ("train_tokens", "eval_tokens", "new_tokens"))
+
+
 # The demo's two trainings of the same student: what each learns from, and its loss weights.
 TRAININGS = {
     # KL plus cross-entropy, 1:1: at the demo's ~24 steps it measured lower held-out perplexity than KL alone
@@ -26,15 +74,14 @@ TRAININGS = {
 
 
 @dataclass
-class DemoSettings:
-    """What the demo runs; sized by measurement (docs/demo.md) to fit ``minutes`` on 2 CPU cores."""
+class DemoSettings(CachedStageSettings):
+    """What the demo runs; sized by measurement (docs/demo.md) to fit ``minutes`` on 2 CPU cores.
+
+    Besides :class:`CachedStageSettings` (documents sorted by name; ``train_tokens`` is lowered when the budget
+    is short, ``eval_tokens`` never).
+    """
 
     teacher: str = EMBEDDED
-    holdout_every: int = 5  # every 5th document (sorted by name) is held out from training
-    seq_len: int = 256
-    train_tokens: int = 24576  # at most this many cached training tokens (fewer when the budget is short)
-    eval_tokens: int = 8192  # held-out tokens cached and scored; never reduced by the budget
-    top_k: int = 100
     # The student: the teacher's layers kept (None: all of them), then pruned in width by activation
     # importance on calibration text from the training documents (an empty dict: not pruned). All 30
     # layers with 528 of 576 residual channels, 6 of 9 query heads, 2 of 3 key/value heads and 527 of
@@ -45,8 +92,6 @@ class DemoSettings:
         hidden_size=528, num_attention_heads=6, num_key_value_heads=2, intermediate_size=527))
     calibration_tokens: int = 1024
     freeze_embeddings: bool = True
-    batch_size: int = 4
-    learning_rate: float = 5e-4  # the best of 2.5e-4, 5e-4 and 1e-3 for both students (docs/demo.md)
     warmup_steps: int = 5
     # "auto": where the CPU multiplies bfloat16 natively, the plan times a step in float32 and under bfloat16
     # autocast and trains in the faster (bfloat16 measured within 2% of float32's held-out perplexity at
@@ -62,13 +107,11 @@ class DemoSettings:
     seeds: int = 1  # with 2, every student is trained twice (seeds 0 and 1) and the report shows the spread
     min_steps: int = 20  # fewer steps per student than this: refuse before training (a cut is not a result)
     force: bool = False  # train anyway below min_steps; the report then says so first
-    new_tokens: int = 32
     task_questions: int = 24  # questions of the built-in pydoc_cloze task scored per model (0: none)
-    cache_batch_size: int = 8
 
     def __post_init__(self):
-        for name in ("seq_len", "train_tokens", "eval_tokens", "top_k", "batch_size", "max_steps", "eval_every",
-                     "eval_curve_sequences", "seeds", "new_tokens"):
+        super().__post_init__()
+        for name in ("max_steps", "eval_every", "eval_curve_sequences", "seeds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected a positive integer, found {getattr(self, name)}")
         if self.student_layers is not None and not self.student_layers:
@@ -76,7 +119,7 @@ class DemoSettings:
         if self.student_layers is None and not self.student_width:
             raise ValueError("student: expected teacher layers to keep or an intermediate size to prune to; "
                              "with neither the student would be the teacher")
-        for name in ("minutes", "epochs", "learning_rate"):
+        for name in ("minutes", "epochs"):
             if not 0 < getattr(self, name) < math.inf:  # NaN fails this too
                 raise ValueError(f"{name}: expected a positive finite number, found {getattr(self, name)}")
         if self.precision not in PRECISIONS:

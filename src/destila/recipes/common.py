@@ -7,42 +7,29 @@ model is evaluated on held-out documents against the first model's cache.
 
 from __future__ import annotations
 
-import math
 import shlex
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from destila.demo.settings import CachedStageSettings
 from destila.demo.stages import StageLog, train_from_cache
 from destila.models import resolve_source
 from destila.student.spec import StudentInitSpec
 
 
 @dataclass
-class RecipeSettings:
-    """Sizes and training settings shared by every stage of a recipe."""
+class RecipeSettings(CachedStageSettings):
+    """Sizes and training settings of every stage of a recipe: the demo's shared ones
+    (:class:`~destila.demo.settings.CachedStageSettings`), the steps and the seed."""
 
-    seq_len: int = field(default=256, metadata={"help": "tokens per packed sequence"})
-    train_tokens: int = field(default=24576, metadata={"help": "tokens cached (per stage) for training"})
-    eval_tokens: int = field(default=8192, metadata={"help": "held-out tokens for the evaluation"})
-    holdout_every: int = field(default=5, metadata={"help": "every N-th document is held out from training"})
-    top_k: int = field(default=100, metadata={"help": "teacher ids kept per position in each cache"})
-    batch_size: int = field(default=4, metadata={"help": "sequences per training step"})
-    learning_rate: float = field(default=5e-4, metadata={"help": "learning rate of every stage"})
     max_steps: int = field(default=100, metadata={"help": "optimizer steps of every stage"})
-    cache_batch_size: int = field(default=8, metadata={"help": "sequences per teacher forward when caching"})
-    new_tokens: int = field(default=32, metadata={"help": "tokens generated per model in the report"})
     seed: int = field(default=0, metadata={"help": "training seed (and the seed of a fresh student)"})
 
     def __post_init__(self):
-        for name in ("seq_len", "train_tokens", "eval_tokens", "top_k", "batch_size", "max_steps",
-                     "cache_batch_size", "new_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: expected a positive integer, found {getattr(self, name)}")
-        if self.holdout_every < 2:
-            raise ValueError(f"holdout_every: expected an integer ≥ 2, found {self.holdout_every}")
-        if not 0 < self.learning_rate < math.inf:
-            raise ValueError(f"learning_rate: expected a positive finite number, found {self.learning_rate}")
+        super().__post_init__()
+        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
+            raise ValueError(f"max_steps: expected an integer ≥ 1, found {self.max_steps!r}")
 
 
 PROMPT = "To open a file for reading in Python,"

@@ -49,6 +49,7 @@ from destila.recipes.on_policy_report import markdown, table
 from destila.targets.spec import TargetSpec
 from destila.recipes.on_policy_data import (MixedCache, answer_tokens, check_mixable, round_window, split_prompts,
                                             write_pairs)
+from destila.demo.settings import StageSettings
 from destila.demo.stages import StageLog, train_from_cache
 
 # Loss fields the recipe does not take: the data path writes the ignore label, and the round caches are
@@ -59,8 +60,9 @@ WARMUP_STEPS = 5
 
 
 @dataclass
-class OnPolicySettings:
-    """The rounds, the sampling and the training of :class:`OnPolicyRecipe`."""
+class OnPolicySettings(StageSettings):
+    """The rounds, the sampling and the training of :class:`OnPolicyRecipe`, beside the sizes every recipe
+    shares (:class:`~destila.demo.settings.StageSettings`: ``seq_len``, ``top_k`` of the round caches, ...)."""
 
     rounds: int = field(default=3, metadata={"help": "rounds of sample → teacher pass → train"})
     samples_per_prompt: int = field(default=1, metadata={"help": "answers the student samples per prompt"})
@@ -79,38 +81,26 @@ class OnPolicySettings:
     lmbda: float = field(default=1.0, metadata={
         "help": "fraction of each round's training sequences that are the student's own samples (GKD's lmbda); "
                 "below 1 needs --mix-offline, which supplies the rest"})
-    holdout_every: int = field(default=5, metadata={
-        "help": "every N-th prompt is held out: answered and scored after each round, never trained on"})
-    seq_len: int = field(default=256, metadata={"help": "tokens per packed sequence of the round caches"})
-    top_k: int = field(default=100, metadata={"help": "teacher ids kept per position in the round caches"})
-    batch_size: int = field(default=4, metadata={"help": "sequences per training step"})
-    learning_rate: float = field(default=5e-4, metadata={"help": "learning rate of every round"})
     save_steps: int = field(default=10, metadata={"help": "training checkpoint every N steps (a kill loses less)"})
     generate_batch_size: int = field(default=8, metadata={"help": "prompts per generate call"})
-    cache_batch_size: int = field(default=8, metadata={"help": "sequences per teacher forward"})
     shard_size: int = field(default=32, metadata={"help": "sequences per cache shard file (a kill loses less)"})
     device: str = field(default="auto", metadata={"help": "auto (CUDA when present, else CPU), cpu, cuda, cuda:1, …"})
     seed: int = field(default=0, metadata={"help": "seed of the sampling and of the training"})
 
     def __post_init__(self):
-        for name in ("rounds", "samples_per_prompt", "steps_per_round", "max_new_tokens", "seq_len", "top_k",
-                     "batch_size", "save_steps", "generate_batch_size", "cache_batch_size", "shard_size"):
+        super().__post_init__()
+        for name in ("rounds", "samples_per_prompt", "steps_per_round", "max_new_tokens", "save_steps",
+                     "generate_batch_size", "shard_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected an integer ≥ 1, found {value!r}")
         if self.prompts_per_round is not None and self.prompts_per_round < 1:
             raise ValueError(f"prompts_per_round: expected an integer ≥ 1, found {self.prompts_per_round}")
-        if self.seq_len < 2:
-            raise ValueError(f"seq_len: expected at least 2 tokens, found {self.seq_len}")
         if not 0 < self.temperature < math.inf:
             raise ValueError(f"temperature: expected a finite number > 0 (on-policy rounds sample), found "
                              f"{self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p: expected a number in (0, 1], found {self.top_p}")
-        if self.holdout_every < 2:
-            raise ValueError(f"holdout_every: expected an integer ≥ 2, found {self.holdout_every}")
-        if not 0 < self.learning_rate < math.inf:
-            raise ValueError(f"learning_rate: expected a positive finite number, found {self.learning_rate}")
         if not 0 < self.lmbda <= 1:
             raise ValueError(f"lmbda: expected a number in (0, 1], found {self.lmbda}; lmbda 0 (offline data only) "
                              "is `destila train --cache`")
