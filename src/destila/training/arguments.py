@@ -97,7 +97,9 @@ class DistillationArguments(TrainingArguments):
     soft_weight: float = _copied(LossOptions, "soft_weight")
     hard_weight: float = _copied(LossOptions, "hard_weight")
     impl: str = _copied(LossOptions, "impl")
-    chunk_size: int = _copied(LossOptions, "chunk_size")
+    chunk_size: int | None = _copied(LossOptions, "chunk_size")
+    precision: str = _copied(LossOptions, "precision")
+    kernels: str = _copied(LossOptions, "kernels")
 
     # The targets: K′ of a cache, or the online teacher's top-K and its head's chunk.
     head_chunk_rows: int = _copied(TargetSpec, "head_chunk_rows", prefix="Online only: ")
