@@ -66,9 +66,9 @@ def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: Di
 
     ``train_student(TrainSpec(student, out, args, cache=...))``; the flat form
     ``train_student(student, out, args, cache=..., ...)`` builds the same spec
-    (``options`` are :class:`TrainSpec` fields, and for online data the
+    (``options`` are :class:`TrainSpec` fields, and the
     :class:`~destila.data.DataSpec` fields ``seq_len``, ``max_tokens`` and
-    ``text_field`` when ``data`` is a name or a list). ``callbacks``: extra
+    ``text_field`` of online ``data`` given as a name or a list). ``callbacks``: extra
     ``TrainerCallback`` objects (a budget, a step clock).
 
     Writes checkpoints and ``log.jsonl`` into ``spec.out`` and, at the end,
@@ -216,8 +216,8 @@ def _spec_of(spec, out, args, options: dict) -> TrainSpec:
             raise ValueError("train_student: pass either a TrainSpec or (student, out, args, **options), not both")
         return spec
     data_options = {name: options.pop(name) for name in _DATA_OPTIONS if name in options}
-    if data_options and options.get("data") is None:
-        raise ValueError(f"train_student: {', '.join(data_options)} shape online data; give data= too")
-    if data_options:
+    # The flat form's data options shape online data only: offline, the cache holds its sequences already
+    # (callers written for the keyword signature pass them either way).
+    if data_options and options.get("data") is not None:
         options["data"] = as_data_spec(options["data"], **data_options)
     return TrainSpec(spec, out, args, **options)
