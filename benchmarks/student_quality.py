@@ -140,7 +140,8 @@ def run(out: Path, row: str, seed: int, budgets: list[int], learning_rate: float
     for budget, step in zip([0, *budgets], [0, *steps]):  # 0: the student as cut, before any step
         checkpoint = folder / f"checkpoint-{step}"
         model = student if step == 0 else checkpoint if step != steps[-1] else Path(result["path"])
-        metrics = evaluate_model(EvalSpec([str(model)], cache=str(out / "cache-heldout"), max_tokens=8192, new_tokens=1))
+        metrics = evaluate_model(EvalSpec([str(model)], cache=str(out / "cache-heldout"), max_tokens=8192,
+                                          new_tokens=1))
         if model == checkpoint:
             shutil.rmtree(checkpoint)  # its optimizer state alone is hundreds of MB
         record = {"row": row, "seed": seed, "budget_tokens": budget, "steps": step,

@@ -24,6 +24,7 @@ machine, versions and the command.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -90,6 +91,7 @@ def decode_kl(folder: Path, reference: Path) -> dict:
     import torch
 
     from destila.cache import TopKCache
+    from destila.losses.divergences import kl_terms
 
     ref, got = TopKCache(reference), TopKCache(folder)
     kls = []
@@ -104,14 +106,14 @@ def decode_kl(folder: Path, reference: Path) -> dict:
         lp_b = b["topk_logprobs"][trained].double().gather(1, where)
         bucket_a = torch.cat([a["topk_logprobs"][trained].double(), a["tail_logmass"][trained, None].double()], 1)
         bucket_b = torch.cat([lp_b, b["tail_logmass"][trained, None].double()], 1)
-        p = bucket_a.exp()
-        kls.append(torch.where(p > 0, p * (bucket_a - bucket_b), 0.0).sum(1))
+        kls.append(kl_terms(bucket_a.exp(), bucket_a, bucket_b).sum(1))
     kl = torch.cat(kls)
     return {"decode_kl_mean": kl.mean().item(), "decode_kl_max": kl.max().item(), "decode_kl_positions": len(kl)}
 
 
 def stage_caches(args) -> None:
     from destila.cache import inspect_cache
+    from destila.cache.kinds import kind_of
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -129,7 +131,7 @@ def stage_caches(args) -> None:
             "bytes_per_entry": round(summary["bytes_per_entry"], 4), "build_seconds": round(seconds, 1),
             "reader_tokens_per_s": round(_reader_rate(folder)),
         }
-        if summary["targets"]["kind"] == "topk" and name != REFERENCE[0]:
+        if kind_of(summary["targets"]["kind"]).ranked and name != REFERENCE[0]:  # the same ids as the reference
             record.update(decode_kl(folder, reference))
         _emit(out, record)
 
@@ -148,7 +150,8 @@ def stage_students(args) -> None:
     student = out / f"student-{args.layers}-layers"
     if not (student / "config.json").exists():
         init_student(StudentInitSpec(teacher, student, layers=args.layers))
-    from destila.data import load_texts
+    from destila.data import DataSpec, load_texts
+    from destila.eval import EvalSpec
 
     held_out = load_texts(args.data)[-args.held_out_documents :]  # pydoc is sorted: the last topics, never cached
     for method in dict.fromkeys(["online", *args.configs]):  # online first; `--configs online`: it alone
@@ -164,10 +167,10 @@ def stage_students(args) -> None:
         }, device="cpu")
         if trained["status"] != "ok":
             raise RuntimeError(f"{method}: training failed ({trained['status']}): {trained.get('error')}")
-        evaluated = run_isolated("destila.eval.run:evaluate_model", {
-            "model": str(run_dir), "data": held_out, "teacher": teacher, "seq_len": args.seq_len,
-            "max_tokens": args.eval_tokens, "new_tokens": 1,
-        }, device="cpu")
+        spec = EvalSpec([str(run_dir)], data=DataSpec(held_out, seq_len=args.seq_len), teacher=teacher,
+                        max_tokens=args.eval_tokens, new_tokens=1)
+        evaluated = run_isolated("destila.eval.run:evaluate_in_worker",
+                                 {"spec": dataclasses.asdict(spec), "model": str(run_dir)}, device="cpu")
         if evaluated["status"] != "ok":
             raise RuntimeError(f"{method}: evaluation failed ({evaluated['status']}): {evaluated.get('error')}")
         steps = sorted(trained["result"]["step_seconds"][1:])  # the first step pays one-time setup

@@ -39,7 +39,8 @@ def detect_format(spec: DataSpec) -> DataSpec:
 
 
 def _as_format(spec: DataSpec, data_format: str, **fields) -> DataSpec:
-    """``spec`` read as ``data_format``: that format's default loss positions and packing where the spec has plain text's."""
+    """``spec`` read as ``data_format``: that format's default loss positions and packing where the spec has
+    plain text's."""
     keep = {name: getattr(spec, name) for name, defaults in (("loss_on", DEFAULT_LOSS_ON), ("packing", DEFAULT_PACKING))
             if getattr(spec, name) != defaults["text"]}
     return spec.replace(**fields, loss_on=keep.get("loss_on"), packing=keep.get("packing"))
