@@ -19,7 +19,9 @@ Cheap enough for every reader (``inspect``, ``train``, ``eval`` run them too):
 
 A failure is a :class:`CorruptShardError` (a ``ValueError``) naming the shard
 and what to do. :func:`destila.cache.verify.verify_cache` adds what needs
-every row: each row decoded and checked by its kind and encoding.
+every row: each row decoded and checked by its kind and encoding
+(:func:`row_faults`, which an export's verification shares), into a
+:class:`VerifyReport`.
 
 Naive equivalent: run ``destila cache verify`` before every read, which
 would hash every shard and check every row each time.
@@ -27,12 +29,14 @@ would hash every shard and check every row each time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from safetensors import safe_open
 
+from destila.cache.encodings import encoding_of
 from destila.cache.format import MANIFEST, ShardFormatError, shard_file_fault
 from destila.cache.identity import manifest_identity_fault, shard_identity_fault
 from destila.cache.kinds import kind_of
@@ -176,3 +180,34 @@ def open_checked_shard(folder: Path, manifest, shard, *, checksum: bool = True):
             f"shard does not match the manifest at {file} ({err}); the manifest or the shard was edited: "
             "rebuild the cache"
         ) from err
+
+
+@dataclass
+class VerifyReport:
+    """Result of :func:`verify_cache`; ``ok`` when complete and without faults."""
+
+    path: Path
+    complete: bool
+    sequences: int
+    stored_sequences: int
+    shards_checked: int = 0
+    faults: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    max_mass_error: float = 0.0
+    unit: str = "shards"  # what shards_checked counts: shards, or an export's files
+
+    @property
+    def ok(self) -> bool:
+        return self.complete and not self.faults
+
+
+def row_faults(stored: dict, manifest, report: VerifyReport, encoding=None) -> list[str]:
+    """What is wrong with one stored row (``encoding``: whose order and rounding rules apply; default the manifest's)."""
+    vocab, faults = manifest.vocab_size, []
+    inputs, hidden = stored["input_ids"], stored.get("hidden")
+    if hidden is not None and not torch.isfinite(hidden).all():
+        faults.append(f"{int((~torch.isfinite(hidden)).sum())} non-finite stored teacher hidden-state values")
+    if inputs.min() < 0 or inputs.max() >= vocab:
+        faults.append(f"input_ids outside [0, {vocab})")
+    kind = kind_of(manifest.target_kind)
+    return faults + kind.check_row(stored, manifest, encoding or encoding_of(manifest.encoding), report)

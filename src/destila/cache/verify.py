@@ -21,11 +21,9 @@ tokenizer files match the digests recorded at build time
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 from safetensors import safe_open
 
 from destila.cache.format import (
@@ -36,38 +34,16 @@ from destila.cache.format import (
     read_manifest,
     shard_file_fault,
 )
-from destila.cache.checks import manifest_faults, sequence_coverage_faults
+from destila.cache.checks import VerifyReport, manifest_faults, row_faults, sequence_coverage_faults
 from destila.cache.dataset_rows import RECORD
 from destila.cache.derived_checks import IdsFingerprint, cache_tokenizer_faults, layout_fault
-from destila.cache.encodings import encoding_of
 from destila.cache.identity import shard_identity_fault
 from destila.cache.encodings.compact_blocks import BlockError
-from destila.cache.kinds import kind_of
 from destila.cache.kinds.topk import MASS_TOLERANCE  # noqa: F401  (re-exported: what each storage dtype allows)
 from destila.cache.rows import ShardRows
 from destila.cache.spans import span_faults, token_width_check
 from destila.cache.tokenizer_files import tokenizer_faults
 from destila.io import is_temporary
-
-
-@dataclass
-class VerifyReport:
-    """Result of :func:`verify_cache`; ``ok`` when complete and without faults."""
-
-    path: Path
-    complete: bool
-    sequences: int
-    stored_sequences: int
-    shards_checked: int = 0
-    faults: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    max_mass_error: float = 0.0
-    unit: str = "shards"  # what shards_checked counts: shards, or an export's files
-
-
-    @property
-    def ok(self) -> bool:
-        return self.complete and not self.faults
 
 
 def verify_cache(path: str | Path) -> VerifyReport:
@@ -76,7 +52,7 @@ def verify_cache(path: str | Path) -> VerifyReport:
     An export (``destila cache export``) is checked by :func:`~destila.cache.dataset_verify.verify_export`."""
     path = Path(path).expanduser()
     if (path / RECORD).is_file() and not (path / MANIFEST).is_file():
-        from destila.cache.dataset_verify import verify_export  # cycle: it reuses this module's row checks
+        from destila.cache.dataset_verify import verify_export  # pyarrow: only for an export
 
         return verify_export(path)
     manifest = read_manifest(path)
@@ -164,15 +140,3 @@ def _check_shard(path: Path, manifest, shard, report: VerifyReport, ids: IdsFing
             return [f"row {row}: {fault}" for fault in faults]
         ids.add(int(indices[row]), stored)
     return []
-
-
-def row_faults(stored: dict, manifest, report: VerifyReport, encoding=None) -> list[str]:
-    """What is wrong with one stored row (``encoding``: whose order and rounding rules apply; default the manifest's)."""
-    vocab, faults = manifest.vocab_size, []
-    inputs, hidden = stored["input_ids"], stored.get("hidden")
-    if hidden is not None and not torch.isfinite(hidden).all():
-        faults.append(f"{int((~torch.isfinite(hidden)).sum())} non-finite stored teacher hidden-state values")
-    if inputs.min() < 0 or inputs.max() >= vocab:
-        faults.append(f"input_ids outside [0, {vocab})")
-    kind = kind_of(manifest.target_kind)
-    return faults + kind.check_row(stored, manifest, encoding or encoding_of(manifest.encoding), report)

@@ -24,6 +24,19 @@ from __future__ import annotations
 _CHARS_PER_TOKEN = 8  # a first guess above what tokenizers average on text (about 4 characters per token)
 
 
+def text_values(values, spec) -> list[str]:
+    """The documents of a text field's ``values``: ``""`` for a missing or non-string one (left out, counted)."""
+    texts = []
+    for value in values:
+        if isinstance(value, list):
+            raise ValueError(
+                f"data: field {spec.text_field!r} holds lists (conversations?), not text; pass "
+                f"--messages-field {spec.text_field} for conversations"
+            )
+        texts.append(value if isinstance(value, str) else "")
+    return texts
+
+
 class BudgetedText:
     """A batched ``datasets.map`` function for plain text under a budget of ``budget`` tokens (one pass, in order)."""
 
@@ -33,8 +46,6 @@ class BudgetedText:
         self.produced = 0
 
     def __call__(self, batch: dict) -> dict:
-        from destila.data.render import text_values  # a top-level import would close a cycle (render builds this)
-
         ids = []
         for text in text_values(batch[self.spec.text_field], self.spec):
             left = self.budget - self.produced

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from destila.data.budgeted import BudgetedText
+from destila.data.budgeted import BudgetedText, text_values
 from destila.data.formats import conversational_pair
 from destila.data.spans import check_spells_bytes
 
@@ -97,19 +97,6 @@ def _tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
     # verbose=False: documents longer than the model's context are expected
     # here (packing splits them), so the length warning is noise.
     return tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
-
-
-def text_values(values, spec) -> list[str]:
-    """The documents of a text field's ``values``: ``""`` for a missing or non-string one (left out, counted)."""
-    texts = []
-    for value in values:
-        if isinstance(value, list):
-            raise ValueError(
-                f"data: field {spec.text_field!r} holds lists (conversations?), not text; pass "
-                f"--messages-field {spec.text_field} for conversations"
-            )
-        texts.append(value if isinstance(value, str) else "")
-    return texts
 
 
 def _encode_text(values, tokenizer, spec, documents: list | None = None) -> dict:
