@@ -39,13 +39,13 @@ from destila.cache import axolotl_columns
 from destila.cache.checks import target_value_fault
 from destila.cache.dataset_rows import RECORD, RowFormatError, parse_record, stored_row
 from destila.cache.format import FORMAT_VERSION, MANIFEST, Manifest
-from destila.cache.kinds import kind_of
+from destila.cache.kinds import KINDS, kind_of
 from destila.cache.reader import TopKCache
 from destila.cache.rows import dense_item
 from destila.targets.spec import TargetSpec
 
 log = logging.getLogger("destila.cache")
-_OWN_TARGETS = ("topk_ids", "sample_ids")
+_OWN_TARGETS = tuple(kind.row_columns[0] for kind in KINDS.values())  # each kind's id column
 _SAMPLE_ROWS = 64  # rows read to describe Axolotl rows' rest mass
 
 
@@ -96,7 +96,7 @@ class _Layout:
 
     def _synthetic(self, dataset, kind: str, width: int, seq_len: int, where: str, **targets) -> Manifest:
         """A manifest for rows without a record: what the columns say, the rest unknown (empty)."""
-        spec = TargetSpec(kind=kind, **({"top_k": width} if kind == "topk" else {"samples": width}), **targets)
+        spec = TargetSpec(kind=kind, **{kind_of(kind).fields[0]: width}, **targets)  # K or S: the kind's width
         count = len(dataset) if hasattr(dataset, "__len__") else 0
         fingerprint = str(getattr(dataset, "_fingerprint", "") or "")
         return Manifest(
@@ -110,13 +110,15 @@ class _Layout:
     def _own_columns(self, dataset, columns, where: str) -> None:
         """Export columns without the record (pushed with ``Dataset.push_to_hub``, or built by hand)."""
         first = self._first(dataset)[0]
-        kind = "topk" if "topk_ids" in columns else "sampled"
-        ids = first.column("topk_ids" if kind == "topk" else "sample_ids").combine_chunks().flatten()
+        # The kind whose id column the rows have (no record names it).
+        kind = next(name for name, target in KINDS.items() if target.row_columns[0] in columns)
+        names = kind_of(kind).row_columns
+        ids = first.column(names[0]).combine_chunks().flatten()
         lengths = ids.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
         width = int(lengths.max()) if lengths.size and lengths.max() > 0 else 1
         dtype = "float32"
-        if kind == "topk":
-            dtype = first.schema.field("topk_logprobs").type.value_type.value_type.to_pandas_dtype().__name__
+        if kind_of(kind).has_logprobs:  # the log-probs' column type is their dtype
+            dtype = first.schema.field(names[1]).type.value_type.value_type.to_pandas_dtype().__name__
         self.rounding = dtype
         self.manifest = self._synthetic(dataset, kind, width, _seq_len(dataset, first), where)
         self.vocab_known = False
@@ -273,7 +275,8 @@ def _load_hub(repo: str, streaming: bool, split: str):
     import datasets
     from huggingface_hub import snapshot_download
 
-    from destila.data.sources import hub_offline_reason, quiet_datasets
+    from destila.data.sources import quiet_datasets
+    from destila.models.hub import hub_offline_reason
 
     reason = hub_offline_reason()
     if reason is not None:

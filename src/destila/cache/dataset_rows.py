@@ -31,8 +31,10 @@ import hashlib
 import numpy as np
 import pyarrow as pa
 
+from destila.cache.kinds import KINDS, kind_of
+
 ROW_FIELDS = ("sequence_index", "input_ids", "position_ids", "loss_mask")
-TARGET_FIELDS = {"topk": ("topk_ids", "topk_logprobs", "tail_logmass"), "sampled": ("sample_ids", "sample_counts")}
+TARGET_FIELDS = {name: kind.row_columns for name, kind in KINDS.items()}  # each kind's own columns
 # Storage dtypes of the log-probs in a dataset row: Arrow has float16 but no bfloat16 (widened, exactly).
 ARROW_LOGPROB_DTYPES = {"float16": "float16", "bfloat16": "float32", "float32": "float32"}
 
@@ -45,15 +47,14 @@ def schema(kind: str, logprob_dtype: str = "float32") -> pa.Schema:
     """The Arrow schema of a cache's rows: the row fields, then the kind's (see the module docstring)."""
     fields = [pa.field("sequence_index", pa.int64()), pa.field("input_ids", pa.list_(pa.int32())),
               pa.field("position_ids", pa.list_(pa.int32())), pa.field("loss_mask", pa.list_(pa.bool_()))]
-    if kind == "topk":
-        fields += [pa.field("topk_ids", pa.list_(pa.list_(pa.int32()))),
-                   pa.field("topk_logprobs", pa.list_(pa.list_(pa.from_numpy_dtype(np.dtype(logprob_dtype))))),
-                   pa.field("tail_logmass", pa.list_(pa.float32()))]
-    elif kind == "sampled":
-        fields += [pa.field("sample_ids", pa.list_(pa.list_(pa.int32()))),
-                   pa.field("sample_counts", pa.list_(pa.list_(pa.int32())))]
-    else:
-        raise ValueError(f"targets.kind: expected topk or sampled, found {kind!r}")
+    columns = kind_of(kind).row_columns  # an unknown kind is refused here
+    if kind_of(kind).has_logprobs:  # ids, their log-probs, the rest mass
+        fields += [pa.field(columns[0], pa.list_(pa.list_(pa.int32()))),
+                   pa.field(columns[1], pa.list_(pa.list_(pa.from_numpy_dtype(np.dtype(logprob_dtype))))),
+                   pa.field(columns[2], pa.list_(pa.float32()))]
+    else:  # distinct ids and their counts
+        fields += [pa.field(columns[0], pa.list_(pa.list_(pa.int32()))),
+                   pa.field(columns[1], pa.list_(pa.list_(pa.int32())))]
     return pa.schema(fields)
 
 
@@ -65,7 +66,7 @@ def canonical(stored: dict, kind: str, logprob_dtype: str = "float32") -> dict:
            "position_ids": np.asarray(stored["position_ids"], dtype=np.int64),
            "loss_mask": np.asarray(stored["loss_mask"], dtype=bool)}
     ids = np.asarray(stored["ids"], dtype=np.int64)
-    if kind == "topk":
+    if kind_of(kind).has_logprobs:
         logprobs = stored["logprobs"]
         if not isinstance(logprobs, np.ndarray):  # a torch tensor (bfloat16): widened exactly
             logprobs = logprobs.float().numpy()
@@ -103,18 +104,19 @@ def rows_table(rows: list[tuple[int, dict]], kind: str, logprob_dtype: str = "fl
         "loss_mask": pa.ListArray.from_arrays(pa.array(outer.astype(np.int32)), pa.array(mask)),
     }
     ids = np.concatenate([row["ids"].reshape(-1) for _, row in rows]).astype(np.int32)
-    if kind == "topk":
+    names = kind_of(kind).row_columns
+    if kind_of(kind).has_logprobs:
         logprobs = np.concatenate([row["logprobs"].reshape(-1) for _, row in rows]).astype(logprob_dtype)
         tail = np.zeros(len(mask), dtype=np.float32)
         tail[mask] = np.concatenate([row["tail"] for _, row in rows])
-        columns.update(
-            topk_ids=_nested(ids, per_position, outer, pa.int32()),
-            topk_logprobs=_nested(logprobs, per_position, outer, pa.from_numpy_dtype(np.dtype(logprob_dtype))),
-            tail_logmass=pa.ListArray.from_arrays(pa.array(outer.astype(np.int32)), pa.array(tail)))
+        columns.update({
+            names[0]: _nested(ids, per_position, outer, pa.int32()),
+            names[1]: _nested(logprobs, per_position, outer, pa.from_numpy_dtype(np.dtype(logprob_dtype))),
+            names[2]: pa.ListArray.from_arrays(pa.array(outer.astype(np.int32)), pa.array(tail))})
     else:
         counts = np.concatenate([row["counts"].reshape(-1) for _, row in rows]).astype(np.int32)
-        columns.update(sample_ids=_nested(ids, per_position, outer, pa.int32()),
-                       sample_counts=_nested(counts, per_position, outer, pa.int32()))
+        columns.update({names[0]: _nested(ids, per_position, outer, pa.int32()),
+                        names[1]: _nested(counts, per_position, outer, pa.int32())})
     return pa.table(columns, schema=schema(kind, logprob_dtype))
 
 
@@ -151,16 +153,16 @@ def stored_row(table: pa.Table, kind: str, width: int, logprob_dtype: str = "flo
         raise RowFormatError(f"input_ids, position_ids and loss_mask have {length}, {len(row['position_ids'])} and "
                              f"{len(row['loss_mask'])} positions; they must be equal")
     mask = row["loss_mask"]
-    if kind == "topk":
-        row["ids"] = _entries(table.column("topk_ids"), mask, width, "topk_ids", np.int64)
-        row["logprobs"] = _entries(table.column("topk_logprobs"), mask, width, "topk_logprobs", logprob_dtype)
-        tail = _values(table.column("tail_logmass"), np.float32)
+    names = kind_of(kind).row_columns
+    row["ids"] = _entries(table.column(names[0]), mask, width, names[0], np.int64)
+    if kind_of(kind).has_logprobs:
+        row["logprobs"] = _entries(table.column(names[1]), mask, width, names[1], logprob_dtype)
+        tail = _values(table.column(names[2]), np.float32)
         if len(tail) != length:
-            raise RowFormatError(f"tail_logmass has {len(tail)} positions, the row has {length}")
+            raise RowFormatError(f"{names[2]} has {len(tail)} positions, the row has {length}")
         row["tail"] = tail[mask]
     else:
-        row["ids"] = _entries(table.column("sample_ids"), mask, width, "sample_ids", np.int64)
-        row["counts"] = _entries(table.column("sample_counts"), mask, width, "sample_counts", np.int64)
+        row["counts"] = _entries(table.column(names[1]), mask, width, names[1], np.int64)
     return row
 
 
@@ -179,7 +181,7 @@ class ContentDigest:
         update(np.asarray(row["position_ids"], dtype="<i4").tobytes())
         update(np.asarray(row["loss_mask"], dtype=np.uint8).tobytes())
         update(np.asarray(row["ids"], dtype="<i4").tobytes())
-        if kind == "topk":
+        if kind_of(kind).has_logprobs:
             update(np.asarray(row["logprobs"], dtype=np.dtype(logprob_dtype).newbyteorder("<")).tobytes())
             update(np.asarray(row["tail"], dtype="<f4").tobytes())
         else:

@@ -47,6 +47,7 @@ from destila.cache.dataset_rows import (
 )
 from destila.cache.encodings import encoding_of
 from destila.cache.format import sha256_file
+from destila.cache.kinds import kind_of
 from destila.cache.reader import TopKCache
 from destila.io import TMP_MARK, create_staging_dir, names_user_path, output_lock, publish_folder, write_atomic
 from destila.io.shareable import shareable, shareable_name
@@ -135,8 +136,9 @@ def export_cache(spec: ExportSpec) -> ExportReport:
                                       "sha256": sha256_file(staging / name)})
                 shutil.copytree(cache.tokenizer_path, staging / "tokenizer")
                 record = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "kind": kind, "width": cache.top_k,
-                          "seq_len": manifest.seq_len, "rows": rows, "logprob_dtype": logprob_dtype if kind == "topk"
-                          else None, "logprob_rounding": rounding, "content_sha256": digest.hexdigest(),
+                          "seq_len": manifest.seq_len, "rows": rows,
+                          "logprob_dtype": logprob_dtype if kind_of(kind).has_logprobs else None,
+                          "logprob_rounding": rounding, "content_sha256": digest.hexdigest(),
                           "files": files, "manifest": shareable_manifest(manifest)}
                 write_atomic(staging / RECORD, json.dumps(record, indent=1).encode())
                 write_atomic(staging / "README.md", dataset_card(record).encode())
@@ -174,11 +176,12 @@ def dataset_card(record: dict) -> str:
         dataset_info={"description": json.dumps(record, separators=(",", ":"))},
         tags=["destila", "knowledge-distillation", "teacher-logprobs"],
     )
-    width = "K" if record["kind"] == "topk" else "S"
+    kind = kind_of(record["kind"])
+    width = kind.width_letter
     targets = (f"top-{record['width']} log-probs ({record['logprob_dtype']}) and the exact log-mass of the rest"
-               if record["kind"] == "topk" else f"S = {record['width']} draws (distinct ids and counts)")
+               if kind.has_logprobs else f"S = {record['width']} draws (distinct ids and counts)")
     columns = ("`topk_ids` / `topk_logprobs` `[L][K]` (descending; `[]` where untrained), `tail_logmass` `[L]`"
-               if record["kind"] == "topk" else "`sample_ids` / `sample_counts` `[L][S]` (`[]` where untrained)")
+               if kind.has_logprobs else "`sample_ids` / `sample_counts` `[L][S]` (`[]` where untrained)")
     return (
         f"---\n{data.to_yaml()}\n---\n\n"
         f"# Teacher targets of {m['teacher']}\n\n"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from destila.cache.kinds import kind_of
 from destila.io import write_atomic
 from destila.io.shareable import is_local_path, shareable_name
 
@@ -63,7 +64,7 @@ def _sources(trainer) -> list[str]:
     cache = _cache_behind(trainer.train_dataset)
     if cache is not None:
         m, targets = cache.manifest, cache.manifest.targets
-        width = (f"top-{targets['top_k']} log-probs and the exact rest mass" if targets["kind"] == "topk"
+        width = (f"top-{targets['top_k']} log-probs and the exact rest mass" if kind_of(targets["kind"]).has_logprobs
                  else f"{targets['samples']} draws per position")
         return [
             f"- **Teacher**: {shareable_name(m.teacher)} ({m.teacher_architecture or 'architecture not recorded'}; "

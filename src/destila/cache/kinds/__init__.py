@@ -2,7 +2,8 @@
 
 A kind owns everything that depends on it: the teacher-head step that
 computes its targets, its tensors in a plain shard and its block in a compact
-one, how a stored row turns into the reader's dense item, its row checks for
+one, how a stored row turns into the reader's dense item, its columns as
+dataset rows (``row_columns``, ``cache export``), its row checks for
 ``cache verify`` and its line in ``cache inspect``. The manifest names one
 kind (``targets.kind``); code elsewhere asks :func:`kind_of` for its object
 and never compares kind names.

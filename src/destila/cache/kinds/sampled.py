@@ -33,6 +33,8 @@ class Sampled:
     stores_hidden_states = False
     ranked = False  # draws, not an order: no prefix of them is a smaller target
     fields = ("samples", "seed")  # its TargetSpec fields: the first is the entries a position holds
+    row_columns = ("sample_ids", "sample_counts")  # its columns as dataset rows (cache export)
+    width_letter = "S"  # how the docs name the entries a position holds
 
     @staticmethod
     def vocab_fault(targets, vocab: int) -> str | None:

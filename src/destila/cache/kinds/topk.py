@@ -30,6 +30,8 @@ class TopK:
     stores_hidden_states = True  # teacher hidden states may be stored beside the targets
     ranked = True  # the entries are the K most likely tokens in order: their first K′ are the top-K′
     fields = ("top_k",)  # its TargetSpec fields: the first is the entries a position holds
+    row_columns = ("topk_ids", "topk_logprobs", "tail_logmass")  # its columns as dataset rows (cache export)
+    width_letter = "K"  # how the docs name the entries a position holds
 
     @staticmethod
     def vocab_fault(targets, vocab: int) -> str | None:
