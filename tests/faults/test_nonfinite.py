@@ -14,6 +14,7 @@ from fault_helpers import (  # noqa: F401 (fixtures)
 from safetensors.torch import load_file, save_file
 
 from destila.eval.run import evaluate_model
+from destila.eval.spec import EvalSpec
 from destila.models.finite import all_finite, nonfinite_tensors
 from destila.training.finite import FiniteGradients, NonFiniteTraining
 
@@ -46,7 +47,7 @@ def test_a_student_with_nan_weights_is_refused_by_train_eval_and_generate(studen
     # eval runs each model in a fresh process, which reports the same ValueError (the one line of a damaged model:
     # test_damaged_inputs.py); in process here, to spare a second interpreter's start.
     with pytest.raises(ValueError, match=re.escape(needle)):
-        evaluate_model(str(bad), cache=str(small_cache), max_tokens=64)
+        evaluate_model(EvalSpec([str(bad)], cache=str(small_cache), max_tokens=64))
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("hello\n")
     error_line(destila_in_process("generate", bad, prompts, "-o", tmp_path / "answers.jsonl"), "generate", 2, needle)

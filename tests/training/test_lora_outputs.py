@@ -66,11 +66,11 @@ def test_plain_transformers_loads_the_adapter_folder(lora_run, tmp_path, monkeyp
 
 
 def test_destila_eval_reads_the_adapter_folder_as_the_merged_student(lora_run, tiny_cache):
-    from destila.eval import evaluate_models
+    from destila.eval import EvalSpec, evaluate_models
 
     out, result = lora_run
-    adapter, merged = evaluate_models([str(out), result["merged"]], isolated=False, cache=str(tiny_cache),
-                                      max_tokens=32 * 8, new_tokens=2)
+    adapter, merged = evaluate_models(EvalSpec([str(out), result["merged"]], cache=str(tiny_cache),
+                                               max_tokens=32 * 8, new_tokens=2), isolated=False)
     for key in ("kl_to_teacher", "perplexity", "top1_agreement", "parameters"):
         assert adapter[key] == pytest.approx(merged[key], rel=1e-5), key
     assert adapter["size_bytes"] < merged["size_bytes"]  # the adapter's files, not a copy of the student

@@ -96,10 +96,16 @@ def as_data_spec(data, **options) -> DataSpec:
                      f"found {type(data).__name__}")
 
 
-def describe_data(data, source: PackedSource) -> str:
-    """Where ``data`` came from, in words, as a cache manifest records it (``data_source``); ``source`` is
-    :func:`as_sequences`'s result for it (rows given in Python are named by their format)."""
+def describe_data(data, source: PackedSource | None = None) -> str:
+    """Where ``data`` came from, in words, as a cache manifest records it (``data_source``); ``source``:
+    :func:`as_sequences`'s result for it, whose spec names the format of rows given in Python (read from their
+    columns when left out)."""
     if _rows_given(data):
+        if source is None:
+            from destila.data.from_dataset import spec_for
+            from destila.data.sources import in_memory_records
+
+            return f"<{len(data)} {spec_for(in_memory_records(data)).format} rows given in Python>"
         return f"<{len(data)} {source.spec.format} rows given in Python>"
     documents = data.documents if isinstance(data, DataSpec) else data if isinstance(data, (list, tuple)) else None
     if documents is not None:
