@@ -21,6 +21,8 @@ MAX_BESIDES_SPEC = 6
 # entry point: (module, name, the parameter holding the spec, the spec class's module and name)
 ENTRY_POINTS = {
     "build_cache": ("destila.cache", "build_cache", "spec", "destila.cache.spec", "BuildSpec"),
+    "export_cache": ("destila.cache.export", "export_cache", "spec", "destila.cache.export", "ExportSpec"),
+    "train_tokenizer": ("destila.crosstok", "train_tokenizer", "spec", "destila.crosstok.spec", "TokenizerSpec"),
     "train_student": ("destila.training", "train_student", "spec", "destila.training.spec", "TrainSpec"),
     "DistillationTrainer": ("destila.training", "DistillationTrainer", "args", "destila.training.arguments",
                             "DistillationArguments"),
