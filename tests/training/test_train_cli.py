@@ -79,7 +79,9 @@ def test_data_flags_with_a_cache_are_refused_not_ignored(tiny_cache, fresh_stude
              "--streaming", "--num-proc", "2", "--use_cpu"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and err.startswith("destila train: error: --streaming, --num-proc:")
+    assert err.count("\n") == 0 and err.startswith(f"destila train: error: --cache {tiny_cache}: ")
+    assert "--streaming True (the cache in" in err and "built with streaming False" in err
+    assert "--num-proc 2 (the cache in" in err
     assert not (tmp_path / "o").exists()
 
 

@@ -81,15 +81,15 @@ def test_gkd_yaml_trains_offline_from_a_cache(tiny_cache, fresh_student, tmp_pat
 
 
 def test_unsupported_keys_are_listed_in_one_line(tmp_path, capsys):
-    config = write(tmp_path, "lmbda: 0.5\nseq_kd: true\nmax_new_tokens: 128\nlearning_rat: 1\nbeta: 0.5\n"
+    config = write(tmp_path, "lmbda: 0.5\nseq_kd: true\nmax_new_tokens: 64\nlearning_rat: 1\nbeta: 0.5\n"
                              "max_length: 64\n")
     with pytest.raises(SystemExit) as exit_:
         cli(["train", "s", "--cache", "c", "-o", str(tmp_path / "o"), "--config", config])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
-    for key in ("lmbda (on-policy", "seq_kd (sequence-level", "max_new_tokens (", "unknown option 'learning_rat'",
-                "max_length (a data option; the cache already holds its data)"):
+    for key in ("lmbda 0.5 (on-policy", "seq_kd True (sequence-level", "max_new_tokens 64 (",
+                "unknown option 'learning_rat' (did you mean learning_rate?)"):
         assert key in err
 
 
@@ -137,12 +137,12 @@ lr_scheduler_type: cosine
 """
 
 
-def test_trls_example_sft_config_beside_a_cache_is_refused_naming_its_data_keys(tmp_path, capsys):
+def test_trls_example_sft_config_beside_a_cache_is_refused_naming_its_data_keys(tiny_cache, tmp_path, capsys):
     config = write(tmp_path, TRL_EXAMPLE + "max_length: 64\npacking: true\n", student="s")
     with pytest.raises(SystemExit) as exit_:
-        cli(["train", "--cache", "c", "-o", str(tmp_path / "o"), "--config", config])
+        cli(["train", "--cache", str(tiny_cache), "-o", str(tmp_path / "o"), "--config", config])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
-    for key in ("dataset_name (a data option", "max_length (a data option", "packing (a data option"):
+    for key in ("dataset_name 'stanfordnlp/imdb' (the cache", "max_length 64 (the cache", "packing 'bfd' (the cache"):
         assert key in err

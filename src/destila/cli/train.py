@@ -22,6 +22,8 @@ from pathlib import Path
 
 from destila.cli.fields import add_fields, given_flags, values_of
 from destila.cli.parser import Parser
+from destila.cli.train_trl import add_trl_flags, apply_trl_flags, check_against_cache, flag_names
+from destila.cli.train_trl import check_trl_temperature, given_on_command_line, trl_terms
 from destila.data.spec import DataSpec
 from destila.models.placement import PlacementSpec
 
@@ -70,6 +72,7 @@ def build_parser():
     add_fields(parser.add_argument_group("online data (with --data)"), DataSpec, exclude=("source",))
     add_fields(parser.add_argument_group("online teacher placement (with --teacher)"), PlacementSpec,
                **_TEACHER_PLACEMENT)
+    add_trl_flags(parser)
     return parser
 
 
@@ -88,23 +91,23 @@ def read_config(path: str) -> dict:
     return values
 
 
-def apply_config(parser: argparse.ArgumentParser, values: dict, path: str, *, with_cache: bool = False) -> None:
-    """Make the file's values the parser's defaults, so flags given on the command line override them.
+def apply_config(parser: argparse.ArgumentParser, values: dict, path: str) -> dict:
+    """Make the file's values the parser's defaults, so flags given on the command line override them;
+    returns ``{option: the key that set it}``.
 
     TRL's keys (``model_name_or_path``, ``max_length``, GKD's ``beta``, ...) are mapped onto destila's
-    options by :func:`destila.training.trl_keys.map_trl_keys`; every key refused or unknown is named in one line.
+    options by :func:`destila.training.trl_keys.map_trl_keys`; every key refused or unknown is named in one line,
+    a misspelt one with the nearest name.
     """
-    from destila.training.trl_keys import map_trl_keys  # heavy: transformers
+    from destila.training.trl_keys import MAPPED, map_trl_keys  # heavy: transformers
 
     known = set(vars(parser.parse_args([]))) - {"config"}  # every option's destination, at its default
-    # Beside a cache, data options would be ignored (the cache holds its data): refused with the rest.
-    data_options = {"data", *(f.name for f in dataclasses.fields(DataSpec) if f.name != "source")}
-    unwanted = dict.fromkeys(data_options, "a data option; the cache already holds its data") if with_cache else {}
-    normalised, problems = map_trl_keys(values, known, unwanted)
+    normalised, problems = map_trl_keys(values, known)
     if problems:
         raise ValueError(f"--config {path}: {'; '.join(problems)}. Expected names of `destila train --help` "
                          "options (e.g. learning_rate) or TRL config keys such as max_length")
     parser.set_defaults(**normalised)
+    return {MAPPED[k][0] if k in MAPPED else k: k for k in values}
 
 
 def parse(argv: list[str]):
@@ -112,6 +115,7 @@ def parse(argv: list[str]):
     from destila.training import DistillationArguments, TrainSpec  # heavy: transformers
     from destila.training.objective import recorded_defaults  # heavy: transformers
     from destila.training.output_dir import read_run_record  # heavy: transformers
+    from destila.training.trl_defaults import gkd_defaults
 
     parser = build_parser()
     # A first look at the flags that decide the defaults (the config file, a resumed run's record), from the same
@@ -121,14 +125,21 @@ def parse(argv: list[str]):
     add_fields(pre, TrainSpec, only=("resume", "cache"))
     add_fields(pre, DistillationArguments, only=("output_dir",))
     known, _ = pre.parse_known_args(argv)
+    config = read_config(known.config) if known.config else {}
+    in_trl_terms = trl_terms(argv, config)
+    # TRL's meaning for TRL's words: GKDConfig's defaults; a resumed run's record, the config and the flags win.
+    parser.set_defaults(**(gkd_defaults([*flag_names(argv), *config]) if in_trl_terms else {}))
     if known.resume and known.output_dir:
         # The run's recorded objective is the default; a flag given that differs is refused by train_student.
         dests = set(vars(parser.parse_args([])))
         recorded = recorded_defaults(read_run_record(Path(known.output_dir)), known.output_dir)
         parser.set_defaults(**{k: v for k, v in recorded.items() if k in dests})
-    if known.config:
-        apply_config(parser, read_config(known.config), known.config, with_cache=known.cache is not None)
+    spelt = apply_config(parser, config, known.config) if known.config else {}
     namespace = parser.parse_args(argv)
+    spelt.update({dest: "--" + dest.replace("_", "-") for dest in given_on_command_line(parser, argv)})
+    spelt.update(apply_trl_flags(namespace, parser))
+    check_trl_temperature(namespace, spelt, in_trl_terms)
+    check_against_cache(namespace, spelt)
     _beta_selects_divergence(namespace, argv)
     if namespace.student is None:
         parser.error("the following arguments are required: student")

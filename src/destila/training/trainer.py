@@ -39,6 +39,9 @@ from destila.training.head_loss import distill_through_forward
 from destila.training.hidden_distillation import hidden_term
 from destila.training.sharing import check_push, write_model_card
 from destila.training.student_model import student_model as _student
+from destila.training.teacher_model import loaded_teacher
+from destila.training.trl_args import as_distillation_arguments
+from destila.training.trl_defaults import describe_objective
 
 _STATS = ("soft", "hard", "rows", "agree")
 # The held-out yardstick, the same for runs of every objective: forward KL over the cache's K buckets, student at T = 1.
@@ -164,6 +167,8 @@ class DistillationTrainer(Trainer):
         model, arguments = kwargs.pop("model", model), kwargs.pop("args", arguments)
         if arguments is None:
             raise ValueError("DistillationTrainer: args= is required (a DistillationArguments)")
+        arguments = as_distillation_arguments(arguments)  # a TrainingArguments or a TRL config, in TRL's meaning
+        teacher_model = loaded_teacher(teacher_model)  # a path or hub id, as TRL's GKDTrainer takes it
         check_push(arguments)  # before the Trainer creates the Hub repository
         if getattr(arguments, "label_smoothing_factor", 0):  # the Trainer's own loss would apply it; ours does not
             raise ValueError(f"label_smoothing_factor: {arguments.label_smoothing_factor} smooths the labels of a "
@@ -200,6 +205,13 @@ class DistillationTrainer(Trainer):
         self.model_accepts_loss_kwargs = True
         self._loss_shifts_labels = True
         self._window = torch.zeros(len(_STATS), dtype=torch.float64)
+
+    def train(self, *args, **kwargs):
+        """The Trainer's ``train``, after one line saying what the run trains towards and how that compares with
+        TRL's ``GKDConfig`` (:func:`~destila.training.trl_defaults.describe_objective`)."""
+        if self.is_world_process_zero():
+            print(describe_objective(self.args), flush=True)
+        return super().train(*args, **kwargs)
 
     def create_model_card(self, model_name: str | None = None, **_hf_card_fields) -> None:
         """destila's card (:mod:`destila.training.sharing`: teacher, cache, data fingerprints, objective,

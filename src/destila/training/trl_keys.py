@@ -4,7 +4,8 @@ A YAML written for ``trl sft`` or ``trl gkd`` runs with ``destila train
 --config``: each key below becomes the destila option it means, or is
 refused with the reason, every refusal listed in one line. Keys that are
 ``transformers.TrainingArguments`` fields need no mapping (destila takes them
-under the same names). docs/training.md shows this table; a test keeps the two equal.
+under the same names). docs/training.md shows this table (:func:`markdown_table`, written there by
+``make docs``).
 
 GKD's ``beta`` alone selects the divergence, as in TRL's generalised JSD:
 ``beta: 0`` is forward KL, ``beta: 1`` reverse KL, anything between the
@@ -47,27 +48,86 @@ MAPPED = {
     "lora_target_modules": ("lora_target_modules", _lora_modules, "--lora-target-modules (a list becomes a,b,c)"),
 }
 
-# TRL key: (value that means "off", so the key is harmless; the reason it is refused otherwise)
+# The command that runs what GKD's lmbda asks for.
+ON_POLICY = "`destila recipe on-policy`"
+
+# TRL key: (values that leave the feature off, TRL's default among them, so the key is harmless; the reason it is
+# refused otherwise). Every field of TRL's GKDConfig, SFTConfig, ModelConfig and ScriptArguments that is neither a
+# TrainingArguments field nor destila's own option is here or in MAPPED (a test reads TRL's classes for it).
 REFUSED = {
-    "lmbda": (0, "on-policy distillation (the student generating its own sequences) is not supported; destila "
-                 "trains on fixed sequences scored by the teacher: set lmbda: 0"),
-    "seq_kd": (False, "sequence-level KD (training on teacher-generated text) is not built in: generate the text "
-                      "with `destila generate`, build a cache from it, and train on that"),
-    "max_new_tokens": (None, "generation length of on-policy GKD, which destila does not run"),
-    "disable_dropout": (None, "destila keeps the student's configured dropout; set it in the student's config"),
-    "model_init_kwargs": (None, "destila loads the student in float32; use --bf16 for mixed precision"),
-    "teacher_model_init_kwargs": (None, "destila loads the teacher itself; see --teacher-device-map for placement"),
-    "torch_dtype": (None, "destila loads models in float32; use --bf16 or --fp16 for mixed precision"),
-    "dtype": (None, "destila loads models in float32; use --bf16 or --fp16 for mixed precision"),
-    "load_in_4bit": (False, "quantised students are not supported"),
-    "load_in_8bit": (False, "quantised students are not supported"),
-    "trust_remote_code": (False, "models with remote code are not loaded"),
-    "padding_free": (None, "packed rows are always padding-free (position ids bound the documents)"),
-    "eos_token": (None, "the tokenizer is the teacher's (stored in the cache); change it there"),
-    "pad_token": (None, "the tokenizer is the teacher's (stored in the cache); change it there"),
-    "chat_template_path": (None, "the chat template is the teacher tokenizer's; change it before building the cache"),
-    "dataset_kwargs": (None, "no extra dataset options; use the data options of `destila train --help`"),
+    "lmbda": ((0,), f"on-policy distillation (the student's own samples, scored by the teacher) is {ON_POLICY}; "
+                    "`destila train` trains on fixed sequences: set lmbda: 0 here, or run the recipe (its --lmbda "
+                    "mixes a cache's sequences in)"),
+    "seq_kd": ((False,), "sequence-level KD (training on teacher-generated text) is not built in: generate the text "
+                         "with `destila generate`, build a cache from it, and train on that"),
+    "max_new_tokens": ((128,), f"generation length of on-policy GKD, which {ON_POLICY} runs (--max-new-tokens)"),
+    "disable_dropout": ((False,), "destila keeps the student's configured dropout; set it in the student's config"),
+    "model_init_kwargs": ((), "destila loads the student in float32; use --bf16 for mixed precision"),
+    "teacher_model_init_kwargs": ((), "destila loads the teacher itself; see --teacher-device-map for placement"),
+    "torch_dtype": (("float32",), "destila loads models in float32; use --bf16 or --fp16 for mixed precision"),
+    "dtype": (("float32",), "destila loads models in float32; use --bf16 or --fp16 for mixed precision"),
+    "load_in_4bit": ((False,), "quantised students are not supported"),
+    "load_in_8bit": ((False,), "quantised students are not supported"),
+    "bnb_4bit_quant_type": (("nf4",), "quantised students are not supported"),
+    "use_bnb_nested_quant": ((False,), "quantised students are not supported"),
+    "bnb_4bit_quant_storage": ((), "quantised students are not supported"),
+    "trust_remote_code": ((False,), "models with remote code are not loaded"),
+    "model_revision": (("main",), "a hub model is read at its main revision; download another revision to a folder "
+                                  "and pass the folder"),
+    "attn_implementation": ((), "the student and teacher run the attention transformers picks for them"),
+    "use_dora": ((False,), "DoRA adapters are not built in; destila's adapters are plain LoRA (--lora-r)"),
+    "use_rslora": ((False,), "rank-stabilised LoRA is not built in; set --lora-alpha to scale the adapters"),
+    "lora_target_parameters": ((), "adapters go on modules (--lora-target-modules), not on parameters"),
+    "lora_modules_to_save": ((), "no module is trained in full beside the adapters"),
+    "lora_task_type": (("CAUSAL_LM",), "students are causal language models"),
+    "padding_free": ((False,), "packed rows are always padding-free (position ids bound the documents)"),
+    "pad_to_multiple_of": (("auto",), "rows already have the cache's fixed length"),
+    "eos_token": ((), "the tokenizer is the teacher's (stored in the cache); change it there"),
+    "pad_token": ((), "the tokenizer is the teacher's (stored in the cache); change it there"),
+    "chat_template_path": ((), "the chat template is the teacher tokenizer's; change it before building the cache"),
+    "dataset_kwargs": ((), "no extra dataset options; use the data options of `destila train --help`"),
+    "dataset_test_split": (("test",), "held-out data is --eval-fraction of the training data, or an eval cache"),
+    "dataset_streaming": ((False,), "use --streaming (online data)"),
+    "truncation_mode": (("keep_start",), "a document longer than a row keeps its start"),
+    "shuffle_dataset": ((False,), "the Trainer's sampler shuffles the sequences (--seed); they are not shuffled "
+                                  "before packing"),
+    "packing_strategy": (("bfd",), "TRL's bfd is --packing bfd; concatenated rows are --packing documents"),
+    "eval_packing": ((), "held-out rows are packed as the training rows are"),
+    "loss_type": (("nll",), "the objective is the distillation loss (--divergence, --hard-weight for the labels' "
+                            "cross-entropy)"),
+    "activation_offloading": ((False,), "activations are not offloaded; use --gradient_checkpointing"),
+    "router_aux_loss_coef": ((), "a mixture-of-experts router's auxiliary loss is not added"),
+    "ignore_bias_buffers": ((False,), "DDP's bias buffers are left as the Trainer keeps them"),
 }
+
+# TRL's ModelConfig LoRA defaults, taken with `use_peft: true` when not given.
+PEFT_DEFAULTS = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05}
+# Keys of TRL's that are destila options too, with their TRL meaning: beta (GKD's) selects the divergence.
+SHARED = ("beta", "temperature", "lora_r", "lora_alpha", "lora_dropout")
+# A config or a command line with any of these keys is written in TRL's terms.
+TRL_ONLY = frozenset({*MAPPED, *REFUSED, "use_peft"})
+
+
+def in_trl_terms(keys) -> bool:
+    """Whether ``keys`` (a config's, or the flags given) include a key only TRL has (``model_name_or_path``, ...)."""
+    return any(str(key).lstrip("-").replace("-", "_") in TRL_ONLY for key in keys)
+
+
+def trl_temperature_problem(value) -> str | None:
+    """In TRL's terms, ``temperature`` is GKD's sampling temperature: refused unless 1, where both meanings agree."""
+    if value is None or float(value) == 1.0:
+        return None
+    return (f"temperature {value:g} (in TRL's GKD the temperature of the student's on-policy samples; TRL's loss "
+            f"runs at T 1, and `destila train` samples nothing. Drop it for TRL's objective; destila's own "
+            f"--temperature tempers the loss, in options without TRL's keys, and must equal the cache's)")
+
+
+def refusal(name: str, value) -> str | None:
+    """The problem line of the TRL key ``name`` at ``value``, or None when the value leaves the feature off."""
+    harmless, why = REFUSED[name]
+    if value is None or value in harmless:
+        return None
+    return f"{name} {value!r} ({why})"
 
 
 def gkd_divergence(beta: float) -> dict:
@@ -94,15 +154,16 @@ def map_trl_keys(values: dict, known, unwanted: dict | None = None) -> tuple[dic
             problems.append(f"{name} ({unwanted[target]})")
             continue
         if name == "use_peft":
-            if value:
-                options.setdefault("lora_r", values.get("lora_r", 16))  # TRL's ModelConfig default rank
+            if value:  # TRL's ModelConfig defaults for what is not given
+                options.update({k: v for k, v in PEFT_DEFAULTS.items() if k not in values})
             continue
         if name in REFUSED:
-            harmless, why = REFUSED[name]
-            if value is None or value == harmless:
-                continue
-            problems.append(f"{name} ({why})")
+            problem = refusal(name, value)
+            if problem:
+                problems.append(problem)
         elif name in MAPPED:
+            if value is None:  # TRL's "not set"
+                continue
             target, convert, _ = MAPPED[name]
             if target in options and options[target] != convert(value):
                 problems.append(f"{name} (sets {target}, which another key sets to {options[target]!r})")
@@ -110,7 +171,34 @@ def map_trl_keys(values: dict, known, unwanted: dict | None = None) -> tuple[dic
         elif name in known:
             options[name] = value
         else:
-            problems.append(f"unknown option {key!r}")
+            problems.append(f"unknown option {key!r}{did_you_mean(name, known)}")
     if "beta" in options and "divergence" not in options:
         options.update(gkd_divergence(float(options.pop("beta"))))
     return options, problems
+
+
+def did_you_mean(name: str, known) -> str:
+    """``"; did you mean learning_rate?"`` for the nearest of ``known`` and TRL's keys, or ``""``."""
+    import difflib
+
+    near = difflib.get_close_matches(name, sorted({*known, *TRL_ONLY, *SHARED}), n=1, cutoff=0.6)
+    return f" (did you mean {near[0]}?)" if near else ""
+
+
+def _shown(values) -> str:
+    return ", ".join(f"`{str(v).lower() if isinstance(v, bool) else v}`" for v in values)
+
+
+def markdown_table() -> str:
+    """The table of docs/training.md: every TRL key and what it is here (``make docs`` writes it there)."""
+    peft = ", ".join(f"`{k}` {v}" for k, v in PEFT_DEFAULTS.items())
+    rows = [(key, f"`{target}`", meaning)
+            for key, (target, _, meaning) in MAPPED.items()]
+    rows += [("use_peft", "`lora_r`", f"true: LoRA adapters, with TRL's ModelConfig {peft} where not given"),
+             ("beta", "`divergence`, `beta`", "GKD's β: 0 is `forward_kl`, 1 `reverse_kl`, between `jsd` with that β"),
+             ("temperature", "`temperature`", "in TRL's terms refused unless 1: GKD's is the temperature of "
+                                               "on-policy samples (its loss runs at T 1), and nothing is sampled")]
+    rows += [(key, f"refused unless {_shown(harmless)}" if harmless else "refused", why)
+             for key, (harmless, why) in REFUSED.items()]
+    lines = ["| TRL key | destila option | meaning |", "|---|---|---|"]
+    return "\n".join(lines + [f"| `{key}` | {target} | {meaning} |" for key, target, meaning in rows])

@@ -1,0 +1,134 @@
+"""TRL's words on `destila train`: its flags, its defaults, and data keys beside a cache.
+
+``destila train --model_name_or_path S --teacher_model_name_or_path T
+--dataset_name D --use_peft`` is TRL's command line: each TRL key of
+:mod:`destila.training.trl_keys` is a flag here too (the refused ones hidden
+from ``--help``), mapped onto destila's option after parsing, with the same
+one-line refusals as in a ``--config`` file.
+
+A command line or config written in TRL's terms (any key only TRL has) gets
+TRL's ``GKDConfig`` defaults for what it leaves out
+(:mod:`destila.training.trl_defaults`); anything given wins.
+
+Beside ``--cache`` the data options (``--seq-len``, ``max_length``,
+``packing``, ``dataset_name``, ...) cannot change the rows: one that equals
+the cache's setting is accepted, one that differs is refused naming both
+values (:mod:`destila.cache.settings_match`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from destila.data.spec import DataSpec
+
+# destila.training.* imports transformers (its package does): imported where used, so `destila --help` stays fast.
+_DATA_OPTIONS = ("data", *(f.name for f in dataclasses.fields(DataSpec) if f.name != "source"))
+
+
+def _scalar(text: str):
+    """A flag's text read as YAML reads a config value: ``0.5``, ``true``, ``main``, ``student/``."""
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def trl_flags_class(taken):
+    """TRL's keys as the fields of a dataclass (so :func:`~destila.cli.fields.add_fields` declares their flags),
+    less those in ``taken`` (destila's own options of the same name, such as ``packing``)."""
+    from destila.training.trl_keys import MAPPED, PEFT_DEFAULTS, REFUSED
+
+    peft = ", ".join(f"{k} {v}" for k, v in PEFT_DEFAULTS.items())
+    helps = {key: f"TRL's name of {meaning}" for key, (_, _, meaning) in MAPPED.items()}
+    helps["use_peft"] = f"TRL's: LoRA adapters, with TRL's {peft} where not given"
+    helps.update(dict.fromkeys(REFUSED, argparse.SUPPRESS))  # refused unless off: listed in docs/training.md
+    extra = {"use_peft": {"nargs": "?", "const": True}}
+    fields = [(key, object, dataclasses.field(default=None, metadata={
+        "help": text, "type": _scalar, "metavar": MAPPED[key][0].upper() if key in MAPPED else None,
+        **extra.get(key, {})})) for key, text in helps.items() if key not in taken]
+    return dataclasses.make_dataclass("TrlFlags", fields)
+
+
+def add_trl_flags(parser: argparse.ArgumentParser) -> None:
+    """TRL's keys as flags, except those that are destila's own options already (``--packing``, ...)."""
+    from destila.cli.fields import add_fields
+
+    group = parser.add_argument_group("TRL's names (mapped onto the options above, with TRL's defaults)")
+    flags = trl_flags_class(set(vars(parser.parse_args([]))))
+    add_fields(group, flags)
+    parser.trl_flags = {f.name for f in dataclasses.fields(flags)}  # read back by apply_trl_flags
+
+
+def flag_names(argv: list[str]) -> list[str]:
+    return [arg.partition("=")[0][2:].replace("-", "_") for arg in argv if arg.startswith("--")]
+
+
+def trl_terms(argv: list[str], config: dict) -> bool:
+    """Whether the command line or the config is written in TRL's terms."""
+    from destila.training.trl_keys import in_trl_terms
+
+    return in_trl_terms(flag_names(argv)) or in_trl_terms(config)
+
+
+def given_on_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The destinations set by ``argv`` itself (not by a default, a config or a run record): ``argv`` parsed again
+    with every default a marker."""
+    saved = {dest: parser.get_default(dest) for dest in vars(parser.parse_args([]))}
+    marker = object()
+    parser.set_defaults(**dict.fromkeys(saved, marker))
+    try:
+        namespace = parser.parse_args(argv)
+    finally:
+        parser.set_defaults(**saved)
+    return {dest for dest, value in vars(namespace).items() if value is not marker}
+
+
+def apply_trl_flags(namespace: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
+    """Map the TRL flags given onto ``namespace``; ``{option: TRL flag}`` for those set. A TRL flag beside
+    destila's own flag for the same option, with another value, is refused."""
+    from destila.training.trl_keys import MAPPED, map_trl_keys
+
+    values = {}
+    for dest in [d for d in vars(namespace) if d in parser.trl_flags]:
+        value = vars(namespace).pop(dest)
+        if value is not None:
+            values[dest] = value
+    known = {d for d in vars(namespace)}
+    options, problems = map_trl_keys(values, known)
+    for option, value in options.items():
+        current, default = getattr(namespace, option, None), parser.get_default(option)
+        if current not in (None, default, value):
+            flag = next((k for k in values if MAPPED.get(k, (k,))[0] == option), option)
+            problems.append(f"--{flag} {values.get(flag, value)!r} sets {option}, which is given as {current!r}")
+        setattr(namespace, option, value)
+    if problems:
+        raise ValueError(f"{'; '.join(problems)}; docs/training.md lists what each TRL key means here")
+    return {option: "--" + next((k for k in values if MAPPED.get(k, (k,))[0] == option), option) for option in options}
+
+
+def check_trl_temperature(namespace: argparse.Namespace, spelt: dict, trl_terms: bool) -> None:
+    """In TRL's terms a ``temperature`` given is GKD's sampling temperature: refused unless 1."""
+    from destila.training.trl_keys import trl_temperature_problem
+
+    problem = trl_terms and "temperature" in spelt and trl_temperature_problem(namespace.temperature)
+    if problem:
+        raise ValueError(problem)
+
+
+def check_against_cache(namespace: argparse.Namespace, spelt: dict) -> None:
+    """Beside ``--cache``: the data options given (``spelt``: ``{option: the name the user wrote}``) must equal the
+    cache's settings, and are then reset to their defaults (they say nothing new)."""
+    given = {o: (name, getattr(namespace, o)) for o, name in spelt.items() if o in _DATA_OPTIONS}
+    if namespace.cache is None or not given:
+        return
+    from destila.cache.dataset import open_cache  # heavy: torch
+    from destila.cache.settings_match import settings_problems
+
+    problems = settings_problems(given, open_cache(namespace.cache).manifest, str(namespace.cache))
+    if problems:
+        raise ValueError(f"--cache {namespace.cache}: {'; '.join(problems)}. A cache already holds its rows: data "
+                         "options beside it must equal its settings")
+    defaults = {f.name: f.default for f in dataclasses.fields(DataSpec)}
+    for option in given:  # back to the field's default, as if not given (the config's value is a parser default)
+        setattr(namespace, option, defaults.get(option))
