@@ -1,8 +1,11 @@
 """`destila` entry point: one sub-command module per verb.
 
 Each module in ``COMMANDS`` exposes ``register(subparsers)``, which adds its
-parser and sets ``func`` to a callable taking the parsed namespace. Modules
-import torch and friends inside their ``func`` so that ``--help`` stays fast.
+parser and sets ``func`` to a callable taking the parsed namespace. A command
+line imports only its own command's module (several import torch to declare
+their flags); ``destila --help`` imports none, listing each command by its
+line in :data:`SUMMARIES` (a test keeps them equal to the modules' own), and
+``destila train --help`` prints the stored help (:mod:`destila.cli.stored_help`).
 Failures are reported by :mod:`destila.cli.errors`: one line, no traceback
 unless ``--debug`` (anywhere on the command line) or ``DESTILA_DEBUG=1``.
 """
@@ -19,18 +22,33 @@ from destila import __version__
 from destila.cli.errors import EXIT_ENVIRONMENT, EXIT_USER, USER_ERRORS, debug_requested, describe_os_error
 from destila.cli.errors import os_error_number
 from destila.cli.parser import Parser
+from destila.cli.stored_help import stored_train_help
 from destila.quiet import quiet_library_noise, request_quiet_bars
 
 COMMANDS = ["cache", "student", "train", "eval", "bench", "demo", "generate", "recipe"]
 # Commands whose module parses the rest of the command line itself: ``run(argv)``.
 OWN_PARSERS = ("train",)
+# Each command's line in `destila --help`, as its module registers it.
+SUMMARIES = {
+    "cache": "build, inspect or verify a teacher's top-K cache",
+    "student": "create a student model",
+    "train": "train a student from a cache (or online from a teacher)",
+    "eval": "compare models on held-out data (perplexity, agreement and KL to the teacher, speed, size, memory) "
+            "and on lm-evaluation-harness tasks",
+    "bench": "measure memory and speed (the paper's tables)",
+    "demo": "distil the embedded SmolLM2-135M on Python's docs, end to end, and write a report",
+    "generate": "the teacher answers PROMPTS; writes conversations (JSON lines) for sequence-level distillation",
+    "recipe": "progressive, self- or on-policy distillation, as resumable stages",
+}
 
 
 class UserError(Exception):
     """A problem with the user's input: printed as one line, exit code 2."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``destila`` parser with every command; with ``only``, that command's flags alone (the others are listed
+    by their summary, their modules not imported; ``only=""``: none)."""
     parser = Parser(
         prog="destila",
         description="Knowledge distillation from a cached top-K teacher pass.",
@@ -40,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show the Python traceback of a failure (also DESTILA_DEBUG=1); anywhere on the line")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        import_module(f"destila.cli.{name}").register(subparsers)
+        if only is None or name == only:
+            import_module(f"destila.cli.{name}").register(subparsers)
+        else:
+            subparsers.add_parser(name, help=SUMMARIES[name], add_help=False)
     return parser
 
 
@@ -64,10 +85,14 @@ def main(argv: list[str] | None = None) -> None:
     if argv and argv[0] in OWN_PARSERS:
         # This command parses its own flags (HfArgumentParser over a dataclass).
         command = argv[0]
+        stored = stored_train_help(argv[1:]) if command == "train" else None
+        if stored is not None:  # without importing transformers (the live parser's text, stored)
+            print(stored, end="")
+            sys.exit(0)
         module = import_module(f"destila.cli.{command}")
         _call(command, lambda: module.run(argv[1:]), debug)
         return
-    parser = build_parser()
+    parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else "")
     args = parser.parse_args(argv)
     _call(args.command, lambda: args.func(args), debug)
 

@@ -1,0 +1,80 @@
+"""`destila train --help` without importing torch or transformers: the help as the live parser writes it, stored.
+
+``destila train``'s flags are generated from ``transformers.TrainingArguments``
+(:func:`destila.cli.train.build_parser`), and importing transformers takes
+seconds. The help text that parser writes, at :data:`WIDTH` columns, is
+stored beside this module with the versions of destila and transformers it
+was written with; ``destila train --help`` prints it when both versions
+match the installed ones, and builds the live parser otherwise. Options that
+change the defaults the help shows (``--config``, ``--resume``) also take the
+live parser. A test compares the stored text with the live one; after a change
+to the flags, write it again::
+
+    python -m destila.cli.stored_help
+
+Naive equivalent::
+
+    print(build_parser().format_help())
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+STORED = Path(__file__).with_name("train_help.json")
+WIDTH = 100
+# Flags whose values change the defaults the help shows: the live parser answers.
+_LIVE_FLAGS = ("--config", "--resume")
+
+
+def versions() -> dict:
+    """The installed versions the stored help depends on."""
+    from destila import __version__
+
+    try:
+        transformers = version("transformers")
+    except PackageNotFoundError:
+        transformers = None
+    return {"destila": __version__, "transformers": transformers}
+
+
+def stored_train_help(argv: list[str]) -> str | None:
+    """The stored help when ``argv`` (``destila train``'s arguments) asks for it and it is current, else None."""
+    if not any(arg in ("-h", "--help") for arg in argv) or "--" in argv:
+        return None
+    if any(arg.partition("=")[0] in _LIVE_FLAGS for arg in argv):
+        return None
+    try:
+        record = json.loads(STORED.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record.get("help") if record.get("versions") == versions() else None
+
+
+def live_train_help() -> str:
+    """The help the live parser writes at :data:`WIDTH` columns."""
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(WIDTH)
+    try:
+        from destila.cli.train import build_parser
+
+        return build_parser().format_help()
+    finally:
+        if saved is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = saved
+
+
+def write_stored_help() -> None:
+    record = {"versions": versions(), "width": WIDTH, "help": live_train_help()}
+    STORED.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    write_stored_help()
+    print(f"wrote {STORED}", file=sys.stderr)
