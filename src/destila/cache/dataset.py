@@ -121,6 +121,7 @@ class _Layout:
             dtype = first.schema.field(names[1]).type.value_type.value_type.to_pandas_dtype().__name__
         self.rounding = dtype
         self.manifest = self._synthetic(dataset, kind, width, _seq_len(dataset, first), where)
+        self.manifest.spans = "span_start" in columns  # an export's byte spans, read back by stored_row
         self.vocab_known = False
         self.decode = lambda table: stored_row(table, kind, width, dtype)  # noqa: E731
         self.notes.append(f"{where}: cache rows without destila's record (no dataset description): temperature taken "

@@ -15,6 +15,9 @@ for top-K targets, S for sampled ones)::
     sampled targets:
     sample_ids      list<list<int32>> [L][S]   distinct drawn ids by decreasing count, then padding (count 0)
     sample_counts   list<list<int32>> [L][S]   their counts, summing to S; [] where untrained
+    a cache built with --spans (destila.cache.spans), after the targets:
+    span_start      list<int64> [L]           each input token's byte span [span_start, span_end) in its
+    span_end        list<int64> [L]           document; -1 at padding
 
 :func:`rows_table` turns the reader's stored rows (:meth:`destila.cache.rows.ShardRows.stored`)
 into such a table and :func:`stored_row` turns a row back, so a dataset row
@@ -34,6 +37,7 @@ import pyarrow as pa
 from destila.cache.kinds import KINDS, kind_of
 
 ROW_FIELDS = ("sequence_index", "input_ids", "position_ids", "loss_mask")
+SPAN_FIELDS = ("span_start", "span_end")
 TARGET_FIELDS = {name: kind.row_columns for name, kind in KINDS.items()}  # each kind's own columns
 # Storage dtypes of the log-probs in a dataset row: Arrow has float16 but no bfloat16 (widened, exactly).
 ARROW_LOGPROB_DTYPES = {"float16": "float16", "bfloat16": "float32", "float32": "float32"}
@@ -43,8 +47,9 @@ class RowFormatError(ValueError):
     """A dataset row whose columns do not have the lengths its loss mask implies."""
 
 
-def schema(kind: str, logprob_dtype: str = "float32") -> pa.Schema:
-    """The Arrow schema of a cache's rows: the row fields, then the kind's (see the module docstring)."""
+def schema(kind: str, logprob_dtype: str = "float32", spans: bool = False) -> pa.Schema:
+    """The Arrow schema of a cache's rows: the row fields, then the kind's, then the spans when the cache has
+    them (see the module docstring)."""
     fields = [pa.field("sequence_index", pa.int64()), pa.field("input_ids", pa.list_(pa.int32())),
               pa.field("position_ids", pa.list_(pa.int32())), pa.field("loss_mask", pa.list_(pa.bool_()))]
     columns = kind_of(kind).row_columns  # an unknown kind is refused here
@@ -55,6 +60,8 @@ def schema(kind: str, logprob_dtype: str = "float32") -> pa.Schema:
     else:  # distinct ids and their counts
         fields += [pa.field(columns[0], pa.list_(pa.list_(pa.int32()))),
                    pa.field(columns[1], pa.list_(pa.list_(pa.int32())))]
+    if spans:
+        fields += [pa.field(name, pa.list_(pa.int64())) for name in SPAN_FIELDS]
     return pa.schema(fields)
 
 
@@ -78,6 +85,9 @@ def canonical(stored: dict, kind: str, logprob_dtype: str = "float32") -> dict:
         counts = np.asarray(stored["counts"], dtype=np.int64)
         order = np.argsort(-counts, axis=1, kind="stable")
         row.update(ids=np.take_along_axis(ids, order, 1), counts=np.take_along_axis(counts, order, 1))
+    for name in SPAN_FIELDS:
+        if name in stored:
+            row[name] = np.asarray(stored[name], dtype=np.int64)
     return row
 
 
@@ -117,7 +127,10 @@ def rows_table(rows: list[tuple[int, dict]], kind: str, logprob_dtype: str = "fl
         counts = np.concatenate([row["counts"].reshape(-1) for _, row in rows]).astype(np.int32)
         columns.update({names[0]: _nested(ids, per_position, outer, pa.int32()),
                         names[1]: _nested(counts, per_position, outer, pa.int32())})
-    return pa.table(columns, schema=schema(kind, logprob_dtype))
+    spans = bool(rows) and SPAN_FIELDS[0] in rows[0][1]
+    for name in SPAN_FIELDS if spans else ():
+        columns[name] = pa.ListArray.from_arrays(pa.array(outer.astype(np.int32)), pa.array(flat(name, np.int64)))
+    return pa.table(columns, schema=schema(kind, logprob_dtype, spans))
 
 
 def _values(column, dtype=None) -> np.ndarray:
@@ -163,6 +176,10 @@ def stored_row(table: pa.Table, kind: str, width: int, logprob_dtype: str = "flo
         row["tail"] = tail[mask]
     else:
         row["counts"] = _entries(table.column(names[1]), mask, width, names[1], np.int64)
+    for name in SPAN_FIELDS if SPAN_FIELDS[0] in table.column_names else ():
+        row[name] = _values(table.column(name), np.int64)
+        if len(row[name]) != length:
+            raise RowFormatError(f"{name} has {len(row[name])} positions, the row has {length}")
     return row
 
 
@@ -186,6 +203,9 @@ class ContentDigest:
             update(np.asarray(row["tail"], dtype="<f4").tobytes())
         else:
             update(np.asarray(row["counts"], dtype="<i4").tobytes())
+        for name in SPAN_FIELDS:  # only rows of a cache with spans have them: other digests are unchanged
+            if name in row:
+                update(np.asarray(row[name], dtype="<i8").tobytes())
         self.rows += 1
 
     def hexdigest(self) -> str:

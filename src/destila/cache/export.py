@@ -12,7 +12,8 @@ hub upload serves as is)::
       data/train-00001-of-00002.parquet
 
 One row per sequence, in sequence order, with the columns of
-:mod:`destila.cache.dataset_rows`. Values are the cache's own: the stored
+:mod:`destila.cache.dataset_rows` (the byte spans too, for a cache built with
+``--spans``). Values are the cache's own: the stored
 log-prob dtype where Arrow has it (float16, float32; bfloat16 is widened to
 float32 exactly), the exact tail, the compact encoding's decoded
 distributions. The record's ``content_sha256`` (:class:`~destila.cache.dataset_rows.ContentDigest`)
@@ -131,12 +132,13 @@ def export_cache(spec: ExportSpec) -> ExportReport:
                     for number in range(count):
                         name = f"{DATA_DIR}/train-{number:05d}-of-{count:05d}.parquet"
                         first, stop = number * per_file, min((number + 1) * per_file, rows)
-                        _write_file(staging / name, cache, range(first, stop), kind, logprob_dtype, digest, bar)
+                        _write_file(staging / name, cache, range(first, stop), kind, logprob_dtype, digest, bar,
+                                    bool(manifest.spans))
                         files.append({"name": name, "rows": stop - first, "bytes": (staging / name).stat().st_size,
                                       "sha256": sha256_file(staging / name)})
                 shutil.copytree(cache.tokenizer_path, staging / "tokenizer")
                 record = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "kind": kind, "width": cache.top_k,
-                          "seq_len": manifest.seq_len, "rows": rows,
+                          "seq_len": manifest.seq_len, "rows": rows, "spans": bool(manifest.spans),
                           "logprob_dtype": logprob_dtype if kind_of(kind).has_logprobs else None,
                           "logprob_rounding": rounding, "content_sha256": digest.hexdigest(),
                           "files": files, "manifest": shareable_manifest(manifest)}
@@ -151,10 +153,10 @@ def export_cache(spec: ExportSpec) -> ExportReport:
     return ExportReport(out, rows, len(files), sum(f["bytes"] for f in files), record["content_sha256"])
 
 
-def _write_file(path: Path, cache, indices: range, kind: str, logprob_dtype: str, digest, bar) -> None:
+def _write_file(path: Path, cache, indices: range, kind: str, logprob_dtype: str, digest, bar, spans: bool) -> None:
     import pyarrow.parquet as pq
 
-    with pq.ParquetWriter(str(path), schema(kind, logprob_dtype), compression="zstd") as writer:
+    with pq.ParquetWriter(str(path), schema(kind, logprob_dtype, spans), compression="zstd") as writer:
         for start in range(indices.start, indices.stop, ROW_GROUP_ROWS):
             batch = []
             for index in range(start, min(start + ROW_GROUP_ROWS, indices.stop)):
@@ -182,6 +184,8 @@ def dataset_card(record: dict) -> str:
                if kind.has_logprobs else f"S = {record['width']} draws (distinct ids and counts)")
     columns = ("`topk_ids` / `topk_logprobs` `[L][K]` (descending; `[]` where untrained), `tail_logmass` `[L]`"
                if kind.has_logprobs else "`sample_ids` / `sample_counts` `[L][S]` (`[]` where untrained)")
+    if record.get("spans"):
+        columns += "; `span_start` / `span_end` `[L]`: each input token's byte span in its document (-1 at padding)"
     return (
         f"---\n{data.to_yaml()}\n---\n\n"
         f"# Teacher targets of {m['teacher']}\n\n"
