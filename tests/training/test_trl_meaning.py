@@ -177,3 +177,11 @@ def test_the_docs_show_the_line_a_trl_run_prints(tmp_path):
     shown = next(block for block in docs.split("```text\n")[1:] if block.startswith("objective: ")).split("\n")[0]
     args = DistillationArguments(output_dir=str(tmp_path), use_cpu=True, **GKD_DEFAULTS)
     assert shown == describe_objective(args)
+
+
+def test_use_peft_takes_trls_lora_defaults_where_none_is_given(tmp_path):
+    config = write(tmp_path, "use_peft: true\nlora_alpha: 8\n")
+    _, args = parse(["s", "--cache", "c", "-o", str(tmp_path / "o"), "--use_peft", "--lora_r", "4"])
+    assert (args.lora_r, args.lora_alpha, args.lora_dropout) == (4, 32, 0.05)
+    _, args = parse(["s", "--cache", "c", "-o", str(tmp_path / "p"), "--config", config])
+    assert (args.lora_r, args.lora_alpha, args.lora_dropout) == (16, 8, 0.05)

@@ -87,7 +87,8 @@ def given_on_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> s
 def apply_trl_flags(namespace: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     """Map the TRL flags given onto ``namespace``; ``{option: TRL flag}`` for those set. A TRL flag beside
     destila's own flag for the same option, with another value, is refused."""
-    from destila.training.trl_keys import MAPPED, map_trl_keys
+    from destila.training.peft_student import LoraArguments
+    from destila.training.trl_keys import MAPPED, PEFT_DEFAULTS, map_trl_keys
 
     values = {}
     for dest in [d for d in vars(namespace) if d in parser.trl_flags]:
@@ -96,8 +97,11 @@ def apply_trl_flags(namespace: argparse.Namespace, parser: argparse.ArgumentPars
             values[dest] = value
     known = {d for d in vars(namespace)}
     options, problems = map_trl_keys(values, known)
+    unset = {f.name: f.default for f in dataclasses.fields(LoraArguments)}
     for option, value in options.items():
         current, default = getattr(namespace, option, None), parser.get_default(option)
+        if option in PEFT_DEFAULTS and current != unset[option]:
+            continue  # --use_peft's TRL defaults yield to a rank, alpha or dropout given
         if current not in (None, default, value):
             flag = next((k for k in values if MAPPED.get(k, (k,))[0] == option), option)
             problems.append(f"--{flag} {values.get(flag, value)!r} sets {option}, which is given as {current!r}")

@@ -4,8 +4,9 @@ A YAML written for ``trl sft`` or ``trl gkd`` runs with ``destila train
 --config``: each key below becomes the destila option it means, or is
 refused with the reason, every refusal listed in one line. Keys that are
 ``transformers.TrainingArguments`` fields need no mapping (destila takes them
-under the same names). docs/training.md shows this table (:func:`markdown_table`, written there by
-``make docs``).
+under the same names). docs/training.md shows this table (:func:`markdown_table`,
+written there by ``make docs``). What TRL means by the keys it leaves out is
+:mod:`destila.training.trl_defaults`.
 
 GKD's ``beta`` alone selects the divergence, as in TRL's generalised JSD:
 ``beta: 0`` is forward KL, ``beta: 1`` reverse KL, anything between the
@@ -139,20 +140,12 @@ def gkd_divergence(beta: float) -> dict:
     return {"divergence": "jsd", "beta": beta}
 
 
-def map_trl_keys(values: dict, known, unwanted: dict | None = None) -> tuple[dict, list[str]]:
-    """``(options, problems)``: ``values`` with TRL keys mapped; one problem line per key refused or unknown.
-
-    ``known`` holds destila's option names (they pass through unchanged);
-    ``unwanted`` maps option names to the reason they are refused here (e.g.
-    data options beside a cache), whether given by their name or a TRL key's.
-    """
-    options, problems, unwanted = {}, [], unwanted or {}
+def map_trl_keys(values: dict, known) -> tuple[dict, list[str]]:
+    """``(options, problems)``: ``values`` with TRL keys mapped; one problem line per key refused or unknown
+    (with the nearest name). ``known`` holds destila's option names (they pass through unchanged)."""
+    options, problems = {}, []
     for key, value in values.items():
         name = str(key).lstrip("-").replace("-", "_")
-        target = MAPPED[name][0] if name in MAPPED else name
-        if target in unwanted:
-            problems.append(f"{name} ({unwanted[target]})")
-            continue
         if name == "use_peft":
             if value:  # TRL's ModelConfig defaults for what is not given
                 options.update({k: v for k, v in PEFT_DEFAULTS.items() if k not in values})
