@@ -22,7 +22,7 @@ from destila import __version__
 from destila.cli.errors import EXIT_ENVIRONMENT, EXIT_USER, USER_ERRORS, debug_requested, describe_os_error
 from destila.cli.errors import os_error_number
 from destila.cli.parser import Parser
-from destila.cli.stored_help import stored_train_help
+from destila.cli.stored_help import early_train_error, stored_train_help
 from destila.quiet import quiet_library_noise, request_quiet_bars
 
 COMMANDS = ["cache", "student", "train", "eval", "bench", "demo", "generate", "recipe"]
@@ -89,6 +89,10 @@ def main(argv: list[str] | None = None) -> None:
         if stored is not None:  # without importing transformers (the live parser's text, stored)
             print(stored, end="")
             sys.exit(0)
+        early = early_train_error(argv[1:]) if command == "train" else None
+        if early is not None:  # a misspelt flag, answered before transformers is imported
+            print(early, end="", file=sys.stderr)
+            sys.exit(EXIT_USER)
         module = import_module(f"destila.cli.{command}")
         _call(command, lambda: module.run(argv[1:]), debug)
         return
