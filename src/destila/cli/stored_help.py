@@ -113,7 +113,9 @@ def live_train_help() -> str:
 
 def write_stored_help() -> None:
     record = {"versions": versions(), "width": WIDTH, "help": live_train_help(), "flags": live_train_flags()}
-    STORED.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    from destila.io import write_atomic
+
+    write_atomic(STORED, json.dumps(record, indent=1, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":
