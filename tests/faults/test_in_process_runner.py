@@ -17,7 +17,7 @@ def test_a_refusal_reads_the_same_in_process_and_in_a_real_process(tmp_path):
 def test_an_uncaught_exception_is_a_traceback_and_fails_the_one_line_check(monkeypatch):
     import destila.cli.main
 
-    def broken():
+    def broken(*_args, **_kwargs):
         raise RuntimeError("a bug, not the user's mistake")
 
     monkeypatch.setattr(destila.cli.main, "build_parser", broken)
