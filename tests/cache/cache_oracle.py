@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from destila.cache.verify import MASS_TOLERANCE
+from destila.cache.kinds.topk import MASS_TOLERANCE
 
 # Relative rounding of the storage dtype (half an ulp, doubled for margin) and
 # the float32-vs-float64 error of computing the logits, in nats.

@@ -14,7 +14,7 @@ from destila.cache import build_cache
 from destila.cache.format import MANIFEST, read_manifest
 from destila.cache.reader import TopKCache
 from destila.cache.spans import decode_frame, encode_frame, span_faults
-from destila.cache.verify import verify_cache
+from destila.cache.checks.verify import verify_cache
 from destila.data import texts_source
 from destila.data.spans import Speller
 

@@ -228,7 +228,7 @@ def test_a_cache_from_before_identities_stays_readable(small_cache, tmp_path):
 
 
 def test_the_identity_is_the_sha256_of_the_content_fields(small_cache):
-    from destila.cache.identity import cache_identity, identity_of_shard
+    from destila.cache.checks.identity import cache_identity, identity_of_shard
     from conftest import shard_metadata_of
 
     manifest = read_manifest(small_cache)
@@ -242,7 +242,7 @@ def test_the_identity_is_the_sha256_of_the_content_fields(small_cache):
 
 
 def test_an_edited_compact_layout_is_named(small_cache):
-    from destila.cache.derived_checks import layout_fault
+    from destila.cache.checks.derived import layout_fault
     from destila.cache.encodings import encoding_of
 
     manifest = read_manifest(small_cache)

@@ -4,10 +4,11 @@ See :mod:`destila.cache.format` for the folder layout and crash-safety rules.
 """
 
 from destila.cache.format import FORMAT_VERSION, Manifest, ShardInfo, read_manifest
-from destila.cache.checks import CorruptShardError
+from destila.cache.checks.rows import VerifyReport
+from destila.cache.checks.shards import CorruptShardError
+from destila.cache.checks.verify import verify_cache
 from destila.cache.reader import TopKCache
 from destila.cache.stats import inspect_cache
-from destila.cache.verify import VerifyReport, verify_cache
 from destila.cache.spec import BuildSpec
 from destila.cache.writer import BuildReport, build_cache
 

@@ -27,7 +27,7 @@ from destila.cache.format import (
     schema_faults,
     shard_name,
 )
-from destila.cache.identity import shard_metadata
+from destila.cache.checks.identity import shard_metadata
 from destila.io import write_atomic
 
 
@@ -48,7 +48,7 @@ def write_shard(output: Path, tensors: dict[str, torch.Tensor], sequences: list[
                 identity: str | None = None) -> ShardInfo:
     """Write ``tensors`` atomically as the shard of ``sequences``; ``durable(write)`` runs the write.
 
-    ``identity``: the cache's (:mod:`destila.cache.identity`), carried in the shard's metadata."""
+    ``identity``: the cache's (:mod:`destila.cache.checks.identity`), carried in the shard's metadata."""
     from safetensors.torch import save
 
     # One metadata key: safetensors orders several in a random (hash map) order,

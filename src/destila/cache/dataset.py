@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from destila.cache import axolotl_columns
-from destila.cache.checks import target_value_fault
+from destila.cache.checks.rows import target_value_fault
 from destila.cache.dataset_rows import RECORD, RowFormatError, parse_record, stored_row
 from destila.cache.format import FORMAT_VERSION, MANIFEST, Manifest
 from destila.cache.kinds import KINDS, kind_of

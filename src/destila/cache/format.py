@@ -165,7 +165,7 @@ class Manifest:
     tokenizer_files: dict[str, str] = field(default_factory=dict)  # tokenizer/ file → sha256 (tokenizer_files.py)
     # Each position's byte span in its document, for a student with another tokenizer (destila.cache.spans).
     spans: bool = False
-    # SHA-256 of the content fields, also in every shard's metadata (destila.cache.identity); None: an older cache.
+    # SHA-256 of the content fields, also in every shard's metadata (cache/checks/identity.py); None: an older cache.
     identity: str | None = None
 
     @property

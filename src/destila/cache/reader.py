@@ -32,11 +32,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from destila.cache.checks import CorruptShardError, check_manifest, order_fault, target_value_fault
+from destila.cache.checks.identity import shard_identity_fault
+from destila.cache.checks.manifest import check_manifest
+from destila.cache.checks.rows import target_value_fault
+from destila.cache.checks.shards import CorruptShardError, order_fault
 from destila.cache.encodings import encoding_of
 from destila.cache.encodings.compact_blocks import BlockError
 from destila.cache.format import MANIFEST, TOKENIZER_DIR, ShardFormatError, read_manifest, shard_file_fault
-from destila.cache.identity import shard_identity_fault
 from destila.cache.kinds import kind_of
 from destila.cache.rows import ShardRows
 from destila.cache.tokenizer_files import check_tokenizer_files

@@ -40,7 +40,7 @@ from destila.cache.format import (
     shard_info,
     write_manifest,
 )
-from destila.cache.identity import shard_file_identity_fault
+from destila.cache.checks.identity import shard_file_identity_fault
 from destila.io import exclusive_lock, is_temporary, names_user_path, open_lock_file, write_atomic
 
 log = logging.getLogger("destila.cache")

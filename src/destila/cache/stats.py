@@ -21,7 +21,9 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
-from destila.cache.checks import CorruptShardError, check_manifest, open_checked_shard, order_fault, target_value_fault
+from destila.cache.checks.manifest import check_manifest
+from destila.cache.checks.rows import target_value_fault
+from destila.cache.checks.shards import CorruptShardError, open_checked_shard, order_fault
 from destila.cache.encodings import encoding_of
 from destila.cache.format import TOKENIZER_DIR, read_manifest
 from destila.cache.k_prime import DEFAULT_COVERAGE, KCoverage, format_table, suggest_k

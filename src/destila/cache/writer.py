@@ -44,7 +44,7 @@ from destila.cache.format import (
     read_manifest,
     write_manifest,
 )
-from destila.cache.identity import cache_identity
+from destila.cache.checks.identity import cache_identity
 from destila.cache.kinds import kind_of, target_content
 from destila.cache.resume import (
     covers_all,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from destila.cache import CorruptShardError
 from destila.cache.dataset import open_cache
 from destila.constants import IGNORE_INDEX
 from destila.data import as_sequences, collate, split_indices
@@ -163,7 +164,8 @@ def generation_samples(lm, tokenizer, prompts: list[Prompt], new_tokens: int, re
 
 
 # A worker's failure that is the user's input (its last traceback line): shown as one line, not a crash.
-_USER_ERRORS = ("ValueError: ", "FileNotFoundError: ", "destila.cache.checks.CorruptShardError: ")
+_USER_ERRORS = ("ValueError: ", "FileNotFoundError: ",
+                f"{CorruptShardError.__module__}.{CorruptShardError.__qualname__}: ")
 
 
 def evaluate_models(spec: EvalSpec, *, isolated: bool = True, timeout: float | None = None,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from destila.cache import TopKCache
+from destila.cache.checks.derived import check_cache_tokenizer
 from destila.cache.dataset import open_cache
-from destila.cache.derived_checks import check_cache_tokenizer
 from destila.data import as_data_spec, as_sequences, collate
 from destila.io import reported_os_error
 from destila.models import SAVE_INCOMPLETE, load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from destila.cache.checks import VerifyReport, row_faults
+from destila.cache.checks.rows import VerifyReport, row_faults
 from destila.cache.dataset_rows import DATA_DIR, RECORD, ContentDigest, RowFormatError, parse_record, stored_row
 from destila.cache.encodings.plain import PLAIN
 from destila.cache.format import Manifest, sha256_file

@@ -16,7 +16,7 @@ These are the ones the cache's own files determine:
 The other content fields (``targets`` with K, kind and temperature,
 ``data_fingerprint``, the teacher's fingerprints) cannot be recomputed
 without the teacher and the data; the manifest's ``identity``
-(:mod:`destila.cache.identity`) covers them.
+(:mod:`destila.cache.checks.identity`) covers them.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ is finite (``-inf`` only when K = V) and ≤ 0; each position's mass
 allows; sampled counts sum to S; byte spans (a cache built with ``--spans``)
 are spans, follow each other within a document and are as wide as their
 tokens' bytes (:mod:`~destila.cache.spans`). Across shards: every sequence is stored
-exactly once and ``complete`` agrees (:mod:`~destila.cache.checks`, whose
-cheap checks every reader runs too). The
+exactly once and ``complete`` agrees (:mod:`~destila.cache.checks.manifest`,
+whose cheap checks every reader runs too). The
 tokenizer files match the digests recorded at build time
 (:mod:`~destila.cache.tokenizer_files`).
 """
@@ -26,6 +26,12 @@ from pathlib import Path
 import numpy as np
 from safetensors import safe_open
 
+from destila.cache.checks.derived import IdsFingerprint, cache_tokenizer_faults, layout_fault
+from destila.cache.checks.identity import shard_identity_fault
+from destila.cache.checks.manifest import manifest_faults, sequence_coverage_faults
+from destila.cache.checks.rows import VerifyReport, row_faults
+from destila.cache.dataset_rows import RECORD
+from destila.cache.encodings.compact_blocks import BlockError
 from destila.cache.format import (
     MANIFEST,
     TOKENIZER_DIR,
@@ -34,12 +40,6 @@ from destila.cache.format import (
     read_manifest,
     shard_file_fault,
 )
-from destila.cache.checks import VerifyReport, manifest_faults, row_faults, sequence_coverage_faults
-from destila.cache.dataset_rows import RECORD
-from destila.cache.derived_checks import IdsFingerprint, cache_tokenizer_faults, layout_fault
-from destila.cache.identity import shard_identity_fault
-from destila.cache.encodings.compact_blocks import BlockError
-from destila.cache.kinds.topk import MASS_TOLERANCE  # noqa: F401  (re-exported: what each storage dtype allows)
 from destila.cache.rows import ShardRows
 from destila.cache.spans import span_faults, token_width_check
 from destila.cache.tokenizer_files import tokenizer_faults
@@ -49,10 +49,10 @@ from destila.io import is_temporary
 def verify_cache(path: str | Path) -> VerifyReport:
     """Check every shard of the cache at ``path``; never raises for a damaged shard, reports it.
 
-    An export (``destila cache export``) is checked by :func:`~destila.cache.dataset_verify.verify_export`."""
+    An export (``destila cache export``) is checked by :func:`~destila.cache.checks.export.verify_export`."""
     path = Path(path).expanduser()
     if (path / RECORD).is_file() and not (path / MANIFEST).is_file():
-        from destila.cache.dataset_verify import verify_export  # pyarrow: only for an export
+        from destila.cache.checks.export import verify_export  # pyarrow: only for an export
 
         return verify_export(path)
     manifest = read_manifest(path)
@@ -100,7 +100,7 @@ def _span_widths(path: Path, manifest, report: VerifyReport):
 
 
 def _derived_faults(path: Path, manifest, report: VerifyReport) -> list[str]:
-    """The manifest fields the cache's own files determine (:mod:`~destila.cache.derived_checks`)."""
+    """The manifest fields the cache's own files determine (:mod:`~destila.cache.checks.derived`)."""
     faults = [] if tokenizer_faults(path, manifest.tokenizer_files) else cache_tokenizer_faults(path, manifest)
     layout = layout_fault(manifest)
     if layout is not None:
