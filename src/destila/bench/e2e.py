@@ -197,13 +197,13 @@ def long_context_worker(impl: str, student: str, seq_len: int, top_k: int, devic
 
 def prepare_student(cfg: E2EConfig, teacher: str) -> str:
     """The student to train: the given one, or ``student_layers`` cut from the teacher (made once)."""
-    from destila.student import init_student  # heavy: torch
+    from destila.student import StudentInitSpec, init_student  # heavy: torch
 
     if cfg.student is not None:
         return cfg.student
     path = Path(cfg.workdir) / f"student-{cfg.student_layers}-layers"
     if not (path / "config.json").exists():
-        init_student(teacher, path, layers=cfg.student_layers)
+        init_student(StudentInitSpec(teacher, path, layers=cfg.student_layers))
     return str(path)
 
 
