@@ -28,7 +28,8 @@ from pathlib import Path
 
 from destila.bench.harness import step_clock, synchronize
 from destila.bench.parsing import gib, int_list, name_list
-from destila.models import EMBEDDED, embedded_teacher_dir, final_hidden_states, load_causal_lm, output_head
+from destila.models import (EMBEDDED, embedded_teacher_dir, final_hidden_states, load_causal_lm, load_config,
+                            output_head)
 
 METHODS = ("online", "dense", "chunked", "fused")
 OFFLINE = ("dense", "chunked", "fused")
@@ -200,6 +201,7 @@ def prepare_student(cfg: E2EConfig, teacher: str) -> str:
     from destila.student import StudentInitSpec, init_student  # heavy: torch
 
     if cfg.student is not None:
+        load_config(cfg.student)  # a student that cannot load is refused before the teacher pass, not as a row
         return cfg.student
     path = Path(cfg.workdir) / f"student-{cfg.student_layers}-layers"
     if not (path / "config.json").exists():
@@ -211,9 +213,12 @@ def run_e2e(cfg: E2EConfig, on_row=None) -> dict:
     """Every method of ``cfg`` in its own process; ``{"cache": ..., "rows": [...], "break_even_runs": ...}``."""
     from destila.eval.measure import run_isolated  # heavy: destila.eval imports torch
 
+    teacher = str(embedded_teacher_dir()) if cfg.teacher == EMBEDDED else cfg.teacher
+    load_config(teacher)  # a model that cannot load is refused in one line, before anything is written
+    if cfg.student is not None:
+        load_config(cfg.student)
     workdir = Path(cfg.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    teacher = str(embedded_teacher_dir()) if cfg.teacher == EMBEDDED else cfg.teacher
     student = prepare_student(cfg, teacher)
     cache_path = workdir / f"cache-{cfg.seq_len}-{cfg.tokens}"
     cache = run_isolated("destila.bench.e2e:cache_worker", dict(

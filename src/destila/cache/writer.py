@@ -158,12 +158,15 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
         report.complete = read_manifest(output).complete
         return report
     except BaseException:
+        held["failed"] = True
         if held.get("fresh") and group.is_main:  # a refused new cache leaves nothing that blocks the next build
             undo_empty_build(output, created)
         raise
     finally:
         if "lock" in held:
             release_folder(output, held["lock"])
+        if held.get("failed") and created and group.is_main and output.is_dir() and not any(output.iterdir()):
+            output.rmdir()  # refused before its manifest (a teacher that cannot load): the folder it made goes too
         distributed.leave(group)
 
 

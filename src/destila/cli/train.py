@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,13 +77,9 @@ def build_parser():
 
 def read_config(path: str) -> dict:
     """The options in a YAML or JSON file, as a flat ``{name: value}`` mapping."""
-    text = Path(path).read_text()
-    if Path(path).suffix.lower() == ".json":
-        values = json.loads(text)
-    else:
-        import yaml
+    from destila.io.user_files import config_values
 
-        values = yaml.safe_load(text)
+    values = config_values(Path(path))
     if not isinstance(values, dict):
         raise ValueError(f"--config {path}: expected a mapping of option names to values, "
                          f"found {type(values).__name__}")

@@ -145,3 +145,33 @@ def _gguf_fault(file: Path) -> str | None:
 def _first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return text[0] if text else type(err).__name__
+
+
+def config_values(path: Path):
+    """The parsed content of a ``.json`` or YAML options file; a file that does not parse is one line naming it.
+
+    YAML is read with the safe loader: a ``!!python/...`` tag is refused (never run), like a tab used for
+    indentation or a file cut mid-key, with the line and column where the parser stopped.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"--config {path}: not UTF-8 text; expected a YAML or JSON file of options") from None
+    if path.suffix.lower() == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--config {path}, line {err.lineno}, column {err.colno}: not valid JSON ({err.msg}); "
+                             "fix the file") from None
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or _first_line(err)
+        if "!!python" in str(err) or "could not determine a constructor" in str(err):
+            problem = f"{problem} (Python tags are never run: the file is read with YAML's safe loader)"
+        raise ValueError(f"--config {path}{where}: not valid YAML ({problem}); expected plain option: value lines, "
+                         "indented with spaces") from None

@@ -22,6 +22,7 @@ from destila.models.loading import (
     final_hidden_states,
     hub_unreachable,
     load_causal_lm,
+    load_config,
     load_tokenizer,
     output_head,
     resolve_source,
@@ -31,5 +32,5 @@ from destila.models.loading import (
 
 __all__ = ["EMBEDDED", "INIT_INCOMPLETE", "MODEL_HELP", "SAVE_INCOMPLETE", "check_plain_head", "config_hash", "decoder_of", "destila_home",
            "embedded_gguf_path", "embedded_teacher_dir", "final_hidden_states", "hub_unreachable",
-           "load_causal_lm", "load_tokenizer", "output_head", "resolve_source", "tokenizer_fingerprint",
+           "load_causal_lm", "load_config", "load_tokenizer", "output_head", "resolve_source", "tokenizer_fingerprint",
            "weight_fingerprint"]

@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from destila.io import exclusive_lock, names_user_path, publish_folder
+from destila.models.config_checks import check_model_config, config_error_message, mismatch_message
 from destila.models.finite import check_finite_weights
 from destila.models.hub import hub_offline_reason
 from destila.models.placement import check_tensor_plan, load_options, offloaded_state, resolve_device
@@ -252,6 +253,10 @@ def load_tokenizer(spec: str, gguf_file: str | None = None):
     base = adapter_base(source) if not gguf else None
     if base is not None and not (Path(source) / "tokenizer_config.json").is_file():
         return load_tokenizer(base)
+    if not gguf and Path(source).is_dir() and not any((Path(source) / name).is_file() for name in _TOKENIZER_FILES):
+        raise FileNotFoundError(f"tokenizer: {source} holds no tokenizer files (expected one of "
+                                f"{', '.join(_TOKENIZER_FILES)}); copy the model's tokenizer into it "
+                                "(tokenizer.save_pretrained(folder))")
     try:
         with reading(Path(source) / gguf if gguf else source, "tokenizer"):
             if gguf:
@@ -261,6 +266,16 @@ def load_tokenizer(spec: str, gguf_file: str | None = None):
         if Path(source).exists():
             raise
         raise _hub_error(spec, err) from err
+    except Exception as err:  # the tokenizer's loader reads config.json first
+        message = config_error_message(err, str(Path(source) / "config.json"))
+        if message is None:
+            raise
+        raise ValueError(message) from None
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model",
+                    "vocab.txt")
+"""A folder holding none of these has no tokenizer (transformers would talk about sentencepiece instead)."""
 
 
 def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cpu", dtype=None,
@@ -276,7 +291,7 @@ def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cp
     ``tp_plan="auto"``. ``device`` is then ignored. ``device="auto"`` means CUDA when present.
     A PEFT adapter folder (a LoRA student) loads as its base model with the adapter merged.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     apply_quiet_bars()
     placement = load_options(device_map, max_memory, offload_folder, tensor_parallel)
@@ -295,10 +310,17 @@ def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cp
             return _adapted(source, base, device=device, dtype=dtype, device_map=device_map, max_memory=max_memory,
                             offload_folder=offload_folder, tensor_parallel=tensor_parallel)
         else:
+            config = _checked_config(source)  # before any weight is built
             if tensor_parallel:  # refused before any weight is read
-                check_tensor_plan(AutoConfig.from_pretrained(source), int(os.environ.get("WORLD_SIZE", "1")))
+                check_tensor_plan(config, int(os.environ.get("WORLD_SIZE", "1")))
             with reading(source, "model"):
-                model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or "auto", **placement)
+                try:
+                    model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=dtype or "auto",
+                                                                 **placement)
+                except RuntimeError as err:  # transformers: "You set `ignore_mismatched_sizes` to `False`"
+                    if "mismatched_sizes" not in str(err):
+                        raise
+                    raise ValueError(mismatch_message(source, config)) from None
     except OSError as err:
         if Path(source).exists():
             raise
@@ -307,6 +329,38 @@ def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cp
     if placement:
         return model.eval()
     return model.to(resolve_device(device)).eval()
+
+
+def load_config(spec: str, gguf_file: str | None = None):
+    """The config of a model given as in :func:`resolve_source`, checked as :func:`load_causal_lm` checks it,
+    without reading any weight: a command that runs for minutes before loading a model asks this first.
+    A GGUF file or a LoRA adapter folder is only resolved (their configs are read with the weights)."""
+    source, gguf = resolve_source(spec, gguf_file)
+    if gguf or adapter_base(source) is not None:
+        return None
+    try:
+        return _checked_config(source)
+    except OSError as err:
+        if Path(source).exists():
+            raise
+        raise _hub_error(spec, err) from err
+
+
+def _checked_config(source: str):
+    """The model's config, refused in one line when transformers cannot build it or it counts nothing."""
+    from transformers import AutoConfig
+
+    where = Path(source) / "config.json" if Path(source).is_dir() else source
+    with reading(source, "model"):
+        try:
+            config = AutoConfig.from_pretrained(source)
+        except Exception as err:
+            message = config_error_message(err, str(where))
+            if message is None:
+                raise
+            raise ValueError(message) from None
+    check_model_config(config, str(where))
+    return config
 
 
 def decoder_of(model):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from destila.models.config_checks import check_model_config, config_error_message
+
 
 def parse_config_overrides(items: list[str]) -> dict:
     """``--config`` values: a JSON file, a JSON object, or ``key=value`` pairs (values parsed as JSON when they can be)."""
@@ -45,7 +47,13 @@ def fresh_student(teacher, overrides: dict, seed: int = 0, tokenizer=None):
             f"known fields include {', '.join(sorted(k for k in known if not k.startswith('_'))[:40])}"
         )
     for key, value in overrides.items():
-        setattr(config, key, value)
+        try:
+            setattr(config, key, value)
+        except Exception as err:  # a strict config refuses a value of the wrong type as it is set
+            message = config_error_message(err, f"--config {key}={value!r}")
+            if message is None:
+                raise
+            raise ValueError(message) from None
     if tokenizer is not None:
         if "vocab_size" in overrides and overrides["vocab_size"] != len(tokenizer):
             raise ValueError(f"config: vocab_size {overrides['vocab_size']} differs from the {len(tokenizer)} tokens "
@@ -56,5 +64,6 @@ def fresh_student(teacher, overrides: dict, seed: int = 0, tokenizer=None):
             f"config: vocab_size must stay {teacher.config.vocab_size} (the teacher's tokenizer), "
             f"found {config.vocab_size}"
         )
+    check_model_config(config, "--config", "give values the architecture allows")  # before any weight is built
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(config)
