@@ -108,7 +108,7 @@ def test_too_little_text_is_a_clear_error(tiny_tokenizer, tmp_path):
     with pytest.raises(ValueError, match="no documents"):
         texts_source([], tiny_tokenizer, seq_len=64)
     path = write_jsonl(tmp_path / "e.jsonl", ["", ""])
-    with pytest.raises(ValueError, match=r"holds no text \(2 documents, all empty\)"):
+    with pytest.raises(ValueError, match=r"holds no text \(2 records, each missing, empty or not text\)"):
         packed_source(DataSpec(str(path), seq_len=8), tiny_tokenizer)
 
 

@@ -21,6 +21,8 @@ Naive equivalent::
 
 from __future__ import annotations
 
+from destila.data.record_errors import RecordError
+
 _CHARS_PER_TOKEN = 8  # a first guess above what tokenizers average on text (about 4 characters per token)
 
 
@@ -29,7 +31,7 @@ def text_values(values, spec) -> list[str]:
     texts = []
     for value in values:
         if isinstance(value, list):
-            raise ValueError(
+            raise RecordError(
                 f"data: field {spec.text_field!r} holds lists (conversations?), not text; pass "
                 f"--messages-field {spec.text_field} for conversations"
             )

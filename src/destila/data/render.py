@@ -33,6 +33,7 @@ from typing import Callable
 
 from destila.data.budgeted import BudgetedText, text_values
 from destila.data.formats import conversational_pair
+from destila.data.record_errors import RecordError
 from destila.data.spans import check_spells_bytes
 
 # Hugging Face's assistant markers in a chat template: {% generation %} … {% endgeneration %}.
@@ -161,11 +162,31 @@ def _check_messages(messages, field: str) -> list:
         return []
     if not isinstance(messages, list) or any(not isinstance(m, dict) or "role" not in m for m in messages):
         found = type(messages).__name__ if not isinstance(messages, list) else "a list of something else"
-        raise ValueError(
+        raise RecordError(
             f"data: field {field!r} holds {found}; expected a conversation, a list of {{'role', 'content'}} "
             "messages (use --text-field for plain text)"
         )
-    return [{k: v for k, v in m.items() if v is not None} for m in messages]  # Arrow fills absent keys with None
+    kept = [{k: v for k, v in m.items() if v is not None} for m in messages]  # Arrow fills absent keys with None
+    for number, message in enumerate(kept, start=1):
+        content = message.get("content")
+        if not isinstance(content, str):
+            found = "no content" if content is None else f"content of type {type(content).__name__}"
+            raise RecordError(f"data: field {field!r}, message {number} (role {message['role']!r}) has {found}; "
+                              "expected its text as a string in 'content'; fix or remove the record")
+    return kept
+
+
+def record_fault(record: dict, spec) -> str | None:
+    """What :func:`encoder` would refuse in this one record (a dict of a file's line), or None."""
+    columns = {"messages": (spec.messages_field,), "prompt_completion": ()}.get(spec.format, ())
+    try:
+        if spec.format == "text":
+            text_values([record.get(spec.text_field)], spec)
+        for column in columns:
+            _check_messages(record.get(column), column)
+    except RecordError as err:
+        return str(err)
+    return None
 
 
 def _render(tokenizer, messages, generation_prompt: bool = False) -> str:

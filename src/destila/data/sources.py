@@ -140,8 +140,16 @@ def unreadable(builder: str, paths: list[str], err: Exception) -> Exception:
     if not is_damage(err):
         return err
     return ValueError(f"data: datasets could not read {paths[0] if len(paths) == 1 else ', '.join(paths)} "
-                      f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); expected a valid "
-                      f".{builder} file; fix or replace it")
+                      f"({_innermost(err)}); expected a valid .{builder} file; fix or replace it")
+
+
+def _innermost(err: BaseException) -> str:
+    """The first line of the deepest error in ``err``'s chain: datasets wraps the parser's own words
+    (``Error tokenizing data. C error: EOF inside string starting at row 19``) in a general one."""
+    while (err.__cause__ or err.__context__) is not None:
+        err = err.__cause__ or err.__context__
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
 
 
 def _is_blank(path: Path) -> bool:
@@ -263,7 +271,8 @@ def load_texts(source, text_field: str = "text", split: str = "train") -> list[s
     column = load_records(spec)[text_field]
     texts = [t for t in column if isinstance(t, str) and t]
     if not texts:
-        raise ValueError(f"data: {source} holds no text ({len(column)} documents, all empty); expected at least one")
+        raise ValueError(f"data: {source} holds no text ({len(column)} records, each missing, empty or not text); "
+                         "expected at least one")
     return texts
 
 

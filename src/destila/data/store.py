@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from destila.data.record_errors import RecordError, located
 from destila.data.render import encoder
 from destila.data.sources import load_records, quiet_datasets
 from destila.io import create_staging_dir, names_user_path, publish_folder
@@ -131,7 +132,17 @@ def build_store(spec, tokenizer, folder: str | Path, *, records=None, spans: boo
                              "folder, so that it is built again with them")
         return store
 
+    given = records is not None
     records = load_records(spec) if records is None else records
+    try:
+        return _build(spec, tokenizer, folder, records, spans)
+    except (RecordError, UnicodeDecodeError) as err:  # a record or its bytes: name the file and line
+        if given:
+            raise
+        raise located(spec, err) from None
+
+
+def _build(spec, tokenizer, folder: Path, records, spans: bool) -> TokenStore:
     budget = _budget(spec)
     encode = encoder(spec, tokenizer, spans=spans,
                      token_budget=budget[1] if budget and budget[0] == "tokens" else None)
@@ -247,8 +258,8 @@ def _write(staging: Path, batches, budget, spec) -> None:
                 continue
             break  # the budget is met: read no further
     if documents == 0:
-        raise ValueError(f"data: {spec.source} holds no {_WHAT[spec.format]} ({empty} documents, all empty); "
-                         "expected at least one")
+        raise ValueError(f"data: {spec.source} holds no {_WHAT[spec.format]} ({empty} records, each missing, empty or "
+                         "not text); expected at least one (check the field names: --text-field and the others)")
     meta = {"version": STORE_VERSION, "tokens": tokens, "documents": documents, "fingerprint": digest.hexdigest()[:16],
             "empty": empty, "trained": trained, "spec": spec.describe()}
     if has_spans:

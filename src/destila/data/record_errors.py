@@ -1,0 +1,63 @@
+"""The line of a data file that a record-level failure came from.
+
+``datasets`` reads a file into Arrow and hands the encoder batches of
+records without their line numbers, so a record the encoder refuses (a
+message without text, ``messages`` given as a string) or bytes that are not
+UTF-8 surface without saying where. :func:`located` reads the local file
+again, line by line, only on this error path, and names the first line at
+fault::
+
+    data: /data/chats.jsonl, line 7: field 'messages', message 2 (role 'assistant') has no content; ...
+
+Naive equivalent: ``for n, line in enumerate(open(path), 1): check(json.loads(line))`` before any reading.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+
+class RecordError(ValueError):
+    """One record of the data is unusable (raised by the encoders); :func:`located` finds its line in the file."""
+
+
+def located(spec, err: Exception) -> Exception:
+    """``err`` (a :class:`RecordError` or ``UnicodeDecodeError``) as one ``ValueError`` naming the file and line."""
+    path = Path(str(spec.source)).expanduser()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+    for file in files:
+        where = _first_fault(file, spec, isinstance(err, UnicodeDecodeError))
+        if where is not None:
+            return ValueError(f"data: {file}, {where}")
+    if isinstance(err, UnicodeDecodeError):
+        return ValueError(f"data: {spec.source} holds bytes that are not UTF-8 text ({err.reason} at byte "
+                          f"{err.start} of a record); expected UTF-8 files; convert it")
+    if len(files) == 1:  # a format without lines of its own (.json, .parquet, .csv): the file, at least
+        return ValueError(f"data: {files[0]}: {str(err).removeprefix('data: ')}")
+    return err
+
+
+def _first_fault(file: Path, spec, encoding_only: bool) -> str | None:
+    """``line N: <why>`` for the first line of ``file`` that is not UTF-8 or whose record is refused, or None."""
+    from destila.data.render import record_fault  # the encoders' own checks (render imports this module)
+
+    json_lines = file.suffix.lower() in (".jsonl", ".json")
+    with open(file, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                return f"line {number}: not UTF-8 text ({bad.reason} at byte {bad.start} of the line); convert it"
+            if encoding_only or not json_lines or not text.strip():
+                continue
+            try:
+                record = json.loads(text)
+            except ValueError:
+                return None  # a .json document over several lines: its records have no line of their own
+            if isinstance(record, dict):
+                fault = record_fault(record, spec)
+                if fault is not None:
+                    return f"line {number}: {fault.removeprefix('data: ')}"
+    return None
