@@ -206,6 +206,7 @@ def test_verify_checks_every_manifest_field_it_can_derive(small_cache, tmp_path,
     (lambda raw: raw["shards"][0].pop("sha256"), "lacks sha256"),
     (lambda raw: raw["shards"][0].update(extra=1), "has unknown fields extra"),
     (lambda raw: raw.update(extras=[1]), "extras is [1], expected dict | None"),
+    (lambda raw: raw.update(sequences=-1), "sequences is -1, expected an integer ≥ 0"),
 ])
 def test_a_manifest_field_of_the_wrong_type_is_one_line(small_cache, tmp_path, edit, needle):
     cache = copy_of(small_cache, tmp_path)

@@ -85,6 +85,24 @@ def test_train_refuses_impossible_log_probs_naming_the_shard(small_cache, studen
     assert "Python" not in line and not (out / "model.safetensors").exists()
 
 
+@pytest.mark.parametrize("edit, needle, verified", [
+    (lambda t: t["position_ids"].view(-1)[5:6].fill_(-3), "negative position ids (min -3)",
+     "row 0: negative position_ids (min -3)"),
+    (lambda t: t["topk_logprobs"].view(-1)[0:1].fill_(float("-inf")),
+     "1 trained positions with a top-K log-prob of -inf while the rest of the vocabulary has probability",
+     "row 0: 1 non-finite top-K log-probs"),
+])
+def test_train_and_verify_refuse_targets_no_teacher_gives(small_cache, student, tmp_path, edit, needle, verified):
+    cache = copy_of(small_cache, tmp_path)
+    shard = rewrite_shard(cache, edit)  # its checksum and identity kept
+    result = destila_in_process("cache", "verify", cache)
+    assert result.returncode == 1 and f"FAULT {shard.name}: {verified}" in result.stdout
+    out = tmp_path / "out"
+    trained = destila_in_process(*train_command(student, cache, out, "--max_steps", "4"))  # 4 of 4: every sequence
+    error_line(trained, "train", 2, f"{shard}: row 0 (sequence 0) holds {needle}", "destila cache verify")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("change, needle", [
     (lambda raw: raw.update(tokens=raw["tokens"] + 32), "tokens is 544, but 16 sequences of 32 tokens make 512"),
     (lambda raw: raw.update(vocab_size=100), "vocab_size is 100, smaller than the tokenizer's 320 tokens"),
@@ -161,8 +179,9 @@ def test_a_rebuild_over_a_damaged_shard_recomputes_it(small_cache, tiny_llama_di
 
 def test_hidden_layers_with_sampled_targets_is_refused_before_the_teacher_pass(tiny_llama_dir, tmp_path):
     out = tmp_path / "cache"
-    result = destila_in_process(*build_command(tiny_llama_dir, "pydoc", out, "--hidden-layers", "1",
-                                               "--targets", "sampled"))
+    command = [a for a in build_command(tiny_llama_dir, "pydoc", out, "--hidden-layers", "1", "--targets", "sampled")
+               if a not in ("--top-k", "8")]  # a top-K width goes with top-K targets only
+    result = destila_in_process(*command)
     error_line(result, "cache", 2, "hidden_layers: teacher hidden states are stored beside top-K targets only",
                "drop --targets sampled or --hidden-layers")
     assert not out.exists()

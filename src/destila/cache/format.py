@@ -247,6 +247,8 @@ def _wrong_types(values: dict) -> str | None:
         if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
             expected = annotation.replace("list[ShardInfo]", "list").replace("dict[str, str]", "dict")
             return f"{spec.name} is {value!r:.60}, expected {expected}"
+        if kinds == (int,) and value is not None and value < 0:  # every integer field counts something, or is an id
+            return f"{spec.name} is {value}, expected an integer ≥ 0"
     tokenizer_files = values.get("tokenizer_files") or {}
     if any(not isinstance(v, str) for v in tokenizer_files.values()):
         return "tokenizer_files holds a digest that is not a string"

@@ -19,6 +19,7 @@ import torch
 
 from destila.cache.encodings import encoding_of
 from destila.cache.kinds import kind_of
+from destila.constants import IGNORE_INDEX
 
 _SLACK = 1e-3  # log-probs are ≤ 0 up to float rounding of "top logit − logsumexp"
 
@@ -46,6 +47,26 @@ def target_value_fault(item: dict, vocab_size: int) -> str | None:
     inputs = item.get("input_ids")
     if inputs is not None and inputs.numel() and (inputs.min() < 0 or inputs.max() >= vocab_size):
         return f"input ids outside the vocabulary [0, {vocab_size})"
+    return _position_fault(item)
+
+
+def _position_fault(item: dict) -> str | None:
+    """Negative position ids, or a trained position with a -inf top-K log-prob beside a rest that has mass."""
+    positions = item.get("position_ids")
+    if positions is not None and positions.numel() and positions.min() < 0:
+        return f"negative position ids (min {int(positions.min())}); positions count from 0 in each document"
+    lp, tail, labels = item.get("topk_logprobs"), item.get("tail_logmass"), item.get("labels")
+    if lp is None or labels is None or not lp.numel():
+        return None
+    trained = labels != IGNORE_INDEX
+    lp = lp[trained]
+    # -inf is padding (sampled rows, a vocabulary with masked logits) only where nothing outside has mass either
+    empty = torch.isneginf(lp[:, 0])
+    if tail is not None:
+        empty |= torch.isneginf(lp).any(dim=-1) & torch.isfinite(tail[trained])
+    if empty.any():
+        return (f"{int(empty.sum())} trained positions with a top-K log-prob of -inf while the rest of the "
+                "vocabulary has probability (a target no teacher gives)")
     return None
 
 
@@ -77,5 +98,8 @@ def row_faults(stored: dict, manifest, report: VerifyReport, encoding=None) -> l
         faults.append(f"{int((~torch.isfinite(hidden)).sum())} non-finite stored teacher hidden-state values")
     if inputs.min() < 0 or inputs.max() >= vocab:
         faults.append(f"input_ids outside [0, {vocab})")
+    positions = stored.get("position_ids")
+    if positions is not None and positions.size and positions.min() < 0:
+        faults.append(f"negative position_ids (min {int(positions.min())})")
     kind = kind_of(manifest.target_kind)
     return faults + kind.check_row(stored, manifest, encoding or encoding_of(manifest.encoding), report)
