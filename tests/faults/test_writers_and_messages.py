@@ -191,3 +191,31 @@ def test_a_run_interrupted_during_its_final_save_is_refused_as_a_model(train_cac
                                                 "--resume"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert not (out / ".destila-save-incomplete").exists() and (out / "tokenizer.json").is_file()
+
+
+def test_a_line_generate_did_not_write_is_named_and_kept(tiny_llama_dir, tmp_path):
+    prompts, out = prompts_file(tmp_path, 2), tmp_path / "answers.jsonl"
+    command = ["generate", tiny_llama_dir, prompts, "-o", out, "--max-new-tokens", "2", "--quiet"]
+    assert destila_in_process(*command).returncode == 0
+    answers = out.read_bytes()
+    for foreign, why in ((b'{"note": "my own line"}\n', "not an answer (no messages)"),
+                         (answers.splitlines(keepends=True)[0], "prompt_index 0, sample 0 a second time")):
+        out.write_bytes(answers + foreign)
+        error_line(destila_in_process(*command), "generate", 2, f"output: {out}, line 3: {why}",
+                   "remove the line, or choose another -o")
+        assert out.read_bytes() == answers + foreign  # never cut away, never counted as answered
+    out.write_bytes(answers + answers.splitlines(keepends=True)[0][:25])  # the half-written end a kill leaves
+    assert destila_in_process(*command).returncode == 0 and out.read_bytes() == answers
+
+
+def test_a_damaged_generate_sidecar_is_named(tiny_llama_dir, tmp_path):
+    prompts, out = prompts_file(tmp_path, 2), tmp_path / "answers.jsonl"
+    command = ["generate", tiny_llama_dir, prompts, "-o", out, "--max-new-tokens", "2", "--quiet"]
+    assert destila_in_process(*command).returncode == 0
+    sidecar = tmp_path / "answers.jsonl.generate.json"
+    sidecar.write_text(sidecar.read_text()[:30])
+    before = snapshot(tmp_path)
+    error_line(destila_in_process(*command), "generate", 2,
+               f"output: {sidecar}, the record of how {out} was generated, is damaged or not destila's",
+               "move both files away to start again")
+    assert snapshot(tmp_path) == before

@@ -17,7 +17,7 @@ from typing import Sequence
 from destila.cache.encodings import ENCODINGS, encoding_of
 from destila.cache.extras import TeacherExtras
 from destila.cache.format import LOGPROB_DTYPES
-from destila.cache.kinds import kind_of
+from destila.cache.kinds import check_target_fields, kind_of
 from destila.data.spec import DataSpec
 from destila.models.placement import PlacementSpec
 from destila.targets.spec import TargetSpec
@@ -78,6 +78,7 @@ class BuildSpec(PlacementSpec):
     def __post_init__(self) -> None:
         if not isinstance(self.targets, TargetSpec):
             raise ValueError(f"targets: expected a TargetSpec, found {type(self.targets).__name__}")
+        check_target_fields(self.targets)  # --targets sampled --top-k 5: a field its kind would ignore
         for name, choices in (("encoding", ENCODINGS), ("logprob_dtype", LOGPROB_DTYPES), ("dtype", TEACHER_DTYPES)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name}: expected one of {', '.join(choices)}, found {getattr(self, name)!r}")
@@ -87,6 +88,14 @@ class BuildSpec(PlacementSpec):
                 raise ValueError(f"{name}: expected an integer ≥ 1, found {value!r}")
         if self.seq_len < 2:
             raise ValueError(f"seq_len: expected at least 2 tokens (one input and one label), found {self.seq_len}")
+        if self.logprob_dtype != "float16":  # the default: a chosen dtype that nothing stores is refused
+            if not encoding_of(self.encoding).keeps_logprob_dtype:
+                raise ValueError(f"logprob_dtype: --logprob-dtype {self.logprob_dtype} applies to the plain encoding; "
+                                 f"--encoding {self.encoding} stores log-probs its own way and would ignore it: "
+                                 "drop one")
+            if not kind_of(self.targets.kind).has_logprobs:
+                raise ValueError(f"logprob_dtype: --targets {self.targets.kind} stores counts, not log-probs, and "
+                                 f"would ignore --logprob-dtype {self.logprob_dtype}: drop it")
         if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < self.seq_len):
             raise ValueError(f"max_tokens: expected at least one sequence of {self.seq_len} tokens, found "
                              f"{self.max_tokens!r}; raise --max-tokens or lower --seq-len")

@@ -32,6 +32,7 @@ from destila.cache.rows import ShardRows, dense_item
 from destila.cache.tokenizer_files import check_tokenizer_files
 from destila.constants import IGNORE_INDEX
 from destila.losses.divergences import entropy_terms
+from destila.ranges import check_optional_int_at_least
 
 PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 
@@ -48,6 +49,9 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: 
     K′ ≤ K, see :mod:`destila.cache.k_prime`) and ``stats.k_suggestion``,
     the smallest K′ whose mean covered mass reaches ``coverage``.
     """
+    check_optional_int_at_least("max_sequences", max_sequences, 1, "leave it out to read every sequence")
+    if isinstance(coverage, bool) or not isinstance(coverage, (int, float)) or not 0 < coverage <= 1:
+        raise ValueError(f"coverage: expected a fraction of the teacher's mass in (0, 1], found {coverage!r}")
     path = Path(path).expanduser()
     m = read_manifest(path)
     check_manifest(path, m)

@@ -42,6 +42,7 @@ from pathlib import Path
 from destila.generation.prompts import Prompt, load_prompts
 from destila.io import names_user_path, output_lock, write_atomic
 from destila.models import MODEL_HELP, load_causal_lm, load_tokenizer, resolve_source
+from destila.ranges import check_finite_at_least
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,7 @@ class SamplingSpec:
     def __post_init__(self):
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens: expected an integer ≥ 1, found {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature: expected a number ≥ 0 (0 = greedy), found {self.temperature}")
+        check_finite_at_least("temperature", self.temperature, 0, hint="0 means greedy decoding")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p: expected a number in (0, 1], found {self.top_p}")
         if self.num_return_sequences < 1:
@@ -71,6 +71,9 @@ class SamplingSpec:
         if self.temperature == 0 and self.num_return_sequences > 1:
             raise ValueError("num_return_sequences: greedy decoding (temperature 0) gives one answer per prompt; "
                              "pass --temperature > 0 or --num-return-sequences 1")
+        if self.temperature == 0 and self.top_p < 1:
+            raise ValueError(f"top_p: greedy decoding (temperature 0) takes the most likely token and would ignore "
+                             f"--top-p {self.top_p}; pass --temperature > 0 to sample, or drop --top-p")
         if self.chat_template not in ("auto", "always", "never"):
             raise ValueError(f"chat_template: expected auto, always or never, found {self.chat_template!r}")
 
@@ -139,7 +142,14 @@ def _agree_with_sidecar(out: Path, record: dict) -> None:
             "choose another -o or remove the file"
         )
     if side.exists():
-        old = json.loads(side.read_text())
+        try:
+            old = json.loads(side.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as err:
+            old = err
+        if not isinstance(old, dict):
+            raise ValueError(f"output: {side}, the record of how {out} was generated, is damaged or not destila's "
+                             f"({old if isinstance(old, Exception) else 'a JSON ' + type(old).__name__}); move both "
+                             "files away to start again, or choose another -o")
         differences = [f"{k}: {old.get(k)!r} before, {v!r} now" for k, v in record.items() if old.get(k) != v]
         if differences:
             raise ValueError(
@@ -151,25 +161,28 @@ def _agree_with_sidecar(out: Path, record: dict) -> None:
         write_atomic(side, json.dumps(record, indent=2))
 
 
-def finished_prompts(out: Path, per_prompt: int) -> set[int]:
+def finished_prompts(out: Path, per_prompt: int, prompt_count: int | None = None) -> set[int]:
     """Indices of the prompts whose ``per_prompt`` lines are all in ``out``; cuts off anything after them.
 
     A kill can leave a half-written last line, or (in principle) only some of
     a prompt's samples; both are removed so that the rerun writes them whole.
+    A whole line that this command cannot have written (not an answer of
+    ours, a prompt index beyond ``prompt_count``, a sample written twice) is
+    someone else's: refused, naming the line, never cut away or counted as answered.
     """
     if not out.exists():
         return set()
     data = out.read_bytes()
-    good_end, done, pending, position = 0, set(), {}, 0
-    for raw in data.splitlines(keepends=True):
+    good_end, done, pending, position, seen = 0, set(), {}, 0, set()
+    for number, raw in enumerate(data.splitlines(keepends=True), start=1):
         position += len(raw)
         if not raw.endswith(b"\n"):
-            break
-        try:
-            record = json.loads(raw)
-            index, sample = int(record["prompt_index"]), int(record["sample"])
-        except (ValueError, KeyError, TypeError):
-            break
+            break  # the half-written end of a batch: a kill
+        index, sample = _answer_key(raw, per_prompt, prompt_count, seen)
+        if index is None:
+            raise ValueError(f"output: {out}, line {number}: {sample}; destila generate did not write it for these "
+                             "prompts: remove the line, or choose another -o")
+        seen.add((index, sample))
         pending.setdefault(index, set()).add(sample)
         if len(pending[index]) == per_prompt:
             done.add(index)
@@ -183,6 +196,24 @@ def finished_prompts(out: Path, per_prompt: int) -> set[int]:
         # Indices whose lines lay after the cut are no longer there.
         done = {int(json.loads(line)["prompt_index"]) for line in data[:good_end].splitlines()}
     return done
+
+
+def _answer_key(raw: bytes, per_prompt: int, prompt_count: int | None, seen: set) -> tuple:
+    """``(prompt_index, sample)`` of one whole output line, or ``(None, why it is not one of ours)``."""
+    try:
+        record = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None, "not a JSON object"
+    if not isinstance(record, dict) or not isinstance(record.get("messages"), list):
+        return None, "not an answer (no messages)"
+    index, sample = record.get("prompt_index"), record.get("sample")
+    if type(index) is not int or type(sample) is not int:
+        return None, "an answer without an integer prompt_index and sample"
+    if not 0 <= sample < per_prompt or index < 0 or (prompt_count is not None and index >= prompt_count):
+        return None, f"prompt_index {index}, sample {sample}: outside these prompts and samples"
+    if (index, sample) in seen:
+        return None, f"prompt_index {index}, sample {sample} a second time"
+    return index, sample
 
 
 def generate(spec: GenerateSpec) -> GenerateReport:
@@ -214,7 +245,7 @@ def _generate_locked(teacher, items, out: Path, spec: SamplingSpec, gguf_file, b
         "prompts": len(items), "prompts_fingerprint": _fingerprint(items), "chat_template_applied": use_template,
         **asdict(spec),
     })
-    done = finished_prompts(out, spec.num_return_sequences)
+    done = finished_prompts(out, spec.num_return_sequences, len(items))
     todo = [i for i in range(len(items)) if i not in done]
     report = GenerateReport(out, len(items), len(done), 0, 0)
     if not todo:

@@ -37,13 +37,13 @@ class TargetSpec:
                 "'sampled' (S draws from its distribution, stored as distinct ids with counts).",
         "choices": TARGET_KINDS, "aliases": ["--targets"]})
     top_k: int = field(default=100, metadata={
-        "help": "Teacher tokens kept per position (the rest is one bucket of exact mass)."})
+        "help": "Teacher tokens kept per position, for --targets topk (the rest is one bucket of exact mass)."})
     temperature: float = field(default=1.0, metadata={
         "help": "Teacher softmax temperature T; training must use the same T for the student."})
     samples: int = field(default=64, metadata={
-        "help": "Draws per position S for --targets sampled (ignored for topk)."})
+        "help": "Draws per position S for --targets sampled (refused with topk)."})
     seed: int = field(default=0, metadata={
-        "help": "Seed of the draws for --targets sampled (ignored for topk)."})
+        "help": "Seed of the draws for --targets sampled (refused with topk)."})
     head_chunk_rows: int = field(default=DEFAULT_HEAD_CHUNK_ROWS, metadata={
         "help": "Rows of the teacher's output head computed at once: its [rows, vocab] float32 "
                 "logits are the teacher pass's largest buffer. Changes stored values only by float rounding (the tail "

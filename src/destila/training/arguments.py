@@ -33,6 +33,7 @@ from transformers.trainer_utils import SchedulerType
 from destila.losses.options import LossOptions
 from destila.targets.spec import TargetSpec
 from destila.training.engines import check_engine, choose_device
+from destila.training.argument_ranges import check_argument_ranges
 from destila.training.finite import check_finite_arguments
 from destila.training.hidden_distillation import HiddenLossOptions
 from destila.training.peft_student import LoraArguments
@@ -150,6 +151,7 @@ class DistillationArguments(TrainingArguments):
 
     def __post_init__(self) -> None:
         check_finite_arguments(self)  # --learning_rate inf, --max_grad_norm nan, ...: before anything else
+        check_argument_ranges(self)  # --gradient_accumulation_steps 0, --max_steps -5, --save_steps 0, ...
         if self.online_loss not in ONLINE_LOSSES:
             raise ValueError(f"online_loss: expected one of {', '.join(ONLINE_LOSSES)}, found {self.online_loss!r}")
         if not 0.0 <= self.eval_fraction < 1.0:

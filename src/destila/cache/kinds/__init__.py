@@ -16,7 +16,7 @@ and never compares kind names.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 from destila.cache.kinds.sampled import SAMPLED
 from destila.cache.kinds.topk import TOPK
@@ -46,3 +46,17 @@ def target_content(targets) -> dict:
     others = {name for kind in KINDS.values() for name in kind.fields} - set(kind_of(targets.kind).fields)
     return {name: value for name, value in asdict(targets).items()
             if name != "head_chunk_rows" and name not in others}
+
+
+def check_target_fields(targets) -> None:
+    """Refuse a :class:`~destila.targets.spec.TargetSpec` that sets a field of another kind than its own
+    (``--targets sampled --top-k 5``): its targets would ignore it. A field at its default is not told apart."""
+    defaults = {f.name: f.default for f in fields(targets)}
+    own = kind_of(targets.kind)
+    for kind in KINDS.values():
+        stray = [name for name in kind.fields if kind is not own and name not in own.fields
+                 and getattr(targets, name) != defaults[name]]
+        if stray:
+            flags = " and ".join(f"--{name.replace('_', '-')}" for name in stray)
+            raise ValueError(f"{stray[0]}: {flags} applies to --targets {kind.name}, not {own.name}, whose targets "
+                             f"would ignore it; drop {flags} or pass --targets {kind.name}")
