@@ -103,3 +103,15 @@ def test_a_conversion_killed_mid_write_is_cleaned_and_redone(tmp_path):
     converted = Path(done.stdout.strip().splitlines()[-1])  # (other libraries may print warnings first)
     assert (converted / "model.safetensors").is_file()
     assert os.path.getsize(converted / "model.safetensors") > 100_000_000
+
+
+def test_an_address_space_limit_too_small_to_start_is_one_line_not_a_hang(tmp_path):
+    import resource
+
+    limit = 700 * 2**20  # below it OpenBLAS's start-up (imported with scipy) retries a failed mmap forever
+    result = subprocess.run([sys.executable, "-m", "destila", "train", "student", "--cache", str(tmp_path / "cache"), "-o",
+                             str(tmp_path / "out")], env=ENV, capture_output=True, text=True, timeout=60,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    error_line(result, "train", 1, "not enough address space to start: the process may reserve at most 0.68 GiB "
+               "of address space (ulimit -v)", "ulimit -v unlimited")
+    assert not (tmp_path / "out").exists()

@@ -21,6 +21,7 @@ from importlib import import_module
 from destila import __version__
 from destila.cli.errors import EXIT_ENVIRONMENT, EXIT_USER, USER_ERRORS, debug_requested, describe_os_error
 from destila.cli.errors import os_error_number
+from destila.cli.memory import check_address_space, memory_failure
 from destila.cli.parser import Parser
 from destila.cli.stored_help import early_train_error, stored_train_help
 from destila.quiet import quiet_library_noise, request_quiet_bars
@@ -82,6 +83,11 @@ def main(argv: list[str] | None = None) -> None:
     _quiet_optional_engines()
     _no_code_from_the_hub()
     debug, argv = debug_requested(sys.argv[1:] if argv is None else list(argv))
+    too_small = check_address_space()  # before torch: its libraries' start-up can hang under a tiny ulimit -v
+    if too_small is not None:
+        print(f"destila {argv[0] if argv else ''}: error: {too_small}".replace("destila : ", "destila: "),
+              file=sys.stderr)
+        sys.exit(EXIT_ENVIRONMENT)
     if argv and argv[0] in OWN_PARSERS:
         # This command parses its own flags (HfArgumentParser over a dataclass).
         command = argv[0]
@@ -93,8 +99,7 @@ def main(argv: list[str] | None = None) -> None:
         if early is not None:  # a misspelt flag, answered before transformers is imported
             print(early, end="", file=sys.stderr)
             sys.exit(EXIT_USER)
-        module = import_module(f"destila.cli.{command}")
-        _call(command, lambda: module.run(argv[1:]), debug)
+        _call(command, lambda: import_module(f"destila.cli.{command}").run(argv[1:]), debug)
         return
     parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else "")
     args = parser.parse_args(argv)
@@ -107,15 +112,35 @@ def _call(command: str, run, debug: bool) -> None:
     except KeyboardInterrupt:
         print(f"destila {command}: interrupted", file=sys.stderr)
         sys.exit(130)
+    except (MemoryError, ImportError) as err:
+        _memory_line(command, err, debug)
     except (UserError, *USER_ERRORS, OSError) as err:
         if debug:
             raise
+        if memory_failure(err) is not None and not isinstance(err, ValueError):
+            _memory_line(command, err, debug)
         fail(command, err)
     except Exception as err:  # an OS failure reported as another type (Rust libraries): still the machine's
+        if memory_failure(err) is not None:
+            _memory_line(command, err, debug)
         if debug or os_error_number(err) is None:
             raise
         fail(command, err)
     sys.exit(code or 0)
+
+
+def _memory_line(command: str, err: BaseException, debug: bool) -> None:
+    """Out of memory (an import or an allocation under ulimit -v): one line, exit 1."""
+    line = memory_failure(err)
+    if debug or line is None:
+        raise err
+    _close_progress_bars()
+    print(f"destila {command}: error: {line}", file=sys.stderr)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    # At once: the libraries' exit hooks (torch's compile-time report) import modules, which needs memory too and
+    # would print a traceback after the line. The command's own clean-up has run while the error rose to here.
+    os._exit(EXIT_ENVIRONMENT)
 
 
 def fail(command: str, err: BaseException) -> None:
