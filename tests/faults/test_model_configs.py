@@ -115,3 +115,25 @@ def test_a_config_yaml_that_does_not_parse_is_named_with_its_line(student, small
                                 "--config", config, "--use_cpu")
     error_line(result, "train", 2, f"--config {config}, {needle}")
     assert not (tmp_path / "out").exists() and not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("task: mine\ndataset_path: json\nout", "line 3, column 4: not valid YAML (could not find expected ':')"),
+    ("task: mine\ndataset_path: !!python/object/apply:os.system ['touch PWNED']\n",
+     "line 2, column 15: not valid YAML (could not determine a constructor"),
+    ("task: mine\n\tdataset_path: json\n", "line 2, column 1: not valid YAML (found character '\\t'"),
+])
+def test_a_task_yaml_that_does_not_parse_is_named_with_its_line(student, tmp_path, text, needle):
+    task = tmp_path / "mine.yaml"
+    task.write_text(text)
+    result = destila_in_process("eval", student, "--tasks", task, "--limit", "2")
+    error_line(result, "eval", 2, f"--tasks: {task}, {needle}")
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_a_task_yaml_with_the_harness_function_tag_is_read(tmp_path):
+    from destila.eval.harness import check_task_yaml
+
+    task = tmp_path / "mine.yaml"
+    task.write_text("task: mine\nprocess_docs: !function utils.process_docs\n")
+    check_task_yaml(task)  # the harness's own tag: not a parse error (the harness runs utils.py, as documented)

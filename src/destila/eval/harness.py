@@ -108,9 +108,12 @@ def resolve_tasks(tasks: str) -> TaskSelection:
         elif path.is_file():
             if path.suffix not in _TASK_SUFFIXES:
                 raise ValueError(f"--tasks: {path} is not a task file; expected a harness task .yaml file")
+            check_task_yaml(path)
             selection.specs.append(str(path.resolve()))
             selection.include_paths.append(str(path.resolve().parent))
         elif path.is_dir():
+            for file in sorted(p for suffix in _TASK_SUFFIXES for p in path.rglob(f"*{suffix}")):
+                check_task_yaml(file)
             selection.specs += _folder_tasks(path)
             selection.include_paths.append(str(path.resolve()))
         elif path.suffix in _TASK_SUFFIXES or os.sep in item:
@@ -119,6 +122,32 @@ def resolve_tasks(tasks: str) -> TaskSelection:
             selection.specs.append(item)
             selection.hub.append(item)
     return selection
+
+
+def check_task_yaml(path: Path) -> None:
+    """Refuse a task file that does not parse, in one line with its line and column, before the harness reads it.
+
+    Read as the harness reads it, less the code: its ``!function module.name`` tag is accepted here (the
+    harness imports and runs that Python file beside the YAML: a task folder is code), a ``!!python/...``
+    tag is refused by the safe loader, as the harness's own loader refuses it.
+    """
+    import yaml
+
+    from destila.io.user_files import yaml_fault
+
+    class TaskLoader(yaml.SafeLoader):
+        """PyYAML's safe loader with the harness's ``!function`` tag read as its text."""
+
+    TaskLoader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"--tasks: {path} is not UTF-8 text; expected a harness task .yaml file") from None
+    try:
+        yaml.load(text, Loader=TaskLoader)
+    except yaml.YAMLError as err:
+        raise ValueError(f"--tasks: {path}{yaml_fault(err)}; fix the task file (docs/eval.md shows the format)") \
+            from None
 
 
 def _folder_tasks(folder: Path) -> list[str]:

@@ -168,10 +168,15 @@ def config_values(path: Path):
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or _first_line(err)
-        if "!!python" in str(err) or "could not determine a constructor" in str(err):
-            problem = f"{problem} (Python tags are never run: the file is read with YAML's safe loader)"
-        raise ValueError(f"--config {path}{where}: not valid YAML ({problem}); expected plain option: value lines, "
-                         "indented with spaces") from None
+        raise ValueError(f"--config {path}{yaml_fault(err)}; expected plain option: value lines, indented with "
+                         "spaces") from None
+
+
+def yaml_fault(err) -> str:
+    """``, line L, column C: not valid YAML (<problem>)`` for a PyYAML error: where its parser stopped, and why."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(err, "problem", None) or _first_line(err)
+    if "could not determine a constructor" in str(err):
+        problem = f"{problem} (Python tags are never run: the file is read with YAML's safe loader)"
+    return f"{where}: not valid YAML ({problem})"
