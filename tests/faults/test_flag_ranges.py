@@ -78,3 +78,15 @@ def test_bench_e2e_refuses_a_student_that_cannot_load_before_the_teacher_pass(ti
                                 "--workdir", work, "--steps", "2", "--warmup-steps", "1")
     error_line(result, "bench", 2, "could not load model 'GARBAGE'")
     assert not work.exists()  # no cache built, no row written
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--eval-fraction", "0"], "eval_fraction: expected a number strictly between 0 and 1, found 0.0"),
+    (["--max-tokens", "0"], "max_tokens: expected a positive number of tokens, found 0"),
+    (["--max-tokens", "-1"], "max_tokens: expected a positive number of tokens, found -1"),
+    (["--batch-size", "0"], "batch_size: expected an integer ≥ 1, found 0"),
+])
+def test_eval_refuses_an_option_out_of_range(student, small_cache, tmp_path, extra, needle):
+    result = destila_in_process("eval", student, "--cache", small_cache, "--json", tmp_path / "r.json", *extra)
+    error_line(result, "eval", 2, needle)
+    assert not (tmp_path / "r.json").exists()

@@ -219,3 +219,15 @@ def test_a_damaged_generate_sidecar_is_named(tiny_llama_dir, tmp_path):
                f"output: {sidecar}, the record of how {out} was generated, is damaged or not destila's",
                "move both files away to start again")
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.slow  # eval measures each model in a fresh process
+def test_eval_json_onto_a_full_disk_names_the_file(student, train_cache, tmpfs, tmp_path):
+    point = tmpfs.mount("1m")
+    results = point / "results.json"
+    tmpfs.fill(point, leave=0)
+    result = destila_in_process("eval", student, "--cache", train_cache, "--max-tokens", "64", "--new-tokens", "2",
+                                "--json", results)
+    line = error_line(result, "eval", 1, f"no space left on device at {results}")
+    assert ".tmp" not in line
+    assert sorted(p.name for p in point.iterdir()) == ["filler"]

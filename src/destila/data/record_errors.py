@@ -23,12 +23,15 @@ class RecordError(ValueError):
     """One record of the data is unusable (raised by the encoders); :func:`located` finds its line in the file."""
 
 
-def located(spec, err: Exception) -> Exception:
-    """``err`` (a :class:`RecordError` or ``UnicodeDecodeError``) as one ``ValueError`` naming the file and line."""
+def located(spec, err: Exception, record_fault) -> Exception:
+    """``err`` (a :class:`RecordError` or ``UnicodeDecodeError``) as one ``ValueError`` naming the file and line.
+
+    ``record_fault(record, spec)``: what the encoders refuse in one record, or None
+    (:func:`destila.data.render.record_fault`)."""
     path = Path(str(spec.source)).expanduser()
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
     for file in files:
-        where = _first_fault(file, spec, isinstance(err, UnicodeDecodeError))
+        where = _first_fault(file, spec, record_fault if isinstance(err, RecordError) else None)
         if where is not None:
             return ValueError(f"data: {file}, {where}")
     if isinstance(err, UnicodeDecodeError):
@@ -39,10 +42,9 @@ def located(spec, err: Exception) -> Exception:
     return err
 
 
-def _first_fault(file: Path, spec, encoding_only: bool) -> str | None:
-    """``line N: <why>`` for the first line of ``file`` that is not UTF-8 or whose record is refused, or None."""
-    from destila.data.render import record_fault  # the encoders' own checks (render imports this module)
-
+def _first_fault(file: Path, spec, record_fault) -> str | None:
+    """``line N: <why>`` for the first line of ``file`` that is not UTF-8 or whose record ``record_fault``
+    refuses (None: the bytes only), or None."""
     json_lines = file.suffix.lower() in (".jsonl", ".json")
     with open(file, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
@@ -50,7 +52,7 @@ def _first_fault(file: Path, spec, encoding_only: bool) -> str | None:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as bad:
                 return f"line {number}: not UTF-8 text ({bad.reason} at byte {bad.start} of the line); convert it"
-            if encoding_only or not json_lines or not text.strip():
+            if record_fault is None or not json_lines or not text.strip():
                 continue
             try:
                 record = json.loads(text)

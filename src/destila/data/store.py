@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from destila.data.record_errors import RecordError, located
-from destila.data.render import encoder
+from destila.data.render import encoder, record_fault
 from destila.data.sources import load_records, quiet_datasets
 from destila.io import create_staging_dir, names_user_path, publish_folder
 
@@ -139,7 +139,7 @@ def build_store(spec, tokenizer, folder: str | Path, *, records=None, spans: boo
     except (RecordError, UnicodeDecodeError) as err:  # a record or its bytes: name the file and line
         if given:
             raise
-        raise located(spec, err) from None
+        raise located(spec, err, record_fault) from None
 
 
 def _build(spec, tokenizer, folder: Path, records, spans: bool) -> TokenStore:

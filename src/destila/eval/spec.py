@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from destila.data.spec import DataSpec
 from destila.losses.options import DEFAULT_CHUNK_SIZE
+from destila.ranges import check_fraction
 
 SOURCES = ("cache", "data")
 """The held-out text comes from one of these (a mutually exclusive pair of flags)."""
@@ -69,6 +70,10 @@ class EvalSpec:
             data = DataSpec(**self.data) if isinstance(self.data, dict) else self.data
             data = data if isinstance(data, DataSpec) else DataSpec(data if isinstance(data, (list, tuple)) else str(data))
             self.data = data.replace(max_tokens=self.max_tokens or data.max_tokens)
+        if self.eval_fraction is not None:
+            check_fraction("eval_fraction", self.eval_fraction,
+                           "the fraction `destila train --eval-fraction F` held out, or leave it out to score every "
+                           "sequence")
         if self.eval_fraction is not None and self.data is not None:
             raise ValueError("--eval-fraction: only meaningful with --cache")
         if self.eval_fraction is not None and self.indices is not None:
