@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from destila.eval.task_answers import check_answers
 from destila.eval.tasks import BUILT_IN_TASKS
 from destila.models import load_causal_lm, load_tokenizer
 from destila.models.hub import hub_offline_reason
@@ -230,6 +231,7 @@ def evaluate_tasks(models: list[str], spec: TaskEvalSpec, *, batch_size: int = 4
     for name in ("lm_eval.models.huggingface", "lm_eval.api.task", "lm_eval.evaluator"):
         logging.getLogger(name).addFilter(_DROP_NOISE)  # a filter is added once, however often this runs
     manager = TaskManager(include_defaults=bool(selection.hub), include_path=selection.include_paths or None)
+    check_answers([spec for spec in selection.specs if spec not in selection.hub], manager)
     seeds = _HARNESS_SEEDS if spec.seed is None else (spec.seed,) * 4
     tokenizers = [load_tokenizer(m) for m in models]
     with_template = [bool(getattr(t, "chat_template", None)) for t in tokenizers]
