@@ -77,3 +77,14 @@ def test_inspect_prints_the_table_and_the_suggestion(small_cache, capsys):
     with pytest.raises(SystemExit):
         main(["cache", "inspect", str(small_cache), "--json"])
     assert json.loads(capsys.readouterr().out)["stats"]["k_suggestion"].startswith("suggested K′")
+
+
+def test_a_batch_without_trained_positions_adds_nothing():
+    logprobs = torch.log_softmax(torch.randn(6, 5, dtype=torch.float64), -1).sort(-1, descending=True).values
+    tail = torch.full((6,), -30.0, dtype=torch.float64)
+    alone, with_empty = KCoverage(top_k=5, vocab_size=50), KCoverage(top_k=5, vocab_size=50)
+    alone.add(logprobs, tail)
+    with_empty.add(logprobs[:0], tail[:0])
+    assert with_empty.rows() == []
+    with_empty.add(logprobs, tail)
+    assert with_empty.rows() == alone.rows()

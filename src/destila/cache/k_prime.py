@@ -41,6 +41,8 @@ class KCoverage:
 
     def add(self, logprobs: torch.Tensor, tail: torch.Tensor) -> None:
         """``logprobs [P, K]`` sorted descending, ``tail [P]``: the trained positions of some sequences."""
+        if logprobs.shape[0] == 0:  # sequences with no trained position (e.g. prompts only) add nothing
+            return
         lp, tail = logprobs.double(), tail.double()
         p, p_tail = lp.exp(), tail.exp()
         cumulative = p.cumsum(-1)
