@@ -9,7 +9,9 @@ A lab script, not part of the package: it drives destila through its public API.
 - ``coverage``: the pair's coverage report on a spans cache, the vocabulary map's build time, and the time to
   read one item in the student's tokens against one plain cache item.
 - ``step``: one training step (forward, fused loss, backward) of a small student on batches of equal shape,
-  from the same-tokenizer cache and from the cross-tokenizer dataset, alternated; and the dataset's item time.
+  from the same-tokenizer cache and from the cross-tokenizer dataset, alternated; the dataset's item time, and
+  the item time of the same items written once and read from their store (``destila.crosstok.stored_items``);
+  then steps with a DataLoader worker reading the items, from each of the three.
 
 Each prints one JSON object and appends it to ``--json``.
 """
@@ -112,7 +114,7 @@ def measure_step(args) -> None:
     from destila import distill_loss
     from destila.cache import build_cache
     from destila.cache.reader import TopKCache
-    from destila.crosstok import CrossTokenizerCache, load_student_tokenizer
+    from destila.crosstok import CrossTokenizerCache, load_student_tokenizer, stored_items
     from destila.data import aligned_labels, collate
 
     torch.set_num_threads(args.threads)
@@ -133,7 +135,16 @@ def measure_step(args) -> None:
                     max_tokens=length * batch_size * (args.loader_steps + 1), top_k=cross_cache.top_k, progress=False)
         same_cache = TopKCache(Path(tmp) / "cache")
         same_items = [same_cache[i] for i in range(batch_size)]
-        loader_times = _loader_steps(args, same_cache, data, length, batch_size, config) if args.loader_steps else {}
+        began = time.perf_counter()
+        stored = stored_items(data, Path(tmp) / "items")
+        store_seconds = time.perf_counter() - began
+        loader_times = _loader_steps(args, same_cache, data, stored, length, batch_size, config) \
+            if args.loader_steps else {}
+        stored_times = []
+        for index in range(min(len(data), args.items)):
+            began = time.perf_counter()
+            stored[index]
+            stored_times.append(time.perf_counter() - began)
     cross_items = []
     for index in range(len(data)):
         item = data[index]
@@ -176,6 +187,7 @@ def measure_step(args) -> None:
             times[name].append(step(batches[name]))
     same, cross = statistics.median(times["same"]), statistics.median(times["cross"])
     item, read = statistics.median(item_times), statistics.median(read_times)
+    stored_item = statistics.median(stored_times)
     _emit({"measure": "step", "cache": str(args.cache), "student_tokenizer": str(args.student_tokenizer),
            "student": {"layers": args.layers, "hidden": args.hidden, "vocab": vocab,
                        "parameters": sum(p.numel() for p in model.parameters())},
@@ -186,6 +198,10 @@ def measure_step(args) -> None:
            # data read in the training process, no DataLoader workers: step plus its batch's items
            "same_with_items_s": same + batch_size * read, "cross_with_items_s": cross + batch_size * item,
            "with_items_ratio": (cross + batch_size * item) / (same + batch_size * read),
+           # the items written once (store_seconds for the whole cache) and read back from the store
+           "store_seconds": store_seconds, "store_sequences": len(data), "stored_item_s": stored_item,
+           "stored_with_items_s": cross + batch_size * stored_item,
+           "stored_with_items_ratio": (cross + batch_size * stored_item) / (same + batch_size * read),
            **loader_times}, args.json)
 
 
@@ -202,9 +218,10 @@ class _Cut:
         return {k: v[: self.length] for k, v in self.source[index].items() if k not in ("span_start", "span_end")}
 
 
-def _loader_steps(args, same_cache, data, length: int, batch_size: int, config) -> dict:
+def _loader_steps(args, same_cache, data, stored, length: int, batch_size: int, config) -> dict:
     """Seconds per training step with the items read by a DataLoader worker, as a Trainer reads them
-    (``dataloader_num_workers``), same-tokenizer and cross-tokenizer in turn, twice each."""
+    (``dataloader_num_workers``): same-tokenizer, cross-tokenizer aligned per item, and the same items from
+    their store, in turn, twice each."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -214,8 +231,8 @@ def _loader_steps(args, same_cache, data, length: int, batch_size: int, config) 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
-    sources = {"same": _Cut(same_cache, length), "cross": _Cut(data, length)}
-    seconds = {"same": [], "cross": []}
+    sources = {"same": _Cut(same_cache, length), "cross": _Cut(data, length), "stored": _Cut(stored, length)}
+    seconds = {name: [] for name in sources}
     for _ in range(2):
         for name, source in sources.items():
             loader = torch.utils.data.DataLoader(source, batch_size=batch_size, num_workers=args.workers,
@@ -234,10 +251,12 @@ def _loader_steps(args, same_cache, data, length: int, batch_size: int, config) 
                 if steps == args.loader_steps:
                     break
             seconds[name].append((time.perf_counter() - began) / steps)
-    same, cross = min(seconds["same"]), min(seconds["cross"])
+    same, cross, stored_step = min(seconds["same"]), min(seconds["cross"]), min(seconds["stored"])
     return {"loader_workers": args.workers, "loader_steps": args.loader_steps, "loader_same_step_s": same,
             "loader_cross_step_s": cross, "loader_cross_over_same": cross / same,
-            "loader_same_all_s": seconds["same"], "loader_cross_all_s": seconds["cross"]}
+            "loader_stored_step_s": stored_step, "loader_stored_over_same": stored_step / same,
+            "loader_same_all_s": seconds["same"], "loader_cross_all_s": seconds["cross"],
+            "loader_stored_all_s": seconds["stored"]}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,6 +22,7 @@ _HOMES = {
     "require_bucket_tail": "dataset",
     "Coverage": "coverage", "coverage_report": "coverage", "LOW_COVERAGE": "coverage",
     "uld_loss": "uld",
+    "stored_items": "store", "StoredItems": "store",
     "transplant_vocabulary": "transplant", "transplant_plan": "transplant",
 }
 

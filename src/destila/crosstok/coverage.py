@@ -69,11 +69,28 @@ def coverage_report(dataset, max_sequences: int | None = DEFAULT_SEQUENCES, warn
     for index in picked:
         for key, value in dataset.align(int(index)).stats.items():
             total[key] = total.get(key, 0) + value
+    report = Coverage(**summarise(total, len(picked), dataset.vocab_map.summary()))
+    warn_if_low(report, warn_below)
+    return report
+
+
+def warn_if_low(report: Coverage, warn_below: float = LOW_COVERAGE) -> None:
+    """Log a warning with the figure when the mapped mass is below ``warn_below``."""
+    if report.mapped_mass < warn_below:
+        log.warning("cross-tokenizer: only %.1f%% of the teacher's top-K mass falls on tokens the student has (below "
+                    "%.0f%%); the rest reaches the student only as one bucket, so distillation teaches little. A "
+                    "student tokenizer closer to the teacher's (trained on similar text, or a larger vocabulary) "
+                    "maps more", 100 * report.mapped_mass, 100 * warn_below)
+
+
+def summarise(total: dict, sequences: int, vocab: dict) -> dict:
+    """:class:`Coverage`'s fields from the summed alignment counts of ``sequences`` sequences
+    (:meth:`CrossTokenizerCache.align`'s ``stats``)."""
     positions = max(total["teacher_positions"], 1)
     labelled = sum(total["student_" + kind] for kind in KINDS[1:])
     student_kinds = {kind: total["student_" + kind] / max(labelled, 1) for kind in KINDS[1:]}
-    report = Coverage(
-        sequences=len(picked), teacher_positions=total["teacher_positions"], student_rows=labelled,
+    return dict(
+        sequences=sequences, teacher_positions=total["teacher_positions"], student_rows=labelled,
         mapped_mass=total["mapped_mass"] / max(total["topk_mass"], 1e-30),
         one_to_one=total["teacher_one_to_one"] / positions,
         teacher_kinds={kind: total["teacher_" + kind] / positions for kind in KINDS[1:]},
@@ -81,11 +98,5 @@ def coverage_report(dataset, max_sequences: int | None = DEFAULT_SEQUENCES, warn
         distilled_rows=student_kinds["one_to_one"] + student_kinds["many_to_one"],
         bytes_per_teacher_token=total["text_bytes"] / max(total["teacher_tokens"], 1),
         bytes_per_student_token=total["text_bytes"] / max(total["student_rows"], 1),
-        vocab=dataset.vocab_map.summary(),
+        vocab=vocab,
     )
-    if report.mapped_mass < warn_below:
-        log.warning("cross-tokenizer: only %.1f%% of the teacher's top-K mass falls on tokens the student has (below "
-                    "%.0f%%); the rest reaches the student only as one bucket, so distillation teaches little. A "
-                    "student tokenizer closer to the teacher's (trained on similar text, or a larger vocabulary) "
-                    "maps more", 100 * report.mapped_mass, 100 * warn_below)
-    return report
