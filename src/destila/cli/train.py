@@ -29,7 +29,7 @@ from destila.models.placement import PlacementSpec
 # The online teacher's placement: PlacementSpec's fields as --teacher-device-map and so on. It runs on the
 # training device unless a device map spreads it.
 _TEACHER_PLACEMENT = dict(prefix="teacher_", exclude=("device",))
-_TARGET_FLAGS = ("cache", "teacher", "teacher_gguf_file", "data")
+_TARGET_FLAGS = ("cache", "teacher", "teacher_gguf_file", "data", "alignment_dir")
 
 
 @dataclass
@@ -186,7 +186,7 @@ def run(argv: list[str]) -> int:
     if stray:  # offline there is no teacher to place: such a flag would be silently ignored
         raise ValueError(f"{', '.join(stray)}: where the online teacher goes (with --teacher); training from a "
                          "cache loads no teacher: drop them")
-    fields = values_of(args, TrainSpec, only=("student", "cache", "teacher", "teacher_gguf_file"))
+    fields = values_of(args, TrainSpec, only=("student", "cache", "teacher", "teacher_gguf_file", "alignment_dir"))
     spec = TrainSpec(
         **fields, out=training_args.output_dir, args=training_args, resume=resume,
         data=DataSpec(args.data, **values_of(args, DataSpec, exclude=("source",))) if args.data is not None else None,

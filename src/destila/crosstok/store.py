@@ -105,7 +105,7 @@ def write_store(data, folder: Path, key: str, *, progress=None) -> Path:
     from destila.crosstok.coverage import summarise
 
     folder.mkdir(parents=True, exist_ok=True)
-    total, shards, stats = len(data), [], {}
+    total, shards, stats, longest = len(data), [], {}, 0
     for first in range(0, total, SHARD_SEQUENCES):
         columns: dict[str, list] = {}
         lengths, entry_counts = [], []
@@ -127,6 +127,7 @@ def write_store(data, folder: Path, key: str, *, progress=None) -> Path:
             for name, value in pieces.items():
                 columns.setdefault(name, []).append(value)
             lengths.append(len(item["input_ids"]))
+            longest = max(longest, lengths[-1])
             entry_counts.append(len(flat))
             if progress is not None:
                 progress(index + 1, total)
@@ -139,7 +140,7 @@ def write_store(data, folder: Path, key: str, *, progress=None) -> Path:
         write_atomic(folder / name, save(tensors, metadata={"key": key}))
         shards.append({"name": name, "first": first, "sequences": len(lengths)})
     index = {"version": STORE_VERSION, "key": key, "sequences": total, "width": data.width, "uld": data.uld,
-             "dtype": str(data.dtype).removeprefix("torch."), "shards": shards, "stats": stats,
+             "longest": longest, "dtype": str(data.dtype).removeprefix("torch."), "shards": shards, "stats": stats,
              "vocab": data.vocab_map.summary(), "coverage": summarise(stats, total, data.vocab_map.summary())}
     write_atomic(index_path(folder, key), json.dumps(index, indent=1))
     return index_path(folder, key)
@@ -156,6 +157,7 @@ class StoredItems(torch.utils.data.Dataset):
         if self.index.get("version") != STORE_VERSION:
             raise ValueError(f"store version {self.index.get('version')}, expected {STORE_VERSION}")
         self.width, self.uld = int(self.index["width"]), bool(self.index["uld"])
+        self.longest = int(self.index["longest"])  # the most student tokens in one sequence
         self._dtype = getattr(torch, self.index["dtype"])
         self.coverage = Coverage(**self.index["coverage"])
         self._starts = [shard["first"] for shard in self.index["shards"]]

@@ -8,6 +8,7 @@ from pathlib import Path
 from destila.cache import TopKCache
 from destila.cache.checks.derived import check_cache_tokenizer
 from destila.cache.dataset import open_cache
+from destila.crosstok.training import cross_tokenizer_dataset, training_items
 from destila.data import as_data_spec, as_sequences, collate
 from destila.io import reported_os_error
 from destila.models import SAVE_INCOMPLETE, load_causal_lm, load_tokenizer, output_head, tokenizer_fingerprint
@@ -60,6 +61,17 @@ def check_student(model, student_path: str, *, vocab_size: int, fingerprint: str
         raise ValueError(f"student: sequences have {seq_len} tokens but the student's context is {limit} tokens")
 
 
+def _cross_items(crossed, held_crossed, eval_dataset, folder, model, args):
+    """The training items of a student with another tokenizer (and its held-out items in place), and its tokenizer."""
+    first = lambda: args.main_process_first(desc="aligning the cache to the student's tokenizer")  # noqa: E731
+    items = training_items(crossed, folder, model, main_process_first=first,
+                           show=print if args.process_index == 0 else lambda line: None)
+    if held_crossed is not None:
+        held = training_items(held_crossed, folder, model, main_process_first=first, show=lambda line: None)
+        eval_dataset.source = held  # the same first eval_sequences, in the student's tokens
+    return items, crossed.student_tokenizer
+
+
 def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: DistillationArguments | None = None, *,
                   callbacks: tuple = (), **options) -> dict:
     """Train the student ``spec`` describes, from a cache (offline) or from a teacher on data (online).
@@ -91,6 +103,10 @@ def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: Di
     sequences), evaluated every ``args.eval_steps`` when
     ``args.eval_strategy="steps"`` and once at the end.
 
+    A student whose tokenizer is not the cache's trains on the cache read in its
+    own tokens (:mod:`destila.crosstok.training`; the cache needs byte spans),
+    aligned once and stored in ``spec.alignment_dir`` (default ``out/alignment``).
+
     The student, its targets and the output folder are checked here; everything
     else (the online teacher, K′ against the cache, the hidden-state term, LoRA
     adapters, frozen embeddings) is :class:`DistillationTrainer`'s own construction.
@@ -101,7 +117,7 @@ def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: Di
     out, args = spec.out, spec.args
     check_push(args)  # before anything loads: without a Hub the run would fail at its end
     model = load_causal_lm(spec.student)
-    teacher_model, data_spec = None, None
+    teacher_model, data_spec, crossed, held_crossed = None, None, None, None
     if not spec.online:
         # A cache folder, an export of one (a folder, a hub id, a datasets.Dataset), or a dataset of cache
         # items with a cache's attributes (a mix of caches): destila.cache.dataset.open_cache.
@@ -113,10 +129,17 @@ def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: Di
         if isinstance(source, TopKCache):  # the student ships this tokenizer: the one the cache's ids mean
             check_cache_tokenizer(spec.cache, source.manifest, tokenizer)
         check_training_temperature(args.temperature, source.manifest.temperature, f"the cache {spec.cache}")
-        check_student(
-            model, spec.student, vocab_size=source.vocab_size, fingerprint=source.manifest.tokenizer_fingerprint,
-            seq_len=source.seq_len, allow_tokenizer_mismatch=args.allow_tokenizer_mismatch,
-        )
+        crossed = cross_tokenizer_dataset(source, spec.student, model, tail=args.tail, path=spec.cache,
+                                          hidden_loss=args.hidden_options().hidden_loss,
+                                          allow_tokenizer_mismatch=args.allow_tokenizer_mismatch)
+        if crossed is None and spec.alignment_dir is not None:
+            raise ValueError("alignment_dir: the student reads the cache's own tokens (its tokenizer is the cache's), "
+                             "so nothing is aligned; drop --alignment-dir")
+        if crossed is None:
+            check_student(
+                model, spec.student, vocab_size=source.vocab_size, fingerprint=source.manifest.tokenizer_fingerprint,
+                seq_len=source.seq_len, allow_tokenizer_mismatch=args.allow_tokenizer_mismatch,
+            )
     else:
         from accelerate import PartialState
 
@@ -136,6 +159,8 @@ def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: Di
         if held_out.manifest.tokenizer_fingerprint != source.manifest.tokenizer_fingerprint:
             raise ValueError(f"train: the eval cache {spec.eval_cache} was built with another tokenizer than the "
                              "training cache; build both with the same teacher")
+        if crossed is not None:
+            held_crossed = cross_tokenizer_dataset(held_out, spec.student, model, tail=args.tail, path=spec.eval_cache)
         eval_dataset = Subset(held_out, range(min(len(held_out), spec.eval_sequences or len(held_out))))
     objective = objective_of(args, cache=spec.cache, teacher=spec.teacher, data=data_spec, student=spec.student,
                              cache_content=source.manifest.ids_fingerprint if not spec.online else None, out=out)
@@ -148,6 +173,9 @@ def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: Di
     try:
         for note in claim.notes:
             print(note)
+        if crossed is not None:  # the cache in the student's tokens, aligned once into the claimed folder (or given)
+            source, tokenizer = _cross_items(crossed, held_crossed, eval_dataset,
+                                             spec.alignment_dir or out / "alignment", model, args)
         trainer = DistillationTrainer(
             model=model,
             args=args,

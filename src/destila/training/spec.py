@@ -49,6 +49,10 @@ class TrainSpec:
     resume: bool | str | None = field(default=None, metadata={
         "help": "continue the run in the output folder from its newest complete checkpoint, or from CHECKPOINT",
         "nargs": "?", "const": True, "type": str, "metavar": "CHECKPOINT"})
+    alignment_dir: str | Path | None = field(default=None, metadata={
+        "help": "offline, a student with another tokenizer than the cache's: where the cache aligned to its "
+                "tokens is stored, written once and read by every run given the same folder (default: "
+                "OUT/alignment)", "metavar": "DIR"})
     eval_cache: str | Path | None = field(default=None, metadata={
         "flag": False, "help": "held-out sequences: a cache of other documents (offline, with args.eval_fraction 0)"})
     eval_sequences: int | None = field(default=None, metadata={
@@ -74,6 +78,9 @@ class TrainSpec:
         if self.teacher is None and stray:
             raise ValueError(f"train: {stray[0]} is about the online teacher; training from a cache loads none: "
                              "drop it")
+        if self.alignment_dir is not None and self.cache is None:
+            raise ValueError("alignment_dir: where a cache aligned to the student's tokenizer is stored; online "
+                             "training has no cache: drop --alignment-dir")
         if self.eval_cache is not None and (self.args.eval_fraction > 0 or self.cache is None):
             raise ValueError("train: an eval cache goes with offline training (a cache) and eval_fraction 0")
         if self.eval_sequences is not None and (self.eval_cache is None or self.eval_sequences < 1):
