@@ -100,11 +100,22 @@ def _ragged(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def write_store(data, folder: Path, key: str, *, progress=None) -> Path:
     """Align every sequence of ``data`` and write the shards, then the index (see the module docstring)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    threads = torch.get_num_threads()
+    # Many small operations per sequence: one thread (as in a DataLoader worker) measured several times faster
+    # than a thread pool contending for busy cores.
+    torch.set_num_threads(1)
+    try:
+        return _write_shards(data, folder, key, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _write_shards(data, folder: Path, key: str, progress) -> Path:
     from safetensors.numpy import save
 
     from destila.crosstok.coverage import summarise
 
-    folder.mkdir(parents=True, exist_ok=True)
     total, shards, stats, longest = len(data), [], {}, 0
     for first in range(0, total, SHARD_SEQUENCES):
         columns: dict[str, list] = {}

@@ -38,7 +38,7 @@ def differs(source, tokenizer) -> bool:
     return tokenizer is not None and bool(recorded) and tokenizer_fingerprint(tokenizer) != recorded
 
 
-def refuse_without_spans(source, path, tokenizer) -> None:
+def refuse_without_spans(source, path, tokenizer, who: str = "student") -> None:
     """One line for a cache without byte spans: what it lacks, and the command that rebuilds it with them."""
     from destila.models import tokenizer_fingerprint
 
@@ -47,9 +47,9 @@ def refuse_without_spans(source, path, tokenizer) -> None:
     command = spans_rebuild_command(source.manifest, path)
     how = (f"rebuild it with spans: {command}" if command else
            "rebuild it with the same `destila cache build` command plus --spans into a new folder")
-    raise ValueError(f"student: its tokenizer (fingerprint {tokenizer_fingerprint(tokenizer)}) differs from the "
+    raise ValueError(f"{who}: its tokenizer (fingerprint {tokenizer_fingerprint(tokenizer)}) differs from the "
                      f"cache's ({source.manifest.tokenizer_fingerprint}), and the cache {path} stores no byte spans "
-                     f"(built without --spans), so the student's tokens cannot be aligned to the teacher's "
+                     f"(built without --spans), so its tokens cannot be aligned to the teacher's "
                      f"(--allow-tokenizer-mismatch only if the two vocabularies are in fact identical); {how}")
 
 

@@ -7,6 +7,7 @@ import math
 import torch
 
 from destila.data.collate import aligned_labels
+from destila.eval.cross import ONE_TO_ONE, bits_per_byte
 from destila.losses import IGNORE_INDEX, distill_loss
 from destila.losses.options import DEFAULT_CHUNK_SIZE
 from destila.models import decoder_of, output_head
@@ -32,16 +33,27 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_CHUNK_S
     sums = {"rows": 0.0, "nll": 0.0, "correct": 0.0}
     if teacher is not None or "topk_ids" in batches[0]:
         sums.update({metric: 0.0, "agree": 0.0})
+    if "label_bytes" in batches[0]:  # a spans cache: bits per byte (destila.eval.cross)
+        sums["bytes"] = 0.0
+    if "align_kind" in batches[0]:  # the cache read in another tokenizer: KL and agreement on one-to-one rows
+        sums["aligned_rows"] = 0.0
     for number, batch in enumerate(batches, start=1):
         input_ids = batch["input_ids"]
         labels = aligned_labels(batch["labels"]).flatten()  # next tokens; IGNORE_INDEX where nothing is scored
         # Position ids restart per packed document; an attention mask marks padding.
         layout = {k: batch[k] for k in ("position_ids", "attention_mask") if k in batch}
         hidden = decoder_of(model)(input_ids=input_ids, use_cache=False, **layout).last_hidden_state.flatten(0, 1)
-        if "topk_ids" in batch and teacher is None:  # with the teacher at hand, its full KL replaces the top-K one
+        if "label_bytes" in batch:
+            sums["bytes"] += float(batch["label_bytes"].flatten()[labels != IGNORE_INDEX].sum())
+        compared = labels
+        if "align_kind" in batch:
+            compared = labels.masked_fill(batch["align_kind"].flatten() != ONE_TO_ONE, IGNORE_INDEX)
+            sums["aligned_rows"] += float((compared != IGNORE_INDEX).sum())
+        if "topk_ids" in batch and teacher is None and (compared != IGNORE_INDEX).any():
+            # with the teacher at hand, its full KL replaces the top-K one
             _, stats = distill_loss(
                 hidden, weight, batch["topk_ids"].flatten(0, 1), batch["topk_logprobs"].flatten(0, 1),
-                batch["tail_logmass"].flatten(), labels,
+                batch["tail_logmass"].flatten(), compared,
                 bias=bias, chunk_size=chunk_size, divergence=divergence, return_stats=True,
             )
             sums[metric] += stats["soft"].item()
@@ -72,12 +84,19 @@ def _logits(hidden, weight, bias):
 
 
 def metrics_from_sums(sums: dict) -> dict:
+    """Per-token means of :func:`quality_sums`; ``bits_per_byte`` where the bytes were counted; the divergence
+    and agreement per compared row (the one-to-one rows, ``aligned_rows``, for a model on another tokenizer)."""
     rows = max(sums["rows"], 1.0)
     metrics = {"tokens": int(sums["rows"]), "perplexity": math.exp(sums["nll"] / rows),
                "cross_entropy": sums["nll"] / rows, "accuracy": sums["correct"] / rows}
+    if "bytes" in sums:
+        metrics["bits_per_byte"] = bits_per_byte(sums["nll"], sums["bytes"])
     if "agree" in sums:  # against a teacher: its divergence (``kl_to_teacher`` for forward KL) and agreement
-        metric = next(k for k in sums if k not in ("rows", "nll", "correct", "agree"))
-        metrics.update({f"{metric}_to_teacher": sums[metric] / rows, "top1_agreement": sums["agree"] / rows})
+        metric = next(k for k in sums if k not in ("rows", "nll", "correct", "agree", "bytes", "aligned_rows"))
+        compared = max(sums.get("aligned_rows", sums["rows"]), 1.0)
+        metrics.update({f"{metric}_to_teacher": sums[metric] / compared, "top1_agreement": sums["agree"] / compared})
+    if "aligned_rows" in sums:
+        metrics["aligned_rows"] = int(sums["aligned_rows"])
     return metrics
 
 

@@ -16,6 +16,7 @@ from destila.cache import CorruptShardError
 from destila.cache.dataset import open_cache
 from destila.constants import IGNORE_INDEX
 from destila.data import as_sequences, collate, split_indices
+from destila.eval.cross import held_out_source, with_label_bytes
 from destila.eval.measure import PeakMeter, run_isolated
 from destila.eval.progress import ProgressFile, run_with_progress
 from destila.eval.quality import metrics_from_sums, quality_sums
@@ -61,20 +62,25 @@ def evaluate_model(spec: EvalSpec, model: str | None = None, *, progress_file: s
     lm = load_causal_lm(model, device=spec.device)
     tokenizer = load_tokenizer(model)
     if spec.cache is not None:
-        source = open_cache(spec.cache)
+        cached = open_cache(spec.cache)
+        source = held_out_source(cached, model, tokenizer, spec.cache)  # another tokenizer: the cache in its tokens
+        if source is not cached and spec.teacher is not None:
+            raise ValueError(f"eval: {model} has another tokenizer than the teacher's, so the teacher's logits are "
+                             f"over other tokens; drop --teacher (the cache's KL and agreement are measured on the "
+                             "aligned one-to-one positions)")
         rows = lm.get_output_embeddings().weight.shape[0]
-        if rows != source.vocab_size:  # the cache's ids would index past (or short of) the model's head
+        if source is cached and rows != source.vocab_size:  # the cache's ids would index past the model's head
             raise ValueError(
                 f"eval: {model} has a vocabulary of {rows} tokens but the cache at {spec.cache} was made with "
                 f"{source.vocab_size}; evaluate on a cache of this model's teacher, or pass --data instead"
             )
-        scored = (source.manifest.data or {}).get("loss_on") or "all"
+        scored = (cached.manifest.data or {}).get("loss_on") or "all"
         chosen = list(range(len(source))) if spec.indices is None else list(spec.indices)
         if spec.eval_fraction is not None:
             chosen = split_indices(len(source), spec.eval_fraction)[1]
         if spec.max_tokens is not None:
-            chosen = chosen[: max(1, spec.max_tokens // source.seq_len)]
-        items = [source[i] for i in chosen]
+            chosen = chosen[: max(1, spec.max_tokens // cached.seq_len)]
+        items = [with_label_bytes(source[i]) for i in chosen]  # bytes per label, where the cache has spans
     else:
         packed = as_sequences(spec.data, tokenizer)
         scored = spec.data.loss_on

@@ -8,10 +8,14 @@ METRICS = (  # key, label, format, show the ratio to the first model
     ("tokens", "tokens scored", "{:,.0f}", False),
     ("documents", "documents scored", "{:,.0f}", False),
     ("perplexity", "perplexity", "{:.2f}", True),
+    # Per byte of text: comparable across tokenizers (a cache with byte spans).
+    ("bits_per_byte", "bits per byte", "{:.3f}", True),
     ("accuracy", "next-token accuracy", "{:.1%}", True),
     # Against itself the teacher's KL is 0 (up to float16 rounding): no ratio.
     ("kl_to_teacher", "KL to teacher (nats/token)", "{:.4f}", False),
     ("top1_agreement", "top-1 agreement with teacher", "{:.1%}", True),
+    # A model on another tokenizer: its KL and agreement count these rows only (see aligned_note).
+    ("aligned_rows", "one-to-one positions (KL, agreement)", "{:,.0f}", False),
     ("parameters", "parameters", "{:,.0f}", True),
     ("size_bytes", "size on disk (MB)", "{:.1f}", True),
     ("forward_tokens_per_second", "forward (tokens/s)", "{:,.0f}", True),
@@ -52,11 +56,23 @@ def scored_note(results: list[dict]) -> str | None:
     return "; ".join(_SCORED.get(k) or f"scored: {k}" for k in sorted(kinds) if _SCORED.get(k, k)) or None
 
 
+def aligned_note(results: list[dict]) -> str | None:
+    """One line saying where the KL and agreement of a model on another tokenizer were measured."""
+    if not any(r.get("aligned_rows") is not None for r in results):
+        return None
+    return ("KL and agreement of a model with another tokenizer than the cache's: on the aligned one-to-one "
+            "positions only (the teacher's next token is the model's, the same bytes)")
+
+
+def _notes(results: list[dict]) -> str | None:
+    return "; ".join(note for note in (scored_note(results), aligned_note(results)) if note) or None
+
+
 def render_table(results: list[dict], title: str = "destila eval"):
     """A ``rich`` table: metrics as rows, models as columns, ratios to the first model."""
     from rich.table import Table
 
-    table = Table(title=title, caption=scored_note(results))
+    table = Table(title=title, caption=_notes(results))
     table.add_column("metric")
     for result in results:
         table.add_column(Path(result["model"]).name or result["model"], justify="right")
@@ -70,5 +86,5 @@ def markdown_table(results: list[dict]) -> str:
     names = [Path(r["model"]).name or r["model"] for r in results]
     lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in comparison_rows(results)]
-    note = scored_note(results)
-    return "\n".join(lines + ([f"\n{note.capitalize()}."] if note else []))
+    note = _notes(results)
+    return "\n".join(lines + ([f"\n{note[0].upper() + note[1:]}."] if note else []))
