@@ -111,3 +111,16 @@ def test_an_alignment_folder_with_nothing_to_align_is_refused(text_spans_cache, 
         _train(tiny_chat_llama_dir, text_spans_cache, tmp_path / "run", "--alignment-dir", str(tmp_path / "al"))
     assert "alignment_dir: the student reads the cache's own tokens" in capsys.readouterr().err
     assert not (tmp_path / "al").exists()
+
+
+def test_a_held_out_cache_is_read_in_the_students_tokens_too(text_spans_cache, chat_spans_cache, other_student,
+                                                            tmp_path):
+    from destila.training import DistillationArguments, train_student
+
+    out = tmp_path / "run"
+    args = DistillationArguments(output_dir=str(out), max_steps=1, per_device_train_batch_size=2,
+                                 save_strategy="no", report_to="none", soft_weight=1.0, hard_weight=1.0)
+    result = train_student(str(other_student), out, args, cache=text_spans_cache, eval_cache=chat_spans_cache,
+                           eval_sequences=3)
+    assert len(list((out / "alignment").glob("items-*.json"))) == 2  # the training cache's and the held-out one's
+    assert torch.isfinite(torch.tensor(result["eval"]["eval_loss"]))
