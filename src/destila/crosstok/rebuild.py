@@ -25,6 +25,8 @@ def _flag(name: str) -> str:
 
 def spans_rebuild_command(manifest, path: str | Path) -> str | None:
     """The command that builds the cache at ``path`` again, with ``--spans``, into ``<path>-spans``."""
+    from destila.cache.encodings import encoding_of
+    from destila.cache.kinds import kind_of
     from destila.cache.spec import BuildSpec
     from destila.data.spec import DataSpec
     from destila.targets.spec import TargetSpec
@@ -38,7 +40,7 @@ def spans_rebuild_command(manifest, path: str | Path) -> str | None:
     if manifest.teacher_gguf_file:
         words += ["--gguf-file", manifest.teacher_gguf_file]
     options = {"seq_len": manifest.seq_len, "max_tokens": manifest.max_tokens, "encoding": manifest.encoding}
-    if manifest.encoding == "plain":
+    if encoding_of(manifest.encoding).keeps_logprob_dtype:
         options["logprob_dtype"] = manifest.logprob_dtype
     for name, value in options.items():
         if value != build[name]:
@@ -57,7 +59,7 @@ def spans_rebuild_command(manifest, path: str | Path) -> str | None:
         words.append("--streaming")
     target_defaults = _defaults(TargetSpec)
     kind = targets.get("kind", target_defaults["kind"])
-    names = ("kind", "top_k", "temperature") + (("samples", "seed") if kind == "sampled" else ())
+    names = ("kind", "temperature") + tuple(kind_of(kind).fields)  # the kind's own fields (top_k; samples, seed)
     for name in names:
         if name in targets and targets[name] != target_defaults[name]:
             words += [_flag(name), str(targets[name])]
