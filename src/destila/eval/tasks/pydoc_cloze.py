@@ -20,15 +20,11 @@ Naive equivalent::
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from pathlib import Path
 
-import yaml
-
-from destila.io import names_user_path, write_atomic
-from destila.models import destila_home
+from destila.eval.tasks.files import default_task_dir, write_task
 
 TASK_NAME = "pydoc_cloze"
 TEMPLATE = Path(__file__).with_name(f"{TASK_NAME}.yaml")
@@ -95,30 +91,10 @@ def cloze_questions(documents: list[str], seed: int = 0, context_sentences: int 
     return questions
 
 
-def default_task_dir() -> Path:
-    return destila_home() / "tasks" / TASK_NAME
-
-
 def build_pydoc_cloze(folder: str | Path | None = None, *, holdout_every: int = 5, seed: int = 0) -> Path:
     """Write the task (``pydoc_cloze.jsonl`` and ``pydoc_cloze.yaml``) into ``folder``; return the YAML's path.
 
-    The YAML is the packaged template with ``data_files`` pointing at the
-    written data, so the folder is an ordinary harness task folder
-    (``destila eval MODEL --tasks FOLDER`` or ``lm_eval --include_path FOLDER``).
-    Files are written under a temporary name and renamed: a reader never sees half a file.
+    ``folder`` defaults to ``$DESTILA_HOME/tasks/pydoc_cloze``; see :func:`destila.eval.tasks.files.write_task`.
     """
-    folder = Path(folder) if folder is not None else default_task_dir()
-    questions = cloze_questions(held_out_topics(holdout_every), seed=seed)
-    config = yaml.safe_load(TEMPLATE.read_text(encoding="utf-8"))
-    data, task = folder / f"{TASK_NAME}.jsonl", folder / f"{TASK_NAME}.yaml"
-    config["dataset_kwargs"]["data_files"]["test"] = str(data.resolve())
-    with names_user_path(folder, _CANNOT_WRITE):
-        folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(data, "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in questions))
-        write_atomic(task, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
-    return task
-
-
-_CANNOT_WRITE = ("{reason} at {root}, where the built-in task is written (under DESTILA_HOME unless a folder is given); "
-                 "free space or fix permissions there, or set DESTILA_HOME to another folder")
-
+    folder = folder if folder is not None else default_task_dir(TASK_NAME)
+    return write_task(folder, TASK_NAME, TEMPLATE, cloze_questions(held_out_topics(holdout_every), seed=seed))
