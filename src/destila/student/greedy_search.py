@@ -1,42 +1,50 @@
-"""Greedy skip-KL without repeated work: what a round's candidates share is computed once, and a candidate
-stops being measured as soon as it can no longer be the one dropped.
+"""Greedy skip-KL raced: the same layers as the plain loop, with a fraction of its forwards.
 
 Each greedy round asks which kept layer's removal costs least KL to the
-teacher (see :func:`destila.student.importance.greedy_cut` with ``impl="reference"``, the reference
-this module is checked against). Three things make it cheap without changing
-its answer:
+teacher over the calibration tokens. The plain loop
+(:func:`destila.student.importance.greedy_cut` with ``impl="reference"``)
+runs every candidate over every token, each time through the whole output
+head. This search gives the same answer (the same layer each round, ties to
+the earlier layer, and the same KL for it) while measuring most candidates
+only as far as needed to rule them out:
 
-- **The teacher's side is computed once.** Per calibration row: the
-  teacher's next-token probabilities ``p``, ``Σ_v p_v z_v`` and
-  ``logsumexp(z)`` of its logits ``z``. A candidate's KL is then
-  ``KL(p ‖ softmax(z')) = Σ_v p_v (z_v − z'_v) + logsumexp(z') − logsumexp(z)``,
-  one pass over its logits ``z'`` instead of a full log-softmax and a
-  product with the teacher's log-probabilities.
-- **Hidden states are reused across rounds.** Each layer's input hidden
-  states in the current student are stored per row; skipping layer ``l``
-  starts from its stored input and runs only the layers after it (families
-  whose first layer reads the embeddings as they are). After a drop only
-  the inputs of the layers after the dropped one change, and only those are
-  recomputed (no head: the output is not needed).
-- **Candidates are raced row by row** (best-first). KL per row is never
-  negative, so a candidate's partial sum over the rows measured so far is
-  a lower bound of its total. The candidate with the smallest partial sum
-  is measured on its next row; when the one at the front has been measured
-  on every row, its total is at most every other candidate's partial sum:
-  it is the round's exact minimum, ties going to the earlier layer as in
-  the reference. Rows are measured heaviest first (by the previous drop's
-  cost per row), so a candidate that cannot win is dropped early. The first
-  round measures every candidate on every row: its scores are recorded.
+- **Rows are raced, best-first.** KL per token is never negative, so a
+  candidate's KL summed over the calibration rows measured so far is a
+  lower bound of its total. The candidate with the smallest bound is
+  measured further; once the one at the front has been measured exactly on
+  every row, its total is at most every other candidate's bound, so it is
+  the round's minimum. Rows are taken heaviest first (by the last drop's KL
+  per row), so a candidate that cannot win is ruled out early.
+- **Most measurements skip the output head.** With ``h`` a candidate's
+  final hidden state and ``z = h Wᵀ + b`` its logits,
+  ``KL(p ‖ softmax z) = Σ_v p_v log p_v − h·w̄ − p·b + log Σ_v e^{z_v}`` with
+  ``w̄ = Σ_v p_v W_v`` computed once from the teacher. Summing ``e^{z_v}``
+  over the teacher's likely tokens only (the union of its top
+  ``BOUND_TOP_K`` per position in the row) can only lower the last term,
+  so it bounds the KL from below at a small fraction of the head's cost;
+  less a relative ``BOUND_SLACK`` for rounding. A row's exact KL (the full
+  head) is computed only for a candidate at the front of the race, from the
+  hidden state kept from its bound.
+- **The teacher's side is computed once.** Per row: the teacher's
+  next-token probabilities, ``w̄``, the likely tokens, and each kept layer's
+  input hidden states, so skipping layer ``l`` starts from its stored input
+  and runs only the layers after it (families whose first layer reads the
+  embeddings as they are); after a drop only the inputs of the layers after
+  it are recomputed.
 
-Naive equivalent (``greedy_cut(impl="reference")`` runs it with the teacher's hidden states reused)::
+The exact KL per row is ``log Σ_v p_v e^{d_v} − Σ_v p_v d_v`` with
+``d = z − z_teacher``: both terms are small where the two agree, so nothing
+large cancels, and identical logits give exactly 0.
+
+Naive equivalent (``greedy_cut(impl="reference")``, the plain loop)::
 
     while len(kept) > keep:
         cost = {l: kl(teacher, cut_student(teacher, indices=[i for i in kept if i != l])) for l in kept}
         kept.remove(min(cost, key=lambda l: (cost[l], l)))
 
-The work is counted in ``layer_rows`` (decoder-layer forwards, one row each)
-and ``head_rows`` (output-head forwards), so the saving can be stated apart
-from the machine's speed or load.
+The work is counted in tokens through decoder layers and through the output
+head (:class:`SearchCounts`), so the saving can be stated apart from the
+machine's speed or load.
 """
 
 from __future__ import annotations
@@ -48,15 +56,21 @@ from dataclasses import dataclass, field
 import torch
 
 from destila.student.calibration import Calibration
-from destila.student.importance import _STARTS_FROM_EMBEDS, running_layers
+from destila.student.importance import _STARTS_FROM_EMBEDS, decoder_layers, running_layers
 
 UNIT_TOKENS = 256
 """Calibration rows are raced in units of about this many tokens (at least one row each)."""
+BOUND_TOP_K = 32
+"""The lower bound sums the candidate's probabilities over the union of the teacher's top this-many tokens of
+every position of the unit."""
+BOUND_SLACK = 1e-5
+"""Each position's bound is lowered by this fraction of the size of its terms: rounding can never make it exceed
+the exact KL."""
 
 
 @dataclass
 class _Unit:
-    """A few calibration rows and what the teacher and the current student compute on them."""
+    """A few calibration rows: what the teacher computes on them, and each kept layer's input in the student."""
 
     kwargs: dict  # forward kwargs: input_ids [B, T] (and position_ids)
     mask: torch.Tensor  # [B, T] True at the scored positions (n of them)
@@ -64,49 +78,38 @@ class _Unit:
     probs: torch.Tensor  # [n, V] their exponentials
     lse: torch.Tensor  # [n, 1] logsumexp of the teacher's logits z
     norm: torch.Tensor  # [n] float64: logsumexp(logprobs), 0 but for rounding
+    negentropy: torch.Tensor  # [n] float64: Σ_v p_v log p_v
+    mean_weight: torch.Tensor  # [n, H] float64: Σ_v p_v W_v
+    mean_bias: torch.Tensor  # [n] float64: Σ_v p_v b_v (0 for a head without bias)
+    support_weight: torch.Tensor  # [S, H]: the head's rows of the teacher's likely tokens
+    support_bias: torch.Tensor | None  # [S]
     inputs: dict = field(default_factory=dict)  # teacher layer -> its input hidden states [B, T, H] in the student
 
 
 @dataclass
 class SearchCounts:
-    """The work done, in rows (one calibration row through one decoder layer, or through the head)."""
+    """The work done, in tokens: through one decoder layer, through the output head, through the bound."""
 
-    layer_rows: int = 0
-    head_rows: int = 0
-    candidate_units: int = 0  # (candidate, unit) measurements
-    candidate_units_without_racing: int = 0  # what measuring every candidate on every unit would have cost
-
-
-def _unit_kl(unit: _Unit, logits: torch.Tensor) -> float:
-    """Σ over the unit's scored positions of KL(teacher ‖ softmax(logits)), from the stored teacher terms.
-
-    With ``d = z' − z`` (candidate minus teacher logits), ``KL = log Σ_v p_v e^{d_v} − Σ_v p_v d_v``: both
-    terms are small where the two agree, so nothing large cancels. ``log Σ p e^d`` is
-    ``logsumexp(z' − logsumexp(z))``, less the same sum over the teacher's own log-probabilities (0
-    but for rounding; identical logits then give exactly 0).
-    """
-    shifted = logits[unit.mask].float().sub_(unit.lse)  # z' - logsumexp(z): [n, V], a copy
-    log_ratio = torch.logsumexp(shifted, dim=-1).double() - unit.norm
-    d = shifted.sub_(unit.logprobs)  # z' - z, in place
-    mean_d = torch.einsum("nv,nv->n", unit.probs, d).double()  # a batched dot: no [n, V] product kept
-    return float((log_ratio - mean_d).sum())
-
+    layer_tokens: int = 0
+    head_tokens: int = 0
+    bound_tokens: int = 0
+    forwards: int = 0  # (candidate, unit) forwards through the layers after the skipped one
+    exact: int = 0  # (candidate, unit) KLs computed through the full head
+    forwards_without_racing: int = 0  # what measuring every candidate on every unit would have cost
 
 
 @contextlib.contextmanager
 def counting_forwards(model, counts: SearchCounts | None = None):
-    """Inside the block, every decoder-layer and output-head forward of ``model`` adds its rows to the yielded
-    :class:`SearchCounts` (forward hooks; counts whichever path runs, this module's or the reference's)."""
-    from destila.student.importance import decoder_layers
-
+    """Inside the block, every decoder-layer and output-head forward of ``model`` adds its tokens to the yielded
+    :class:`SearchCounts` (forward hooks: it counts whichever path runs, this module's or the reference's)."""
     counts = counts if counts is not None else SearchCounts()
 
     def layer_ran(_module, args, kwargs, _output):
         hidden = args[0] if args else kwargs["hidden_states"]  # whatever the layer's signature
-        counts.layer_rows += int(hidden.shape[0])
+        counts.layer_tokens += hidden.shape[:-1].numel()
 
     def head_ran(_module, args, _output):
-        counts.head_rows += int(args[0].shape[0])
+        counts.head_tokens += args[0].shape[:-1].numel()
 
     handles = [layer.register_forward_hook(layer_ran, with_kwargs=True) for layer in decoder_layers(model)]
     head = model.get_output_embeddings()
@@ -119,40 +122,98 @@ def counting_forwards(model, counts: SearchCounts | None = None):
             handle.remove()
 
 
+def _exact_kl(unit: _Unit, scored_logits: torch.Tensor) -> float:
+    """Σ over the unit's scored positions of KL(teacher ‖ softmax(logits)); ``scored_logits [n, V]`` float32,
+    overwritten.
+
+    With ``d = z' − z`` (candidate minus teacher logits), ``KL = log Σ_v p_v e^{d_v} − Σ_v p_v d_v``.
+    ``log Σ p e^d`` is ``logsumexp(z' − logsumexp(z))``, less the same sum over the teacher's own
+    log-probabilities (0 but for rounding; identical logits then give exactly 0).
+    """
+    shifted = scored_logits.sub_(unit.lse)  # z' - logsumexp(z)
+    log_ratio = torch.logsumexp(shifted, dim=-1).double() - unit.norm
+    d = shifted.sub_(unit.logprobs)  # z' - z
+    mean_d = torch.einsum("nv,nv->n", unit.probs, d).double()  # a batched dot: no [n, V] product kept
+    return float((log_ratio - mean_d).sum())
+
+
+@dataclass
+class _Candidate:
+    """One candidate of a round (the student without ``layer``) and what has been measured of it."""
+
+    layer: int
+    position: int  # its index in the round's kept list
+    bounds: dict = field(default_factory=dict)  # unit index -> lower bound of its KL there
+    exact: dict = field(default_factory=dict)  # unit index -> its KL there
+    hidden: dict = field(default_factory=dict)  # unit index -> final hidden states [n, H], until measured exactly
+
+    def bound(self) -> float:
+        return sum(self.exact.values()) + sum(v for u, v in self.bounds.items() if u not in self.exact)
+
+
 class GreedySearch:
-    """Greedy skip-KL on ``model`` over ``calibration``; :meth:`run` returns what ``greedy_cut`` returns."""
+    """Greedy skip-KL on ``model`` over ``calibration``; :meth:`run` returns what ``greedy_cut`` returns.
+
+    ``race=False`` measures every candidate exactly on every unit (the reference's work, this module's
+    arithmetic): the tests compare the two.
+    """
 
     unit_tokens = UNIT_TOKENS
 
     def __init__(self, model, calibration: Calibration, *, race: bool = True):
-        from destila.student.importance import decoder_layers
-
         self.model = model
         self.device = next(model.parameters()).device
         self.total = model.config.num_hidden_layers
         self.from_embeds = model.config.model_type in _STARTS_FROM_EMBEDS
         self.race = race
         self.layers = decoder_layers(model)
+        self.head = model.get_output_embeddings()
+        if not isinstance(self.head, torch.nn.Linear):
+            raise ValueError(f"greedy search: expected the model's output head to be a Linear layer, found "
+                             f"{type(self.head).__name__}; use greedy_cut(..., impl='reference')")
         self.counts = SearchCounts()
         self.calibration = calibration
+        self.bar = None  # the progress bar while running
+        self._round_start = (0, 0)
 
     # -- the teacher's side and the stored hidden states ------------------------------------
 
-    def _forward_kwargs(self, batch: Calibration) -> dict:
-        return {k: v.to(self.device) for k, v in batch.forward_kwargs().items()}
+    def _final_hidden(self, kwargs: dict, running: list[int], start: torch.Tensor | None = None,
+                      capture: tuple[list[int], dict] | None = None) -> torch.Tensor:
+        """The final (normed) hidden states ``[B, T, H]`` of the student running teacher layers ``running``,
+        from the embeddings or, with ``start``, from those hidden states fed to the first of ``running``."""
+        if start is not None:
+            kwargs = dict(kwargs, inputs_embeds=start)
+            del kwargs["input_ids"]
+        wanted, into = capture if capture is not None else ([], {})
+        with running_layers(self.model, running), _capturing(self.layers, wanted, into):
+            return self.model.base_model(**kwargs, use_cache=False).last_hidden_state
 
-    def _teacher_unit(self, batch: Calibration) -> _Unit:
-        kwargs = self._forward_kwargs(batch)
+    def _teacher_unit(self, batch: Calibration, check: bool) -> _Unit:
+        kwargs = {k: v.to(self.device) for k, v in batch.forward_kwargs().items()}
         mask = batch.scored.to(self.device)
         inputs: dict[int, torch.Tensor] = {}
-        with _capturing(self.layers, list(range(self.total)), inputs):
-            logits = self.model(**kwargs, use_cache=False).logits
+        every = list(range(self.total))
+        hidden = self._final_hidden(kwargs, every, capture=(every, inputs))
+        logits = self.head(hidden)
+        if check and not torch.equal(logits, self.model(**kwargs, use_cache=False).logits):
+            raise ValueError(f"greedy search: the {self.model.config.model_type} model's logits are not its output "
+                             "head applied to its final hidden states; use greedy_cut(..., impl='reference')")
         logprobs = logits[mask].float()
         del logits
         lse = torch.logsumexp(logprobs, dim=-1, keepdim=True)
         logprobs.sub_(lse)
-        norm = torch.logsumexp(logprobs, dim=-1).double()
-        return _Unit(kwargs, mask, logprobs, logprobs.exp(), lse, norm, inputs)
+        probs = logprobs.exp()
+        weight, bias = self.head.weight, self.head.bias
+        support = torch.unique(logprobs.topk(min(BOUND_TOP_K, logprobs.shape[-1]), dim=-1).indices)
+        return _Unit(
+            kwargs, mask, logprobs, probs, lse, norm=torch.logsumexp(logprobs, dim=-1).double(),
+            # Once per unit, in float64: the bound's rounding then comes from the candidate's side alone.
+            negentropy=torch.einsum("nv,nv->n", probs.double(), logprobs.double()),
+            mean_weight=probs.double() @ weight.double(),
+            mean_bias=(probs.double() @ bias.double()) if bias is not None else torch.zeros(len(probs),
+                                                                                              dtype=torch.float64),
+            support_weight=weight[support], support_bias=None if bias is None else bias[support], inputs=inputs)
 
     def _refresh_inputs(self, unit: _Unit, kept: list[int], position: int) -> None:
         """After ``kept[position]`` was dropped (``kept`` is the list before): the inputs of the layers after it."""
@@ -160,56 +221,91 @@ class GreedySearch:
         if not after:
             return
         if self.from_embeds:
-            rest = dict(unit.kwargs, inputs_embeds=unit.inputs[kept[position]])
-            del rest["input_ids"]
-            with running_layers(self.model, after), _capturing(self.layers, after, unit.inputs, after):
-                self.model.base_model(**rest, use_cache=False)
+            self._final_hidden(unit.kwargs, after, start=unit.inputs[kept[position]], capture=(after, unit.inputs))
         else:  # layer 0 does not read the embeddings as they are: run the whole student again
-            remaining = kept[:position] + after
-            with running_layers(self.model, remaining), _capturing(self.layers, remaining, unit.inputs, after):
-                self.model.base_model(**unit.kwargs, use_cache=False)
+            self._final_hidden(unit.kwargs, kept[:position] + after, capture=(after, unit.inputs))
 
-    def _candidate_kl(self, unit: _Unit, kept: list[int], position: int) -> float:
-        """KL summed over ``unit`` of the student ``kept`` without ``kept[position]``."""
+    # -- measuring a candidate on a unit --------------------------------------------------------
+
+    def _forward(self, unit: _Unit, kept: list[int], position: int) -> torch.Tensor:
+        """Final hidden states at the scored positions ``[n, H]`` of the student ``kept`` without ``kept[position]``."""
         if self.from_embeds:
-            rest = dict(unit.kwargs, inputs_embeds=unit.inputs[kept[position]])
-            del rest["input_ids"]
-            with running_layers(self.model, kept[position + 1:]):
-                logits = self.model(**rest, use_cache=False).logits
+            hidden = self._final_hidden(unit.kwargs, kept[position + 1:], start=unit.inputs[kept[position]])
         else:
-            with running_layers(self.model, kept[:position] + kept[position + 1:]):
-                logits = self.model(**unit.kwargs, use_cache=False).logits
-        self.counts.candidate_units += 1
-        return _unit_kl(unit, logits)
+            hidden = self._final_hidden(unit.kwargs, kept[:position] + kept[position + 1:])
+        self.counts.forwards += 1
+        return hidden[unit.mask]
+
+    def _lower_bound(self, unit: _Unit, hidden: torch.Tensor) -> float:
+        """A lower bound of the unit's summed KL from the final hidden states ``[n, H]``, without the full head.
+
+        ``Σ p log p − p·z + logsumexp(z over the likely tokens)`` per position, less the rounding slack,
+        at least 0.
+        """
+        p_dot_z = (hidden.double() * unit.mean_weight).sum(-1) + unit.mean_bias
+        likely = torch.nn.functional.linear(hidden, unit.support_weight, unit.support_bias)
+        lse = torch.logsumexp(likely.float(), dim=-1).double()
+        slack = BOUND_SLACK * (1 + unit.negentropy.abs() + p_dot_z.abs() + lse.abs())
+        self.counts.bound_tokens += len(hidden)
+        return float((unit.negentropy - p_dot_z + lse - slack).clamp(min=0).sum())
+
+    def _exact(self, unit: _Unit, hidden: torch.Tensor) -> float:
+        self.counts.exact += 1
+        return _exact_kl(unit, self.head(hidden).float())
+
+    def _show(self, kept: list[int]) -> None:
+        if self.bar is not None:
+            forwards, exact = self.counts.forwards - self._round_start[0], self.counts.exact - self._round_start[1]
+            self.bar.set_postfix_str(f"{len(kept)} kept: {forwards} forwards, {exact} exact this round")
 
     # -- one round -----------------------------------------------------------------------------
 
-    def _round_full(self, units: list[_Unit], kept: list[int]) -> tuple[dict, dict]:
-        """Every candidate on every unit: ``({layer: total}, {layer: [per unit]})``."""
-        per_unit = {layer: [self._candidate_kl(u, kept, p) for u in units] for p, layer in enumerate(kept)}
-        return {layer: sum(costs) for layer, costs in per_unit.items()}, per_unit
+    def _round_full(self, units: list[_Unit], kept: list[int]) -> tuple[int, dict, dict]:
+        """Every candidate exactly on every unit: ``(cheapest layer, {unit: its KL}, {layer: total})``."""
+        per_unit = {}
+        for position, layer in enumerate(kept):
+            per_unit[layer] = {u: self._exact(unit, self._forward(unit, kept, position))
+                               for u, unit in enumerate(units)}
+            self._show(kept)
+        totals = {layer: sum(costs.values()) for layer, costs in per_unit.items()}
+        layer = min(kept, key=lambda i: (totals[i], i))
+        return layer, per_unit[layer], totals
 
-    def _round_raced(self, units: list[_Unit], kept: list[int], order: list[int]) -> tuple[int, float, list]:
+    def _round_raced(self, units: list[_Unit], kept: list[int], order: list[int]) -> tuple[int, dict]:
         """The cheapest candidate of ``kept`` by best-first racing over ``units`` taken in ``order``.
 
-        Returns ``(layer, total, per-unit costs of that layer)``. The heap is ordered by
-        ``(partial sum, finished, layer)``: at an equal partial sum an unfinished candidate is
-        measured further before a finished one is declared, and among finished ones the earlier
-        layer wins, the reference's tie rule.
+        The heap holds ``(bound, finished, layer)``; at an equal bound an unfinished candidate is measured
+        further before a finished one is declared, and among finished ones the earlier layer wins, the
+        reference's tie rule. A candidate at the front gets its next unit's bound (a forward through the
+        layers after the skipped one), or, once bounded on every unit, its next unit's exact KL.
         """
-        heap = [(0.0, False, layer, position, []) for position, layer in enumerate(kept)]
+        candidates = {layer: _Candidate(layer, position) for position, layer in enumerate(kept)}
+        heap = [(0.0, False, layer) for layer in kept]
         heapq.heapify(heap)
         while True:
-            partial, finished, layer, position, costs = heapq.heappop(heap)
+            _, finished, layer = heapq.heappop(heap)
+            candidate = candidates[layer]
             if finished:
-                return layer, partial, costs
-            cost = self._candidate_kl(units[order[len(costs)]], kept, position)
-            costs = costs + [cost]
-            heapq.heappush(heap, (partial + cost, len(costs) == len(units), layer, position, costs))
+                return layer, candidate.exact
+            if len(candidate.bounds) < len(units):
+                u = order[len(candidate.bounds)]
+                hidden = self._forward(units[u], kept, candidate.position)
+                candidate.bounds[u] = self._lower_bound(units[u], hidden)
+                candidate.hidden[u] = hidden
+            else:
+                u = next(u for u in order if u not in candidate.exact)
+                candidate.exact[u] = self._exact(units[u], candidate.hidden.pop(u))
+            self._show(kept)
+            heapq.heappush(heap, (candidate.bound(), len(candidate.exact) == len(units), layer))
 
     # -- the whole search -----------------------------------------------------------------------
 
     def run(self, keep: int, progress: bool = False) -> dict:
+        """``{"kept", "dropped": [(layer, KL per token)], "first_round", "tokens", "counts", "rounds"}``.
+
+        ``first_round`` (every layer's KL when it alone is skipped) is measured only with ``race=False``
+        (None otherwise: racing measures most layers only far enough to rule them out).
+        """
         from tqdm.auto import tqdm
 
         if not 1 <= keep <= self.total:
@@ -217,50 +313,47 @@ class GreedySearch:
                              f"found {keep}")
         kept, dropped, first_round, rounds = list(range(self.total)), [], None, []
         with counting_forwards(self.model, self.counts), torch.no_grad(), \
-                tqdm(total=self.total - keep, desc="choosing layers", unit="drop", disable=not progress) as bar:
-            units = [self._teacher_unit(batch) for batch in self.calibration.batches(self.unit_tokens)]
+                tqdm(total=self.total - keep, desc="choosing layers", unit="drop", disable=not progress,
+                     mininterval=1.0) as bar:
+            self.bar = bar if progress else None
+            units = [self._teacher_unit(batch, check=i == 0)
+                     for i, batch in enumerate(self.calibration.batches(self.unit_tokens))]
             count = max(1, sum(int(u.mask.sum()) for u in units))
             order = list(range(len(units)))
             while len(kept) > keep:
-                before = self.counts.candidate_units
-                self.counts.candidate_units_without_racing += len(kept) * len(units)
-                if first_round is None or not self.race:
-                    totals, per_unit = self._round_full(units, kept)
-                    first_round = first_round or [totals[layer] / count for layer in range(self.total)]
-                    layer = min(kept, key=lambda i: (totals[i], i))
-                    total, by_unit = totals[layer], per_unit[layer]
+                self._round_start = (self.counts.forwards, self.counts.exact)
+                self.counts.forwards_without_racing += len(kept) * len(units)
+                if self.race:
+                    layer, by_unit = self._round_raced(units, kept, order)
                 else:
-                    layer, total, costs = self._round_raced(units, kept, order)
-                    by_unit = dict(zip(order, costs))
+                    layer, by_unit, totals = self._round_full(units, kept)
+                    first_round = first_round or [totals[i] / count for i in range(self.total)]
                 position = kept.index(layer)
                 for unit in units:
                     self._refresh_inputs(unit, kept, position)
                     del unit.inputs[layer]
+                rounds.append({"candidates": len(kept), "forwards": self.counts.forwards - self._round_start[0],
+                               "exact": self.counts.exact - self._round_start[1]})
                 kept.remove(layer)
-                dropped.append((layer, total / count))
-                rounds.append({"candidates": len(kept) + 1, "measured": self.counts.candidate_units - before})
-                # Heaviest units first next round: there a losing candidate's partial sum grows fastest.
-                order = sorted(range(len(units)), key=lambda i: (-by_unit[i], i))
+                dropped.append((layer, sum(by_unit.values()) / count))
+                # Heaviest units first next round: there a losing candidate's bound grows fastest.
+                order = sorted(range(len(units)), key=lambda u: (-by_unit[u], u))
                 bar.update()
-                bar.set_postfix_str(f"dropped {layer}, {len(kept)} left")
+        self.bar = None
         return {"kept": kept, "dropped": dropped, "first_round": first_round, "tokens": count,
                 "counts": vars(self.counts).copy(), "rounds": rounds}
 
 
 class _capturing:
-    """Stores, into ``into[teacher layer]``, the input hidden states of each running layer (``running`` lists
-    the teacher layers in the order they run); only the layers in ``wanted`` (default: all) are stored."""
+    """Stores into ``into[teacher layer]`` the input hidden states of each layer of ``layers`` in ``wanted``
+    (teacher indices) on the forwards run inside the block."""
 
-    def __init__(self, layers: torch.nn.ModuleList, running: list[int], into: dict, wanted=None):
-        self.layers, self.running, self.into = layers, running, into
-        self.wanted = set(running if wanted is None else wanted)
+    def __init__(self, layers: torch.nn.ModuleList, wanted: list[int], into: dict):
+        self.layers, self.wanted, self.into = layers, wanted, into
         self.handles = []
 
     def __enter__(self):
-        for teacher_layer in self.running:
-            if teacher_layer not in self.wanted:
-                continue
-
+        for teacher_layer in self.wanted:
             def before(_module, args, kwargs, teacher_layer=teacher_layer):
                 hidden = args[0] if args else kwargs["hidden_states"]
                 self.into[teacher_layer] = hidden if isinstance(hidden, torch.Tensor) else hidden[0]
