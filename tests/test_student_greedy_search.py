@@ -41,7 +41,8 @@ def test_the_raced_search_drops_what_the_reference_drops_with_fewer_forwards(fam
     calibration = calibration_of(tiny_tokenizer)
     with counting_forwards(teacher) as reference_counts:
         reference = greedy_cut(teacher, calibration, keep=3, impl="reference")
-    raced = greedy_cut(teacher, calibration, keep=3)
+    assert_same_search(greedy_cut(teacher, calibration, keep=3), reference)  # screened where bfloat16 is native
+    raced = GreedySearch(teacher, calibration, screen=False).run(3)
     assert_same_search(raced, reference)
     assert raced["first_round"] is None  # racing measures most layers only far enough to rule them out
     counts = raced["counts"]
@@ -95,6 +96,18 @@ def test_the_bound_never_exceeds_the_exact_kl(family, tiny_tokenizer):
                 hidden = search._forward(unit, list(range(8)), position)
                 pairs.append((search._lower_bound(unit, hidden), search._exact(unit, hidden)))
     assert all(0 <= bound <= exact for bound, exact in pairs)
+
+
+def test_screening_in_bfloat16_changes_nothing(tiny_tokenizer):
+    """A bfloat16 forward only ever lowers a candidate's bound; every KL that decides is a float32 one."""
+    teacher = eight_layer_teacher("llama", tiny_tokenizer, identity=(1, 4))
+    calibration = calibration_of(tiny_tokenizer)
+    plain = GreedySearch(teacher, calibration, screen=False).run(3)
+    screened = GreedySearch(teacher, calibration)
+    screened.screen = torch.bfloat16  # whatever this CPU multiplies natively: the arithmetic is what is checked
+    result = screened.run(3)
+    assert result["screen"] == "bfloat16" and plain["screen"] is None
+    assert_same_search(result, plain, rel=1e-12)
 
 
 def test_a_count_outside_the_teacher_is_refused_before_any_forward(tiny_tokenizer):

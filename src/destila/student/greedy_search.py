@@ -66,6 +66,9 @@ every position of the unit."""
 BOUND_SLACK = 1e-5
 """Each position's bound is lowered by this fraction of the size of its terms: rounding can never make it exceed
 the exact KL."""
+SCREEN_MARGIN = 0.05
+"""A bound from a bfloat16 forward is lowered by this fraction: bfloat16 moved a row's KL by at most 1% on
+SmolLM2 (docs/student.md), so the lowered bound stays below the float32 KL."""
 
 
 @dataclass
@@ -93,9 +96,24 @@ class SearchCounts:
     layer_tokens: int = 0
     head_tokens: int = 0
     bound_tokens: int = 0
-    forwards: int = 0  # (candidate, unit) forwards through the layers after the skipped one
-    exact: int = 0  # (candidate, unit) KLs computed through the full head
+    forwards: int = 0  # (candidate, unit) forwards through the layers after the skipped one, for a bound
+    exact: int = 0  # (candidate, unit) KLs computed in the model's precision through the full head
     forwards_without_racing: int = 0  # what measuring every candidate on every unit would have cost
+
+
+def screen_dtype(model) -> torch.dtype | None:
+    """bfloat16 where it is cheaper than the float32 model: a float32 model on a device that multiplies
+    bfloat16 natively (a CUDA GPU that supports it; a CPU with AVX512-BF16 or AMX). None elsewhere: there
+    bfloat16 would be emulated (slower), or the model already runs in a narrower precision."""
+    parameter = next(model.parameters())
+    if parameter.dtype != torch.float32:
+        return None
+    if parameter.device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+    if parameter.device.type == "cpu":
+        native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()  # private, but no public one
+        return torch.bfloat16 if native else None
+    return None
 
 
 @contextlib.contextmanager
@@ -145,7 +163,8 @@ class _Candidate:
     position: int  # its index in the round's kept list
     bounds: dict = field(default_factory=dict)  # unit index -> lower bound of its KL there
     exact: dict = field(default_factory=dict)  # unit index -> its KL there
-    hidden: dict = field(default_factory=dict)  # unit index -> final hidden states [n, H], until measured exactly
+    hidden: dict = field(default_factory=dict)  # unit index -> final hidden states [n, H] of a bound in the
+    # model's precision, kept until that unit's exact KL is computed from them
 
     def bound(self) -> float:
         return sum(self.exact.values()) + sum(v for u, v in self.bounds.items() if u not in self.exact)
@@ -160,8 +179,9 @@ class GreedySearch:
 
     unit_tokens = UNIT_TOKENS
 
-    def __init__(self, model, calibration: Calibration, *, race: bool = True):
+    def __init__(self, model, calibration: Calibration, *, race: bool = True, screen: bool = True):
         self.model = model
+        self.screen = screen_dtype(model) if screen and race else None
         self.device = next(model.parameters()).device
         self.total = model.config.num_hidden_layers
         self.from_embeds = model.config.model_type in _STARTS_FROM_EMBEDS
@@ -227,14 +247,17 @@ class GreedySearch:
 
     # -- measuring a candidate on a unit --------------------------------------------------------
 
-    def _forward(self, unit: _Unit, kept: list[int], position: int) -> torch.Tensor:
-        """Final hidden states at the scored positions ``[n, H]`` of the student ``kept`` without ``kept[position]``."""
-        if self.from_embeds:
-            hidden = self._final_hidden(unit.kwargs, kept[position + 1:], start=unit.inputs[kept[position]])
-        else:
-            hidden = self._final_hidden(unit.kwargs, kept[:position] + kept[position + 1:])
-        self.counts.forwards += 1
-        return hidden[unit.mask]
+    def _forward(self, unit: _Unit, kept: list[int], position: int, screen: bool = False) -> torch.Tensor:
+        """Final hidden states at the scored positions ``[n, H]`` of the student ``kept`` without ``kept[position]``;
+        ``screen``: its layers in :attr:`screen`'s precision (the stored inputs and the result stay float32)."""
+        precision = (torch.autocast(self.device.type, dtype=self.screen) if screen
+                     else contextlib.nullcontext())
+        with precision:
+            if self.from_embeds:
+                hidden = self._final_hidden(unit.kwargs, kept[position + 1:], start=unit.inputs[kept[position]])
+            else:
+                hidden = self._final_hidden(unit.kwargs, kept[:position] + kept[position + 1:])
+        return hidden[unit.mask].float()
 
     def _lower_bound(self, unit: _Unit, hidden: torch.Tensor) -> float:
         """A lower bound of the unit's summed KL from the final hidden states ``[n, H]``, without the full head.
@@ -264,6 +287,7 @@ class GreedySearch:
         """Every candidate exactly on every unit: ``(cheapest layer, {unit: its KL}, {layer: total})``."""
         per_unit = {}
         for position, layer in enumerate(kept):
+            self.counts.forwards += len(units)
             per_unit[layer] = {u: self._exact(unit, self._forward(unit, kept, position))
                                for u, unit in enumerate(units)}
             self._show(kept)
@@ -289,12 +313,18 @@ class GreedySearch:
                 return layer, candidate.exact
             if len(candidate.bounds) < len(units):
                 u = order[len(candidate.bounds)]
-                hidden = self._forward(units[u], kept, candidate.position)
-                candidate.bounds[u] = self._lower_bound(units[u], hidden)
-                candidate.hidden[u] = hidden
+                self.counts.forwards += 1
+                hidden = self._forward(units[u], kept, candidate.position, screen=self.screen is not None)
+                bound = self._lower_bound(units[u], hidden)
+                if self.screen is None:
+                    candidate.bounds[u], candidate.hidden[u] = bound, hidden
+                else:  # a bfloat16 forward: lowered by its margin, and the exact KL needs a float32 forward
+                    candidate.bounds[u] = (1 - SCREEN_MARGIN) * bound
             else:
                 u = next(u for u in order if u not in candidate.exact)
-                candidate.exact[u] = self._exact(units[u], candidate.hidden.pop(u))
+                hidden = candidate.hidden.pop(u, None)
+                candidate.exact[u] = self._exact(units[u], hidden if hidden is not None
+                                                 else self._forward(units[u], kept, candidate.position))
             self._show(kept)
             heapq.heappush(heap, (candidate.bound(), len(candidate.exact) == len(units), layer))
 
@@ -312,8 +342,16 @@ class GreedySearch:
             raise ValueError(f"layers: expected an integer between 1 and the teacher's {self.total} layers, "
                              f"found {keep}")
         kept, dropped, first_round, rounds = list(range(self.total)), [], None, []
-        with counting_forwards(self.model, self.counts), torch.no_grad(), \
-                tqdm(total=self.total - keep, desc="choosing layers", unit="drop", disable=not progress,
+        # With a screening precision, one autocast region spans the search so that the weights are cast once
+        # (autocast keeps its casts until its outermost region ends); everything but the screening forwards
+        # runs inside it with autocast off.
+        screening = self.screen is not None
+        outer = torch.autocast(self.device.type, dtype=self.screen) if screening else contextlib.nullcontext()
+        plain = torch.autocast(self.device.type, enabled=False) if screening else contextlib.nullcontext()
+        description = "choosing layers" + (f" (screened in {str(self.screen).removeprefix('torch.')})"
+                                           if screening else "")
+        with counting_forwards(self.model, self.counts), torch.no_grad(), outer, plain, \
+                tqdm(total=self.total - keep, desc=description, unit="drop", disable=not progress,
                      mininterval=1.0) as bar:
             self.bar = bar if progress else None
             units = [self._teacher_unit(batch, check=i == 0)
@@ -341,7 +379,8 @@ class GreedySearch:
                 bar.update()
         self.bar = None
         return {"kept": kept, "dropped": dropped, "first_round": first_round, "tokens": count,
-                "counts": vars(self.counts).copy(), "rounds": rounds}
+                "counts": vars(self.counts).copy(), "rounds": rounds,
+                "screen": str(self.screen).removeprefix("torch.") if screening else None}
 
 
 class _capturing:
