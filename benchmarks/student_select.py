@@ -60,7 +60,7 @@ def run(teacher: str, data: str, layers: int, tokens: int, impl: str, race: bool
     }
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", help="JSON-lines file the result is appended to")
     parser.add_argument("--teacher", default="smollm2")
@@ -70,7 +70,11 @@ def main() -> None:
     parser.add_argument("--impl", choices=("raced", "reference"), default="raced")
     parser.add_argument("--no-race", action="store_true", help="raced path, but every candidate on every row")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     result = run(args.teacher, args.data, args.layers, args.calibration_tokens, args.impl, not args.no_race,
                  args.threads)
     with open(args.out, "a") as f:

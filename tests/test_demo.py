@@ -364,7 +364,7 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path, monkeypat
     assert f"Scored on {distilled['tokens']:,} held-out tokens" in markdown
     assert f"| distilled | KL to the teacher's top-K + cross-entropy | {precision} | 6 |" in markdown
     assert f"Precision: {precision}, the " in markdown
-    assert all(r["pydoc_cloze"]["questions"] == 4 for r in report["results"])
+    assert all(r["task"]["questions"] == 4 and r["task"]["task"] == "pydoc_next_word" for r in report["results"])
     for section in ("Held-out comparison", "Task accuracy", "Training", "Generated text", "Time per stage", "Cache",
                     "Settings"):
         assert f"## {section}" in markdown

@@ -281,18 +281,18 @@ def degenerate_lines(results: list[dict], names: list[str]) -> list[str]:
 
 
 def task_lines(results: list[dict], names: list[str]) -> list[str]:
-    """Markdown: the built-in cloze task's accuracy per model (nothing when it was not run)."""
-    scored = [(name, r["pydoc_cloze"]) for name, r in zip(names, results) if r.get("pydoc_cloze")]
+    """Markdown: the built-in task's accuracy per model (nothing when it was not run)."""
+    scored = [(name, r["task"]) for name, r in zip(names, results) if r.get("task")]
     if not scored:
         return []
     first = scored[0][1]
     lines = ["## Task accuracy", "",
-             f"`pydoc_cloze` through lm-evaluation-harness: the first {first['questions']} questions (a sentence of a "
-             f"held-out topic; which of 4 sentences comes next; chance {100 * first['chance']:.0f}%). `acc_norm` "
-             "normalises each choice's log-likelihood by its length; ± is the standard error.", "",
-             "| model | acc_norm | acc | seconds |", "|---|---:|---:|---:|"]
-    lines += [f"| {name} | {100 * r['acc_norm']:.1f}% ± {100 * r['acc_norm_stderr']:.1f} | "
-              f"{100 * r['acc']:.1f}% ± {100 * r['acc_stderr']:.1f} | {r['seconds']:.0f} |" for name, r in scored]
+             f"`{first['task']}` through lm-evaluation-harness, {first['questions']} questions ({first['about']}); chance "
+             f"{100 * first['chance']:.0f}%. ± is the harness's standard error; questions of one sentence share "
+             "their context, and counted by sentence the error was up to a fifth larger (docs/eval.md).", "",
+             "| model | acc | seconds |", "|---|---:|---:|"]
+    lines += [f"| {name} | {100 * r['acc']:.1f}% ± {100 * r['acc_stderr']:.1f} | {r['seconds']:.0f} |"
+              for name, r in scored]
     return lines + [""]
 
 

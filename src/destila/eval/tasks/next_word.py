@@ -78,9 +78,11 @@ def _context(run: list[str], sentence: int, prefix: str) -> str:
 
 
 def blanks(documents: list[str]) -> list[dict]:
-    """Every place a question can be asked: ``{"context", "word", "document"}`` in document order."""
+    """Every place a question can be asked: ``{"context", "word", "document", "sentence"}`` in document order
+    (``sentence``: the sentence's number in its document, counted over its prose runs)."""
     found = []
     for index, document in enumerate(documents):
+        number = 0
         for run in prose_runs(document):
             for sentence, text in enumerate(run):
                 words = list(re.finditer(r"\S+", text))
@@ -88,13 +90,15 @@ def blanks(documents: list[str]) -> list[dict]:
                     match = _WORD.fullmatch(word.group())
                     if match:
                         found.append({"context": _context(run, sentence, text[:word.start()].rstrip()),
-                                      "word": match.group(1), "document": index})
+                                      "word": match.group(1), "document": index, "sentence": number})
+                number += 1
     return found
 
 
 def next_word_questions(documents: list[str], questions: int = QUESTIONS, seed: int = 0,
                         name: str = SUFFIX) -> list[dict]:
-    """``{"context", "choices", "answer", "document"}`` per question (``answer``: index of the true word).
+    """``{"context", "choices", "answer", "document", "sentence"}`` per question (``answer``: index of the true
+    word; questions of one sentence share ``document`` and ``sentence``).
 
     ``questions`` of the possible blanks are drawn (all of them when there
     are fewer), in document order. A word whose length has fewer than three
@@ -123,7 +127,7 @@ def next_word_questions(documents: list[str], questions: int = QUESTIONS, seed: 
         choices = [word, *others]
         rng.shuffle(choices)
         rows.append({"context": place["context"], "choices": choices, "answer": choices.index(word),
-                     "document": place["document"]})
+                     "document": place["document"], "sentence": place["sentence"]})
     return rows
 
 
