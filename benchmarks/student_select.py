@@ -54,7 +54,8 @@ def run(teacher: str, data: str, layers: int, tokens: int, impl: str, race: bool
         "impl": impl if race or impl == "reference" else "raced, no racing", "teacher": teacher, "data": data,
         "layers": layers, "calibration_tokens": tokens, "selection_rows": int(selection.input_ids.shape[0]),
         "kept": path["kept"], "dropped": path["dropped"], "first_round": path["first_round"],
-        "rounds": path.get("rounds"), "layer_rows": counts.layer_rows, "head_rows": counts.head_rows,
+        "rounds": path.get("rounds"), "screen": path.get("screen"), "closest_bound": path.get("closest_bound"),
+        "layer_tokens": counts.layer_tokens, "head_tokens": counts.head_tokens,
         "seconds": seconds, "cpu_seconds": cpu_seconds, "load_before": load_before, "load_after": os.getloadavg(),
         "threads": torch.get_num_threads(), "machine": machine_info(),
     }
@@ -79,7 +80,7 @@ def main() -> None:
                  args.threads)
     with open(args.out, "a") as f:
         f.write(json.dumps(result) + "\n")
-    print(json.dumps({k: result[k] for k in ("impl", "kept", "layer_rows", "head_rows", "seconds", "cpu_seconds",
+    print(json.dumps({k: result[k] for k in ("impl", "kept", "layer_tokens", "head_tokens", "seconds", "cpu_seconds",
                                              "load_before", "load_after")}))
 
 

@@ -107,6 +107,7 @@ def test_screening_in_bfloat16_changes_nothing(tiny_tokenizer):
     screened.screen = torch.bfloat16  # whatever this CPU multiplies natively: the arithmetic is what is checked
     result = screened.run(3)
     assert result["screen"] == "bfloat16" and plain["screen"] is None
+    assert result["closest_bound"] < 1 and plain["closest_bound"] < 1
     assert_same_search(result, plain, rel=1e-12)
 
 

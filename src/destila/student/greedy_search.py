@@ -194,6 +194,7 @@ class GreedySearch:
         self.counts = SearchCounts()
         self.calibration = calibration
         self.bar = None  # the progress bar while running
+        self.closest = 0.0  # the largest bound / exact KL of a unit measured both ways
         self._round_start = (0, 0)
 
     # -- the teacher's side and the stored hidden states ------------------------------------
@@ -325,13 +326,17 @@ class GreedySearch:
                 hidden = candidate.hidden.pop(u, None)
                 candidate.exact[u] = self._exact(units[u], hidden if hidden is not None
                                                  else self._forward(units[u], kept, candidate.position))
+                if candidate.exact[u] > 0:  # how close a bound came to its KL: below 1 is what racing relies on
+                    self.closest = max(self.closest, candidate.bounds[u] / candidate.exact[u])
             self._show(kept)
             heapq.heappush(heap, (candidate.bound(), len(candidate.exact) == len(units), layer))
 
     # -- the whole search -----------------------------------------------------------------------
 
     def run(self, keep: int, progress: bool = False) -> dict:
-        """``{"kept", "dropped": [(layer, KL per token)], "first_round", "tokens", "counts", "rounds"}``.
+        """``{"kept", "dropped": [(layer, KL per token)], "first_round", "tokens", "counts", "rounds", "screen",
+        "closest_bound"}``: ``screen`` names the bounds' precision when it was not the model's, ``closest_bound``
+        is the largest ratio of a unit's bound to its exact KL (below 1: no bound overtook its KL).
 
         ``first_round`` (every layer's KL when it alone is skipped) is measured only with ``race=False``
         (None otherwise: racing measures most layers only far enough to rule them out).
@@ -380,7 +385,8 @@ class GreedySearch:
         self.bar = None
         return {"kept": kept, "dropped": dropped, "first_round": first_round, "tokens": count,
                 "counts": vars(self.counts).copy(), "rounds": rounds,
-                "screen": str(self.screen).removeprefix("torch.") if screening else None}
+                "screen": str(self.screen).removeprefix("torch.") if screening else None,
+                "closest_bound": self.closest}
 
 
 class _capturing:
