@@ -60,9 +60,10 @@ from destila.student.importance import _STARTS_FROM_EMBEDS, decoder_layers, runn
 
 UNIT_TOKENS = 256
 """Calibration rows are raced in units of about this many tokens (at least one row each)."""
-BOUND_TOP_K = 32
+BOUND_TOP_K = 512
 """The lower bound sums the candidate's probabilities over the union of the teacher's top this-many tokens of
-every position of the unit."""
+every position of the unit. On SmolLM2 (a 49,152-token vocabulary) 512 gave bounds of 94-96% of the KL for a
+sixth of the full head's cost (32: 52-69%; 2,048: 99% for a third)."""
 BOUND_SLACK = 1e-5
 """Each position's bound is lowered by this fraction of the size of its terms: rounding can never make it exceed
 the exact KL."""
