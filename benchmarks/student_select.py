@@ -35,8 +35,8 @@ def run(teacher: str, data: str, layers: int, tokens: int, impl: str, race: bool
 
     from destila.bench.results import machine_info
     from destila.models import load_causal_lm, load_tokenizer
-    from destila.student.greedy_search import GreedySearch, counting_forwards
-    from destila.student.importance import greedy_cut
+    from destila.student.greedy_search import GreedySearch, counting_forwards, plain_loop_work
+    from destila.student.importance import _STARTS_FROM_EMBEDS, greedy_cut
     from destila.student.init import resolve_calibration
 
     model = load_causal_lm(teacher)
@@ -56,6 +56,9 @@ def run(teacher: str, data: str, layers: int, tokens: int, impl: str, race: bool
         "kept": path["kept"], "dropped": path["dropped"], "first_round": path["first_round"],
         "rounds": path.get("rounds"), "screen": path.get("screen"), "closest_bound": path.get("closest_bound"),
         "layer_tokens": counts.layer_tokens, "head_tokens": counts.head_tokens,
+        # What the plain loop runs on the same rows (from its loop; the tests check it against a count).
+        "plain_loop": plain_loop_work(model.config.num_hidden_layers, layers, selection.input_ids.numel(),
+                                      from_embeds=model.config.model_type in _STARTS_FROM_EMBEDS),
         "seconds": seconds, "cpu_seconds": cpu_seconds, "load_before": load_before, "load_after": os.getloadavg(),
         "threads": torch.get_num_threads(), "machine": machine_info(),
     }
@@ -80,8 +83,8 @@ def main() -> None:
                  args.threads)
     with open(args.out, "a") as f:
         f.write(json.dumps(result) + "\n")
-    print(json.dumps({k: result[k] for k in ("impl", "kept", "layer_tokens", "head_tokens", "seconds", "cpu_seconds",
-                                             "load_before", "load_after")}))
+    print(json.dumps({k: result[k] for k in ("impl", "kept", "layer_tokens", "head_tokens", "plain_loop", "seconds",
+                                             "cpu_seconds", "load_before", "load_after")}))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from destila.student.calibration import from_texts
-from destila.student.greedy_search import GreedySearch, counting_forwards
+from destila.student.greedy_search import GreedySearch, counting_forwards, plain_loop_work
 from destila.student.importance import greedy_cut
 from student_models import make_teacher
 
@@ -52,6 +52,10 @@ def test_the_raced_search_drops_what_the_reference_drops_with_fewer_forwards(fam
     assert [r["candidates"] for r in raced["rounds"]] == [8, 7, 6, 5, 4]
     assert all(r["exact"] <= r["forwards"] <= r["candidates"] * units for r in raced["rounds"])
     assert counts["forwards_without_racing"] == sum(r["candidates"] * units for r in raced["rounds"])
+    # The plain loop's work follows from its loop (docs/student.md states SmolLM2's from it).
+    plain = plain_loop_work(8, 3, calibration.input_ids.numel(), from_embeds=family != "gpt2")
+    assert (reference_counts.layer_tokens, reference_counts.head_tokens) == (plain["layer_tokens"],
+                                                                             plain["head_tokens"])
     if family == "llama":  # every candidate measured exactly on every unit: the reference's arithmetic, our sums
         everything = GreedySearch(teacher, calibration, race=False).run(3)
         assert_same_search(everything, reference)
