@@ -36,8 +36,9 @@ def run(teacher: str, data: str, layers: int, tokens: int, impl: str, race: bool
     from destila.bench.results import machine_info
     from destila.models import load_causal_lm, load_tokenizer
     from destila.student.greedy_search import GreedySearch, counting_forwards, plain_loop_work
-    from destila.student.importance import _STARTS_FROM_EMBEDS, greedy_cut
+    from destila.student.importance import greedy_cut
     from destila.student.init import resolve_calibration
+    from destila.student.running import STARTS_FROM_EMBEDS
 
     model = load_causal_lm(teacher)
     calibration = resolve_calibration(load_tokenizer(teacher), data=data, tokens=tokens)
@@ -58,7 +59,7 @@ def run(teacher: str, data: str, layers: int, tokens: int, impl: str, race: bool
         "layer_tokens": counts.layer_tokens, "head_tokens": counts.head_tokens,
         # What the plain loop runs on the same rows (from its loop; the tests check it against a count).
         "plain_loop": plain_loop_work(model.config.num_hidden_layers, layers, selection.input_ids.numel(),
-                                      from_embeds=model.config.model_type in _STARTS_FROM_EMBEDS),
+                                      from_embeds=model.config.model_type in STARTS_FROM_EMBEDS),
         "seconds": seconds, "cpu_seconds": cpu_seconds, "load_before": load_before, "load_after": os.getloadavg(),
         "threads": torch.get_num_threads(), "machine": machine_info(),
     }

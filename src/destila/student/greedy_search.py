@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import torch
 
 from destila.student.calibration import Calibration
-from destila.student.importance import _STARTS_FROM_EMBEDS, decoder_layers, running_layers
+from destila.student.running import STARTS_FROM_EMBEDS, decoder_layers, running_layers
 
 UNIT_TOKENS = 256
 """Calibration rows are raced in units of about this many tokens (at least one row each)."""
@@ -203,7 +203,7 @@ class GreedySearch:
         self.screen = screen_dtype(model) if screen and race else None
         self.device = next(model.parameters()).device
         self.total = model.config.num_hidden_layers
-        self.from_embeds = model.config.model_type in _STARTS_FROM_EMBEDS
+        self.from_embeds = model.config.model_type in STARTS_FROM_EMBEDS
         self.race = race
         self.layers = decoder_layers(model)
         self.head = model.get_output_embeddings()

@@ -43,41 +43,9 @@ import torch
 
 from destila.losses.divergences import kl_terms
 from destila.student.calibration import Calibration
-from destila.student.cut import _supported_prefix
+from destila.student.greedy_search import GreedySearch
 from destila.student.layers import CRITERIA, SELECTIONS  # noqa: F401  (re-exported)
-
-# Families whose first decoder layer reads ``inputs_embeds`` as is (GPT-2 adds position embeddings to it).
-_STARTS_FROM_EMBEDS = {"llama", "mistral", "qwen2", "qwen3"}
-
-
-def decoder_layers(model) -> torch.nn.ModuleList:
-    """The model's ``ModuleList`` of decoder layers."""
-    return model.get_submodule(_supported_prefix(model.config))
-
-
-@contextlib.contextmanager
-def running_layers(model, indices: list[int]):
-    """Inside the block, ``model`` runs only its decoder layers ``indices`` (config lists such as ``layer_types`` follow)."""
-    prefix = _supported_prefix(model.config)
-    parent_name, _, child = prefix.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    config = model.config
-    original = getattr(parent, child)
-    total = len(original)
-    saved = {key: value for key, value in vars(config).items()
-             if isinstance(value, list) and len(value) == total and key != "architectures"}
-    saved_count = config.num_hidden_layers
-    setattr(parent, child, torch.nn.ModuleList([original[i] for i in indices]))
-    config.num_hidden_layers = len(indices)
-    for key, value in saved.items():
-        setattr(config, key, [value[i] for i in indices])
-    try:
-        yield
-    finally:
-        setattr(parent, child, original)
-        config.num_hidden_layers = saved_count
-        for key, value in saved.items():
-            setattr(config, key, value)
+from destila.student.running import STARTS_FROM_EMBEDS, decoder_layers, running_layers
 
 
 def _hidden_of(value) -> torch.Tensor:
@@ -157,7 +125,7 @@ def layer_scores(model, calibration: Calibration, *, skip_kl: bool = True, drop_
     starts = range(0, total - drop_block) if drop_block > 0 else range(0)  # the last layer is always kept
     distance = {start: 0.0 for start in starts}
     count = 0
-    from_embeds = model.config.model_type in _STARTS_FROM_EMBEDS
+    from_embeds = model.config.model_type in STARTS_FROM_EMBEDS
     batches = list(calibration.batches(1024))
     bar = tqdm(total=len(batches) * (1 + (total if skip_kl else 0)), desc="measuring layers", unit="pass",
                disable=not progress)
@@ -236,8 +204,6 @@ def greedy_cut(model, calibration: Calibration, keep: int, progress: bool = Fals
     if impl not in GREEDY_IMPLS:
         raise ValueError(f"impl: expected one of {', '.join(GREEDY_IMPLS)}, found {impl!r}")
     if impl == "raced":
-        from destila.student.greedy_search import GreedySearch  # cycle: it reuses this module's layer helpers
-
         return GreedySearch(model, calibration).run(keep, progress=progress)
     from tqdm.auto import tqdm
 
@@ -245,7 +211,7 @@ def greedy_cut(model, calibration: Calibration, keep: int, progress: bool = Fals
     total = model.config.num_hidden_layers
     if not 1 <= keep <= total:
         raise ValueError(f"layers: expected an integer between 1 and the teacher's {total} layers, found {keep}")
-    from_embeds = model.config.model_type in _STARTS_FROM_EMBEDS
+    from_embeds = model.config.model_type in STARTS_FROM_EMBEDS
     batches = list(calibration.batches(1024))
     rounds = range(keep + 1, total + 1)  # the student's size before each drop
     bar = tqdm(total=len(batches) * (1 + sum(1 + n for n in rounds)), desc="measuring layers", unit="pass",
