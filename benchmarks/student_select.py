@@ -33,7 +33,7 @@ def run(teacher: str, data: str, layers: int, tokens: int, impl: str, race: bool
     if threads:
         torch.set_num_threads(threads)
 
-    from destila.bench.results import machine_info
+    from destila.bench import machine_info
     from destila.models import load_causal_lm, load_tokenizer
     from destila.student.greedy_search import GreedySearch, counting_forwards, plain_loop_work
     from destila.student.importance import greedy_cut
