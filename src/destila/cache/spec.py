@@ -42,7 +42,7 @@ class BuildSpec(PlacementSpec):
         "help": "HF model folder, hub id, .gguf file, or 'smollm2' (on the command line TEACHER may be repeated: "
                 "TEACHER1 TEACHER2 … DATA caches the mixture of those teachers)", "metavar": "TEACHER", "nargs": "+"})
     data: str | Path | Sequence[str] = field(metadata={
-        "help": "'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder of them, or a folder datasets can load "
+        "help": "'pydoc', 'stdlib', a .txt/.jsonl/.parquet/.csv file, a folder of them, or a folder datasets can load "
                 "(from Python also a list of documents)", "metavar": "DATA"})
     output: str | Path = field(metadata={
         "help": "cache folder (created, or resumed)", "metavar": "CACHE", "aliases": ["-o"]})

@@ -9,7 +9,7 @@ from destila.losses.options import LossOptions
 from destila.recipes import ProgressiveRecipe, RecipeSettings, SelfRecipe
 from destila.recipes.on_policy import LOSS_FIELDS_LEFT_OUT, OnPolicyRecipe, OnPolicySettings
 
-_DATA_HELP = "'pydoc', a text file or folder (as for cache build)"
+_DATA_HELP = "'pydoc', 'stdlib', a text file or folder (as for cache build)"
 
 
 @dataclass

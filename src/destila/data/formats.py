@@ -14,6 +14,7 @@ fields, is read as given. Naive equivalent::
 from __future__ import annotations
 
 from destila.data.sources import PYDOC, _load, column_names, quiet_datasets
+from destila.data.stdlib import STDLIB
 from destila.data.spec import DEFAULT_LOSS_ON, DEFAULT_PACKING, DataSpec
 
 DEFAULT_TEXT_FIELD = "text"
@@ -22,7 +23,7 @@ DEFAULT_TEXT_FIELD = "text"
 def detect_format(spec: DataSpec) -> DataSpec:
     """``spec`` with the fields of its source's format when it names none; else ``spec`` unchanged."""
     names_a_field = (spec.messages_field, spec.prompt_field, spec.text_field) != (None, None, DEFAULT_TEXT_FIELD)
-    if names_a_field or spec.source == PYDOC:
+    if names_a_field or spec.source in (PYDOC, STDLIB):
         return spec
     try:
         with quiet_datasets():

@@ -1,4 +1,4 @@
-"""Where documents come from: the bundled ``pydoc`` corpus, local files and folders, or a datasets hub name.
+"""Where documents come from: the bundled ``pydoc`` and ``stdlib`` corpora, local files and folders, or a datasets hub name.
 
 :func:`load_records` turns a :class:`~destila.data.spec.DataSpec` into a
 ``datasets.Dataset`` (memory-mapped Arrow, nothing held as Python objects)
@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from destila.data.spec import DataSpec
+from destila.data.stdlib import STDLIB, stdlib_records
 from destila.io.user_files import first_bad_json_line, is_damage
 from destila.models.hub import hub_offline_reason
 
@@ -75,6 +76,8 @@ def _load(spec):
     source = spec.source
     if source == PYDOC:
         return datasets.Dataset.from_dict({spec.text_field: pydoc_texts()})
+    if source == STDLIB:
+        return stdlib_records(spec.text_field, spec.split)
     path = Path(source).expanduser()
     if path.is_file():
         return _load_files([path], spec)
@@ -83,7 +86,7 @@ def _load(spec):
     if _looks_like_hub_name(source):
         return _load_hub(spec)
     raise FileNotFoundError(
-        f"data: no such file or folder: {source}; expected {PYDOC!r}, a .txt/.jsonl/.parquet/.csv file, "
+        f"data: no such file or folder: {source}; expected {PYDOC!r}, {STDLIB!r}, a .txt/.jsonl/.parquet/.csv file, "
         "a folder of them, or a datasets hub name such as 'owner/name'"
     )
 

@@ -35,8 +35,9 @@ class DataSpec:
     """Where the documents come from, which fields hold them, what is trained, and how rows are cut."""
 
     source: str | tuple[str, ...] = field(
-        metadata={"help": "'pydoc', a .txt/.jsonl/.json/.parquet/.csv file, a folder of them, a folder saved "
-                  "by datasets, or a datasets hub name (needs network); from Python also a list of documents"},
+        metadata={"help": "'pydoc', 'stdlib' (--split train or test), a .txt/.jsonl/.json/.parquet/.csv file, a "
+                  "folder of them, a folder saved by datasets, or a datasets hub name (needs network); from Python "
+                  "also a list of documents"},
     )
     text_field: str = field(default="text", metadata={"help": "field holding plain text"})
     messages_field: str | None = field(
@@ -48,7 +49,7 @@ class DataSpec:
     completion_field: str | None = field(
         default=None, metadata={"help": "field holding the completion of prompt/completion pairs"}
     )
-    split: str = field(default="train", metadata={"help": "split to read"})
+    split: str = field(default="train", metadata={"help": "split to read (stdlib: train, or test for the held-out modules)"})
     subset: str | None = field(default=None, metadata={"help": "configuration (subset) of a datasets hub name"})
     streaming: bool = field(
         default=False,

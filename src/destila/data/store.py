@@ -35,6 +35,7 @@ import numpy as np
 from destila.data.record_errors import RecordError, located
 from destila.data.render import encoder, record_fault
 from destila.data.sources import load_records, quiet_datasets
+from destila.data.stdlib import STDLIB, stdlib_identity
 from destila.io import create_staging_dir, names_user_path, publish_folder
 
 STORE_VERSION = 2  # 2: under a token budget, a long text document is stored only as far as the budget reads it
@@ -86,8 +87,10 @@ class TokenStore:
         return len(self.offsets) - 1
 
 
-def source_identity(source: str) -> list:
+def source_identity(source: str, split: str = "train") -> list:
     """What identifies the source's content without reading it: local files' paths, sizes and mtimes."""
+    if source == STDLIB:
+        return stdlib_identity(split)
     path = Path(source).expanduser()
     if path.is_file():
         files = [path]
@@ -102,7 +105,7 @@ def store_key(spec, tokenizer_fingerprint: str, spans: bool = False) -> str:
     import sys
 
     described = {k: v for k, v in spec.describe().items() if k not in ("seq_len", "packing", "max_tokens")}
-    identity = [STORE_VERSION, described, tokenizer_fingerprint, source_identity(spec.source), sys.version_info[:2],
+    identity = [STORE_VERSION, described, tokenizer_fingerprint, source_identity(spec.source, spec.split), sys.version_info[:2],
                 _budget(spec)]
     if spans:  # a store with byte spans is another store; the keys of those without stay what they were
         identity.append("spans")

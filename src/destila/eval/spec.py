@@ -37,7 +37,7 @@ class EvalSpec:
     cache: str | None = field(default=None, metadata={
         "help": "a top-K cache (or its export): its tokens, and the top-K bucket KL to its teacher"})
     data: DataSpec | str | list | dict | None = field(default=None, metadata={
-        "help": "'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets hub name"})
+        "help": "'pydoc', 'stdlib', a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets hub name"})
     teacher: str | None = field(default=None, metadata={
         "help": "also compute the full-vocabulary KL and agreement with this teacher"})
     eval_fraction: float | None = field(default=None, metadata={

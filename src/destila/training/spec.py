@@ -41,7 +41,7 @@ class TrainSpec:
     teacher_gguf_file: str | None = field(default=None, metadata={
         "help": "online: GGUF file name inside the teacher folder"})
     data: DataSpec | str | list | None = field(default=None, metadata={
-        "help": "online: 'pydoc', a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets hub name "
+        "help": "online: 'pydoc', 'stdlib', a .txt/.jsonl/.parquet/.csv file, a folder, or a datasets hub name "
                 "(from Python also a DataSpec, or a list of documents)"})
     teacher_placement: dict | None = field(default=None, metadata={
         "flag": False, "help": "online: the teacher's device_map, max_memory and offload_folder "
