@@ -7,6 +7,7 @@ import math
 import torch
 
 from destila.data.collate import aligned_labels
+from destila.eval.bytes import scored_bytes
 from destila.eval.cross import ONE_TO_ONE, bits_per_byte
 from destila.losses import IGNORE_INDEX, distill_loss
 from destila.losses.options import DEFAULT_CHUNK_SIZE
@@ -16,7 +17,7 @@ from destila.losses.divergences import full_vocab_divergence, get_divergence
 
 @torch.no_grad()
 def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 divergence: str = "forward_kl", on_batch=None) -> dict:
+                 divergence: str = "forward_kl", on_batch=None, byte_lengths: torch.Tensor | None = None) -> dict:
     """Sums over the rows with a label, for ``batches`` of ``input_ids [B, L]`` and ``labels [B, L]``
     (plus the cache's top-K fields when evaluating against a cache).
 
@@ -27,13 +28,15 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_CHUNK_S
     (argmax = teacher's top-1). Naive
     equivalent: full ``[N, V]`` logits of both models; here only
     ``chunk_size × V`` at a time. ``on_batch(done, total)`` is called after each batch.
+    ``byte_lengths`` (:func:`destila.eval.bytes.token_byte_lengths`) adds ``bytes``, the UTF-8 bytes the
+    scored tokens spell, for bits per byte.
     """
     weight, bias = output_head(model)
     metric = get_divergence(divergence).metric
     sums = {"rows": 0.0, "nll": 0.0, "correct": 0.0}
     if teacher is not None or "topk_ids" in batches[0]:
         sums.update({metric: 0.0, "agree": 0.0})
-    if "label_bytes" in batches[0]:  # a spans cache: bits per byte (destila.eval.cross)
+    if "label_bytes" in batches[0] or byte_lengths is not None:  # bits per byte: from spans, else from the ids
         sums["bytes"] = 0.0
     if "align_kind" in batches[0]:  # the cache read in another tokenizer: KL and agreement on one-to-one rows
         sums["aligned_rows"] = 0.0
@@ -43,8 +46,10 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_CHUNK_S
         # Position ids restart per packed document; an attention mask marks padding.
         layout = {k: batch[k] for k in ("position_ids", "attention_mask") if k in batch}
         hidden = decoder_of(model)(input_ids=input_ids, use_cache=False, **layout).last_hidden_state.flatten(0, 1)
-        if "label_bytes" in batch:
+        if "label_bytes" in batch:  # the text's own bytes, from the cache's spans
             sums["bytes"] += float(batch["label_bytes"].flatten()[labels != IGNORE_INDEX].sum())
+        elif byte_lengths is not None:
+            sums["bytes"] += scored_bytes(labels, byte_lengths)
         compared = labels
         if "align_kind" in batch:
             compared = labels.masked_fill(batch["align_kind"].flatten() != ONE_TO_ONE, IGNORE_INDEX)
@@ -90,7 +95,7 @@ def metrics_from_sums(sums: dict) -> dict:
     metrics = {"tokens": int(sums["rows"]), "perplexity": math.exp(sums["nll"] / rows),
                "cross_entropy": sums["nll"] / rows, "accuracy": sums["correct"] / rows}
     if "bytes" in sums:
-        metrics["bits_per_byte"] = bits_per_byte(sums["nll"], sums["bytes"])
+        metrics.update({"bytes": int(sums["bytes"]), "bits_per_byte": bits_per_byte(sums["nll"], sums["bytes"])})
     if "agree" in sums:  # against a teacher: its divergence (``kl_to_teacher`` for forward KL) and agreement
         metric = next(k for k in sums if k not in ("rows", "nll", "correct", "agree", "bytes", "aligned_rows"))
         compared = max(sums.get("aligned_rows", sums["rows"]), 1.0)

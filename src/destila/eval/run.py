@@ -16,6 +16,7 @@ from destila.cache import CorruptShardError
 from destila.cache.dataset import open_cache
 from destila.constants import IGNORE_INDEX
 from destila.data import as_sequences, collate, split_indices
+from destila.eval.bytes import token_byte_lengths
 from destila.eval.cross import held_out_source, with_label_bytes
 from destila.eval.measure import PeakMeter, run_isolated
 from destila.eval.progress import ProgressFile, run_with_progress
@@ -81,10 +82,14 @@ def evaluate_model(spec: EvalSpec, model: str | None = None, *, progress_file: s
         if spec.max_tokens is not None:
             chosen = chosen[: max(1, spec.max_tokens // cached.seq_len)]
         items = [with_label_bytes(source[i]) for i in chosen]  # bytes per label, where the cache has spans
+        # Without spans: the bytes each label id spells, in the tokenizer of the ids (the cache's own copy of
+        # the teacher's; the model's when the cache is read in its tokens).
+        byte_tokenizer = (_cache_tokenizer(cached) or tokenizer) if source is cached else tokenizer
     else:
         packed = as_sequences(spec.data, tokenizer)
         scored = spec.data.loss_on
         items = [packed[i] for i in range(len(packed))]
+        byte_tokenizer = tokenizer
 
     batch_size, device = spec.batch_size, spec.device
     batches = [{k: v.to(device) for k, v in collate(items[i:i + batch_size]).items()}
@@ -93,14 +98,15 @@ def evaluate_model(spec: EvalSpec, model: str | None = None, *, progress_file: s
     forward_speed = forward_tokens_per_second(lm, batches[0]["input_ids"])
     samples, generate_speed, templated = generation_samples(lm, tokenizer, samples_prompts, spec.new_tokens, report)
     scoring = lambda done, total: report(done, total, f"scoring {len(items)} sequences")  # noqa: E731
+    byte_lengths = token_byte_lengths(byte_tokenizer)
     if spec.teacher is None:
-        sums = quality_sums(lm, batches, None, spec.chunk_size, on_batch=scoring)
+        sums = quality_sums(lm, batches, None, spec.chunk_size, on_batch=scoring, byte_lengths=byte_lengths)
         peak = meter.peak()
     else:
         peak = meter.peak()
         report(0, None, "loading the teacher")
         sums = quality_sums(lm, batches, load_causal_lm(spec.teacher, device=device), spec.chunk_size,
-                            on_batch=scoring)
+                            on_batch=scoring, byte_lengths=byte_lengths)
     path = resolve_source(model)[0]
     return {
         "model": model,
@@ -124,6 +130,16 @@ def evaluate_model(spec: EvalSpec, model: str | None = None, *, progress_file: s
 def evaluate_in_worker(spec: dict, model: str, progress_file: str | None = None) -> dict:
     """:func:`evaluate_model` in a fresh process: the spec arrives as JSON (``dataclasses.asdict``)."""
     return evaluate_model(EvalSpec(**spec), model, progress_file=progress_file)
+
+
+def _cache_tokenizer(source):
+    """The tokenizer stored with a cache or its export (a copy of its teacher's), or None when it has none."""
+    path = getattr(source, "tokenizer_path", None)  # None for a datasets.Dataset given directly
+    if path is None or not path.is_dir():
+        return None
+    from transformers import AutoTokenizer  # heavy; evaluate_model has loaded it already by now
+
+    return AutoTokenizer.from_pretrained(path)
 
 
 def documents_in(items: list[dict]) -> int:
