@@ -32,11 +32,13 @@ from transformers.trainer_utils import SchedulerType
 
 from destila.losses.options import LossOptions
 from destila.targets.spec import TargetSpec
+from destila.targets.truncate import check_top_p
 from destila.training.engines import check_engine, choose_device
 from destila.training.argument_ranges import check_argument_ranges
 from destila.training.finite import check_finite_arguments
 from destila.training.hidden_distillation import HiddenLossOptions
 from destila.training.peft_student import LoraArguments
+from destila.training.weight_schedule import SoftWeightSchedule
 
 ONLINE_LOSSES = ("dense", "topk")
 # ignore_index is the data path's business (every collate writes IGNORE_INDEX).
@@ -81,8 +83,10 @@ class DistillationArguments(TrainingArguments):
 
     Every ``transformers.TrainingArguments`` field, plus the loss options of
     :class:`destila.losses.LossOptions` (except ``ignore_index``), ``top_k``
-    (K′ from a cache, K online), ``head_chunk_rows`` of
-    :class:`destila.targets.TargetSpec` for an online teacher,
+    (K′ from a cache, K online), ``top_p`` (nucleus truncation of a cache),
+    ``head_chunk_rows`` of :class:`destila.targets.TargetSpec` for an online
+    teacher, the distillation weight's schedule of
+    :class:`~destila.training.weight_schedule.SoftWeightSchedule`,
     ``eval_fraction``, ``online_loss``, ``freeze_embeddings``,
     ``allow_tokenizer_mismatch``, ``overwrite``, the hidden-state options of
     :class:`~destila.training.hidden_distillation.HiddenLossOptions` and the
@@ -108,6 +112,18 @@ class DistillationArguments(TrainingArguments):
         "help": "Teacher tokens per position the loss compares. From a cache: K′ ≤ the cache's K, read as its "
                 "first K′ entries with the exact mass of the rest (default: the cache's K). Online: the "
                 f"teacher's top-K (default: {TargetSpec.top_k})."})
+    top_p: float | None = field(default=None, metadata={
+        "help": "From a top-K cache: keep, per position, the fewest most likely entries whose mass reaches "
+                "top_p (nucleus truncation, after --top_k), their mass left out joining the rest bucket "
+                "exactly (default: no truncation)."})
+
+    # The distillation weight over training: SoftWeightSchedule's fields (constant: soft_weight throughout).
+    soft_weight_schedule: str = _copied(SoftWeightSchedule, "soft_weight_schedule")
+    soft_weight_start: float = _copied(SoftWeightSchedule, "soft_weight_start")
+    soft_weight_warmup: float = _copied(SoftWeightSchedule, "soft_weight_warmup")
+    soft_weight_decay: float = _copied(SoftWeightSchedule, "soft_weight_decay")
+    soft_weight_end: float = _copied(SoftWeightSchedule, "soft_weight_end")
+    hard_weight_complement: bool = _copied(SoftWeightSchedule, "hard_weight_complement")
 
     # The run.
     eval_fraction: float = field(default=0.0, metadata={
@@ -159,6 +175,8 @@ class DistillationArguments(TrainingArguments):
         if self.remove_unused_columns:
             raise ValueError("remove_unused_columns: must stay False, the batches carry the teacher's targets")
         self.loss_options()  # validates every loss option, with LossOptions' messages
+        self.weight_schedule().check(self.soft_weight, self.hard_weight)
+        check_top_p(self.top_p)
         self.target_spec()
         self.hidden_options()
         self.lora_arguments()
@@ -177,6 +195,10 @@ class DistillationArguments(TrainingArguments):
         top_k = {"top_k": self.top_k} if self.top_k is not None else {}
         return TargetSpec(temperature=self.temperature, **top_k,
                           **{name: getattr(self, name) for name in ONLINE_TARGET_FIELDS})
+
+    def weight_schedule(self) -> SoftWeightSchedule:
+        """The distillation weight's schedule (validated); ``constant`` means the loss options' weights."""
+        return SoftWeightSchedule(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SoftWeightSchedule)})
 
     def hidden_options(self) -> HiddenLossOptions:
         """The hidden-state term's options (validated); ``hidden_loss=None`` means off."""

@@ -32,7 +32,10 @@ from destila.io.shareable import relative_to
 # The loss (LossOptions, less the computation-only impl / chunk_size / ignore_index), K′, and the extra terms.
 OBJECTIVE_FIELDS = ("divergence", "beta", "tail", "temperature", "soft_weight", "hard_weight", "top_k",
                     "online_loss", "hidden_loss", "hidden_weight", "layer_map", "eval_fraction", "freeze_embeddings",
-                    "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+                    "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+                    # nucleus truncation and the distillation weight's schedule
+                    "top_p", "soft_weight_schedule", "soft_weight_start", "soft_weight_warmup", "soft_weight_decay",
+                    "soft_weight_end", "hard_weight_complement")
 # Besides the loss, what decides the run's trajectory: recorded and defaulted on --resume like the loss.
 TRAJECTORY_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps", "warmup_ratio", "weight_decay",
                      "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "optim",

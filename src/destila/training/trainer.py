@@ -31,7 +31,7 @@ from destila.losses.divergences import get_divergence
 from destila.models import check_plain_head
 from destila.losses.full_vocab import full_vocab_loss
 from destila.targets.online import OnlineTeacher
-from destila.targets.truncate import check_top_k, with_top_k
+from destila.targets.truncate import check_top_k, check_top_p, with_top_k, with_top_p
 from destila.training.datasets import Subset, split_indices
 from destila.training.engines import enable_cpu_fsdp
 from destila.training.finite import FiniteGradients, check_loss, check_weights
@@ -184,6 +184,10 @@ class DistillationTrainer(Trainer):
         # creates the output folder: a refusal leaves nothing behind.
         if _cache_of(kwargs.get("train_dataset")) is not None:
             check_top_k(arguments.top_k, _cache_of(kwargs["train_dataset"]))
+            check_top_p(arguments.top_p, _cache_of(kwargs["train_dataset"]))
+        elif arguments.top_p is not None:
+            raise ValueError("top_p: cuts the entries of a top-K cache; this run has no cache (online targets). "
+                             "Build a cache with `destila cache build` and train from it, or drop --top_p")
         teacher = teacher_model
         if teacher is not None and not isinstance(teacher, OnlineTeacher):
             teacher = OnlineTeacher(teacher, arguments.online_loss, arguments.target_spec())
@@ -247,7 +251,8 @@ class DistillationTrainer(Trainer):
 
     def _kd(self, model, inputs: dict, num_items=None, **overrides):
         """``(loss, stats)`` of the distillation loss, with the args' loss options updated by ``overrides``."""
-        options = {**dataclasses.asdict(self.args.loss_options()), **overrides}
+        options = dataclasses.asdict(self.args.loss_options())
+        options = {**options, **self._scheduled_weights(options), **overrides}
         labels = inputs["labels"]
         if "teacher_logits" in inputs:  # online dense: the paper's full-vocabulary baseline
             logits = model(input_ids=inputs["input_ids"], use_cache=False, **_layout(inputs)).logits
@@ -265,10 +270,15 @@ class DistillationTrainer(Trainer):
         check_loss(loss, self.state, self.args)  # the Trainer would leave a NaN out of its logs and go on
         return loss
 
+    def _scheduled_weights(self, options: dict) -> dict:
+        """This step's ``soft_weight`` / ``hard_weight`` under ``--soft_weight_schedule`` (``{}``: constant)."""
+        return self.args.weight_schedule().weights(options["soft_weight"], options["hard_weight"],
+                                                   self.state.global_step, self.state.max_steps)
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # Training reads K′ entries of a larger cache; evaluation keeps the cache's K, a yardstick
         # shared by runs of any K′.
-        inputs = with_top_k(inputs, self.args.top_k)
+        inputs = with_top_p(with_top_k(inputs, self.args.top_k), self.args.top_p)
         loss, stats = self._distill(model, inputs, num_items_in_batch)
         if model.training:
             self._window += torch.stack([stats[k].double().cpu() for k in _STATS])
@@ -328,6 +338,10 @@ class DistillationTrainer(Trainer):
         if "loss" in logs and self._window[2] > 0:
             logs = {**logs, **self._metrics(self._reduce(self._window), divergence=self.args.divergence)}
             self._window.zero_()
+        if "loss" in logs:  # the weights of the step just done, when a schedule moves them
+            done = max(self.state.global_step - 1, 0)
+            logs.update(self.args.weight_schedule().weights(self.args.soft_weight, self.args.hard_weight, done,
+                                                            self.state.max_steps))
         if "loss" in logs and self._hidden_window[1] > 0:
             # Each micro-batch's term is its share of its step's (÷ the whole accumulated batch's positions).
             steps = self._hidden_window[1] / self.args.gradient_accumulation_steps
@@ -354,7 +368,7 @@ class DistillationTrainer(Trainer):
         options = self.args.loss_options()
         # The objective is the yardstick itself: one pass gives both.
         same = (all(getattr(options, k) == v for k, v in _YARDSTICK.items()) and self.args.top_k is None
-                and self.hidden is None)
+                and self.args.top_p is None and not self.args.weight_schedule().active and self.hidden is None)
         with_metrics = self.compute_metrics is not None and not self.args.prediction_loss_only
         sums = torch.zeros(len(_STATS), dtype=torch.float64)
         objective = torch.zeros(2, dtype=torch.float64)  # loss summed over rows, rows
@@ -367,7 +381,8 @@ class DistillationTrainer(Trainer):
             if same:
                 loss = stats["soft"].double().cpu()
             else:
-                loss = self._distill(model, with_top_k(inputs, self.args.top_k))[0].double().cpu() * rows
+                truncated = with_top_p(with_top_k(inputs, self.args.top_k), self.args.top_p)
+                loss = self._distill(model, truncated)[0].double().cpu() * rows
             objective += torch.tensor([float(loss), rows], dtype=torch.float64)
             if with_metrics:
                 logits = model(input_ids=inputs["input_ids"], use_cache=False, **_layout(inputs)).logits
