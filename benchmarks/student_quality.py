@@ -34,6 +34,11 @@ training goes.
 ``run`` appends one JSON line per budget to ``OUT/results.jsonl``; copy it
 to ``benchmarks/results/student_quality.jsonl`` and run
 ``python benchmarks/make_docs.py`` to regenerate the docs' table.
+
+The ``fresh-prepare``, ``fresh-run`` and ``fresh-all`` stages run the same
+question on fresh tokens (the ``stdlib`` corpus, one pass, never a repeated
+training token) with the demo's student and more recipes: see
+``benchmarks/quality_fresh.py``. ``table`` renders either kind of results.
 """
 
 from __future__ import annotations
@@ -42,10 +47,15 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
 from transformers import TrainerCallback
+
+if __package__ in (None, ""):  # run as a script: only benchmarks/ is on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import quality_fresh as fresh  # noqa: E402
 
 HAND_CUT = [*range(8), 27, 28, 29]
 ROWS = ("ce", "kd", "kd+ce", "kd+hidden", "even", "contiguous", "importance", "width")
@@ -120,8 +130,9 @@ class SaveAt(TrainerCallback):
 
 def run(out: Path, row: str, seed: int, budgets: list[int], learning_rate: float) -> None:
     """Train ``row`` once up to the largest budget, keeping a checkpoint at each; score each on all held-out tokens."""
-    from destila.eval import EvalSpec, evaluate_model
+    from destila.cache import TopKCache
     from destila.demo.stages import train_from_cache
+    from destila.eval import EvalSpec, evaluate_model
 
     step_tokens = BATCH * SEQ_LEN
     steps = [b // step_tokens for b in budgets]
@@ -137,6 +148,7 @@ def run(out: Path, row: str, seed: int, budgets: list[int], learning_rate: float
         save_strategy="no", save_total_limit=None, eval_strategy="steps", eval_steps=max(1, steps[0]),
         per_device_eval_batch_size=4, eval_cache=out / "cache-heldout", eval_sequences=4, **loss)
     seconds = time.monotonic() - start
+    cache_tokens = len(TopKCache(out / "cache")) * SEQ_LEN
     for budget, step in zip([0, *budgets], [0, *steps]):  # 0: the student as cut, before any step
         checkpoint = folder / f"checkpoint-{step}"
         model = student if step == 0 else checkpoint if step != steps[-1] else Path(result["path"])
@@ -145,6 +157,7 @@ def run(out: Path, row: str, seed: int, budgets: list[int], learning_rate: float
         if model == checkpoint:
             shutil.rmtree(checkpoint)  # its optimizer state alone is hundreds of MB
         record = {"row": row, "seed": seed, "budget_tokens": budget, "steps": step,
+                  "passes": budget / cache_tokens if budget > cache_tokens else float(budget > 0),
                   **{k: metrics[k] for k in ("perplexity", "accuracy", "top1_agreement", "kl_to_teacher", "tokens",
                                              "parameters")},
                   "train_seconds": round(seconds, 1), "load_before": load_before, "load_after": os.getloadavg()[0],
@@ -270,9 +283,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line this script reads (the commands shown in the docs are parsed with it by the tests)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
-    for name in ("prepare", "students", "run", "table"):
+    for name in ("prepare", "students", "run", "table", "fresh-prepare", "fresh-run", "fresh-all"):
         stage = sub.add_parser(name)
         stage.add_argument("out", type=Path)
+        if name == "fresh-prepare":
+            stage.add_argument("--caches", nargs="+", choices=list(fresh.CACHES),
+                               help="the training caches to build (default: all, in this order)")
+        if name == "fresh-run":
+            stage.add_argument("--row", choices=list(fresh.ROWS), required=True)
+            stage.add_argument("--seed", type=int, default=0)
         if name == "prepare":
             stage.add_argument("--train-tokens", type=int, default=65536)
             stage.add_argument("--temperature", type=float, default=1.0,
@@ -292,10 +311,20 @@ def main(argv: list[str] | None = None) -> None:
         prepare(args.out, args.train_tokens, args.temperature)
     elif args.stage == "students":
         students(args.out)
+    elif args.stage == "fresh-prepare":
+        fresh.prepare(args.out, args.caches)
+    elif args.stage == "fresh-run":
+        fresh.run(args.out, args.row, args.seed)
+    elif args.stage == "fresh-all":
+        fresh.all_runs(args.out)
     elif args.stage == "run":
         run(args.out, args.row, args.seed, [int(b) for b in args.budgets.split(",")], args.learning_rate)
     else:
         records = [json.loads(line) for line in (args.out / "results.jsonl").read_text().splitlines() if line]
+        if any(r.get("corpus") == "stdlib" for r in records):
+            print(fresh.fresh_table(records))
+            print(f"curves: {fresh.plot(records, args.out / 'curves.png')}")
+            return
         print(table(records))
         print(f"curves: {plot(args.out)}")
 
