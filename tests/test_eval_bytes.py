@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from conftest import pydoc_texts
 from destila.data import DataSpec, pack_documents
-from destila.eval import EvalSpec, evaluate_model
+from destila.eval import EvalSpec, evaluate_model, markdown_table
 from destila.eval.bytes import bits_per_byte, scored_bytes, token_byte_lengths
 
 TEXTS = ["plain ASCII text, with punctuation.\n", "héllo wörld — ✓ 日本語 😀 naïve", "tab\tand\r\nnewlines  ",
@@ -80,3 +80,4 @@ def test_eval_bits_per_byte_match_a_direct_computation(tiny_llama_dir, tiny_toke
     text_bytes = sum(len(tiny_tokenizer.decode(row[1:], skip_special_tokens=True).encode("utf-8")) for row in ids)
     assert result["bytes"] == text_bytes
     assert result["bits_per_byte"] == pytest.approx(nll / (math.log(2) * text_bytes), rel=1e-5)
+    assert f"| bits per byte | {result['bits_per_byte']:.3f} |" in markdown_table([result])
