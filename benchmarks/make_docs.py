@@ -253,6 +253,16 @@ def student_quality_epochs(records: list[dict]) -> str:
     return student_quality(records)
 
 
+@table("student-quality-fresh", "student_quality_fresh.jsonl")
+def student_quality_fresh(records: list[dict]) -> str:
+    """`benchmarks/student_quality.py table` on the fresh-token runs: rows, budgets, data efficiency."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.quality_fresh import fresh_table
+
+    return fresh_table(records)
+
+
 @table("e2e-long-context-cpu", "e2e_long_context_cpu.json")
 def e2e_long_context_cpu(result: dict) -> str:
     """`destila bench e2e --long-context`: one training step per loss and length under a memory budget."""
