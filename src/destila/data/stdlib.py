@@ -3,7 +3,7 @@
 Each document is one module's source file, as it is on disk: code with its
 docstrings and comments (text the embedded teacher, trained on Python code,
 knows well; the docstrings alone would be the prose ``pydoc`` already holds).
-About 3 million SmolLM2 tokens on CPython 3.11 (docs/data.md gives the count
+About 2.6 million SmolLM2 tokens on CPython 3.11 (docs/data.md gives the count
 and the command that measures it).
 
 What is read: every ``.py`` file under ``sysconfig.get_paths()["stdlib"]``
