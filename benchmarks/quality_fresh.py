@@ -245,16 +245,56 @@ class ScoreBudgets(TrainerCallback):
 def run(out: Path, row: str, seed: int) -> None:
     """Train ``row`` with ``seed`` (one run, or one per budget for a length-dependent schedule), scoring each
     budget as it is reached."""
-    from destila.cache import TopKCache
-    from destila.demo.budget import native_bf16
-    from destila.demo.stages import train_from_cache
-
     spec = ROWS[row]
     reason = row_runnable(row)
     if reason:
         raise SystemExit(f"fresh-run: the row {row} needs a feature this destila lacks ({reason})")
     if not cache_ready(out, spec.cache):
         raise SystemExit(f"fresh-run: the cache {out / spec.cache} is not complete; run fresh-prepare first")
+    handle = claim(out, row, seed)  # held for the whole (row, seed), all its budget runs
+    try:
+        _run(out, row, seed, spec)
+    finally:
+        handle.close()
+
+
+def claim(out: Path, row: str, seed: int):
+    """The lock that says this process runs (row, seed), so another ``fresh-all`` worker leaves it alone; the
+    kernel drops it when the process ends, even when killed. One line and exit 1 when another process holds it."""
+    from destila.io import exclusive_lock
+
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    try:
+        return exclusive_lock(_claim_path(out, row, seed), f"fresh-run: {row} seed {seed} is being run by another "
+                                                           "process; wait for it, or stop it and run this again")
+    except ValueError as busy:
+        raise SystemExit(str(busy)) from None
+
+
+def _claim_path(out: Path, row: str, seed: int) -> Path:
+    return out / "runs" / f".{row}-seed{seed}.claim"
+
+
+def claimed_elsewhere(out: Path, row: str, seed: int) -> bool:
+    """Whether another process runs (row, seed) now (it holds the claim's lock)."""
+    from destila.io import try_lock
+
+    # The claim, and the training lock of each of its run folders (`destila train` holds OUT/.lock while it runs).
+    runs = [out / "runs" / f"{row}-seed{seed}", *(out / "runs").glob(f"{row}-seed{seed}-b*")]
+    locks = [_claim_path(out, row, seed), *(folder / ".lock" for folder in runs)]
+    for path in locks:
+        if path.exists():
+            with open(path, "a+") as handle:
+                if not try_lock(handle, blocking=False):  # closing the handle releases a lock taken here
+                    return True
+    return False
+
+
+def _run(out: Path, row: str, seed: int, spec: Row) -> None:
+    from destila.cache import TopKCache
+    from destila.demo.budget import native_bf16
+    from destila.demo.stages import train_from_cache
+
     start_record(out)
     cache_tokens = len(TopKCache(out / spec.cache)) * SEQ_LEN
     done = scored_budgets(out, row, seed)
@@ -286,7 +326,8 @@ def run(out: Path, row: str, seed: int) -> None:
 def all_runs(out: Path, poll_seconds: float = 120.0, tries: int = 3) -> None:
     """Every (row, seed) not complete yet, each in a fresh process (new code is picked up between runs), seed 0
     of every row first, in the order their caches are built; a row whose cache is still being built, or whose feature is
-    missing, waits while others run. Stops when nothing is left or nothing can start."""
+    missing, waits while others run; one that another worker runs now is left to it, so several ``fresh-all``
+    processes share the rows. Stops when nothing is left or nothing can start."""
     failures: dict[tuple[str, int], int] = {}
     order = [(row, seed) for seed in SEEDS for row in ROWS]
     order.sort(key=lambda item: (item[1], list(CACHES).index(ROWS[item[0]].cache)))  # every row's seed 0 first
@@ -297,8 +338,11 @@ def all_runs(out: Path, poll_seconds: float = 120.0, tries: int = 3) -> None:
             print("fresh-all: nothing left to run", flush=True)
             return
         ready = [(row, seed) for row, seed in pending if cache_ready(out, ROWS[row].cache)
-                 and _runnable_in_fresh_process(row)]
+                 and not claimed_elsewhere(out, row, seed) and _runnable_in_fresh_process(row)]
         if not ready:
+            if all(claimed_elsewhere(out, row, seed) for row, seed in pending):
+                print("fresh-all: every row left is being run by another worker", flush=True)
+                return
             waiting = ", ".join(f"{row}/{seed}" for row, seed in pending)
             print(f"fresh-all: waiting for caches or features ({waiting}); next look in {poll_seconds:.0f} s",
                   flush=True)

@@ -32,3 +32,60 @@ def test_table_rows_passes_and_data_efficiency():
     # KD+CE reaches 25.0 exactly at 204,800 tokens: half of CE's.
     assert ("Data efficiency, `kd+ce`: reaches CE's final held-out perplexity (25.00 after 409,600 tokens) with "
             "204,800 tokens, **0.50×** CE's.") in text
+
+
+def test_a_row_claimed_by_a_live_process_is_left_alone_and_freed_when_it_dies(tmp_path):
+    """Two ``fresh-all`` workers share the rows: a (row, seed) whose claim another process holds is skipped, a
+    second ``fresh-run`` of it stops with one line, and the claim goes with its holder (killed here)."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    from benchmarks.quality_fresh import claim, claimed_elsewhere
+
+    assert not claimed_elsewhere(tmp_path, "ce", 0)
+    held = tmp_path / "runs" / ".ce-seed0.claim"
+    held.parent.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from destila.io import exclusive_lock; "
+         f"h = exclusive_lock({str(held)!r}, 'busy'); print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert claimed_elsewhere(tmp_path, "ce", 0)
+        assert not claimed_elsewhere(tmp_path, "ce", 1) and not claimed_elsewhere(tmp_path, "kd+ce", 0)
+        with pytest.raises(SystemExit, match="fresh-run: ce seed 0 is being run by another process; wait"):
+            claim(tmp_path, "ce", 0)
+        mine = claim(tmp_path, "kd+ce", 0)  # a row nobody holds is claimed here
+        mine.close()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not claimed_elsewhere(tmp_path, "ce", 0)
+    claim(tmp_path, "ce", 0).close()
+
+
+def test_a_training_run_of_the_row_counts_as_a_claim(tmp_path):
+    """`destila train` holds its output folder's .lock while it runs: a run folder of (row, seed) locked by another
+    process claims the row, a folder of another seed does not."""
+    import subprocess
+    import sys
+
+    from benchmarks.quality_fresh import claimed_elsewhere
+
+    folders = [tmp_path / "runs" / "pd-seed1-b25600", tmp_path / "runs" / "ce-seed10"]
+    for folder in folders:
+        folder.mkdir(parents=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; from destila.io import exclusive_lock; "
+         f"h = [exclusive_lock(p, 'busy') for p in {[str(f / '.lock') for f in folders]!r}]; print('held', flush=True); "
+         "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert claimed_elsewhere(tmp_path, "pd", 1) and not claimed_elsewhere(tmp_path, "pd", 0)
+        assert claimed_elsewhere(tmp_path, "ce", 10) and not claimed_elsewhere(tmp_path, "ce", 1)  # not a prefix
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not claimed_elsewhere(tmp_path, "pd", 1) and not claimed_elsewhere(tmp_path, "ce", 10)
