@@ -400,9 +400,8 @@ def status(records: list[dict]) -> dict[str, str]:
 
 
 def fresh_table(records: list[dict]) -> str:
-    """Mean over seeds (and each seed) per row and budget, the untrained student, then each row's data efficiency."""
-    from benchmarks.student_quality import data_efficiency
-
+    """Mean over seeds (and each seed) per row and budget (every scored budget: the curves' points), the untrained
+    student first; a row not run is one line that says so, a budget no seed has reached yet says so. Then each row's data efficiency where the results can measure it, and why not elsewhere."""
     header = "| row | training tokens | passes | seeds | " + " | ".join(label for _, label, _ in METRICS) + " |"
     lines = [header, "|---|---:|---:|---:|" + "---:|" * len(METRICS)]
     start = [r for r in records if r["row"] == "start"]
@@ -410,11 +409,16 @@ def fresh_table(records: list[dict]) -> str:
         cells = " | ".join(fmt.format(start[0][key]) if start[0].get(key) is not None else "–"
                            for key, _, fmt in METRICS)
         lines.append(f"| untrained student | 0 | – | – | {cells} |")
+    dashes = " | ".join("–" for _ in METRICS[1:])
     for row in ROWS:
-        for budget in BUDGETS:
+        if not any(r["row"] == row for r in records):
+            lines.append(f"| {row} | – | – | 0 of {len(SEEDS)} | not run | {dashes} |")
+            continue
+        for budget in BUDGETS if ROWS[row].per_budget else CURVE_BUDGETS:
             group = sorted((r for r in records if r["row"] == row and r["budget_tokens"] == budget),
                            key=lambda r: r["seed"])
             if not group:
+                lines.append(f"| {row} | {budget:,} | – | 0 of {len(SEEDS)} | not reached | {dashes} |")
                 continue
             cells = []
             for key, _, fmt in METRICS:
@@ -425,22 +429,45 @@ def fresh_table(records: list[dict]) -> str:
                 mean = fmt.format(_mean(values))
                 cells.append(mean if len(values) == 1 else f"{mean} ({' / '.join(fmt.format(v) for v in values)})")
             passes = max(r["passes"] for r in group)
-            lines.append(f"| {row} | {budget:,} | {passes:g} | {len(group)} | {' | '.join(cells)} |")
+            seeds = ", ".join(str(r["seed"]) for r in group)
+            lines.append(f"| {row} | {budget:,} | {passes:g} | {len(group)} of {len(SEEDS)} ({seeds}) | "
+                         f"{' | '.join(cells)} |")
     lines += ["", "Rows: " + "; ".join(f"`{row}` {NAMES[row]} ({state})" for row, state in status(records).items())
               + "."]
-    for row in ROWS:
-        if row == "ce" or not any(r["row"] == row for r in records):
-            continue
-        efficiency = data_efficiency(records, row)
-        if efficiency:
-            bound = "at most " if efficiency["at_most"] else ""
-            lines += ["", f"Data efficiency, `{row}`: reaches CE's final held-out perplexity "
-                          f"({efficiency['ce_ppl']:.2f} after {efficiency['ce_tokens']:,} tokens) with {bound}"
-                          f"{efficiency['kd_tokens']:,} tokens, **{efficiency['fraction']:.2f}×** CE's."]
-        else:
-            lines += ["", f"Data efficiency, `{row}`: does not reach CE's final held-out perplexity within "
-                          f"{max(CURVE_BUDGETS):,} tokens."]
+    lines += ["", *(f"- {efficiency_line(records, row)}" for row in ROWS if row != "ce")]
     return "\n".join(lines)
+
+
+def efficiency_line(records: list[dict], row: str) -> str:
+    """``row``'s data efficiency: the fraction of CE's tokens it needs to reach CE's final held-out perplexity
+    (at the largest budget), over the seeds both rows have; or why the results cannot tell yet."""
+    from benchmarks.student_quality import data_efficiency
+
+    final = max(CURVE_BUDGETS)
+    label = f"Data efficiency, `{row}`:"
+    if not any(r["row"] == row for r in records):
+        return f"{label} not measurable, the row has not run."
+    seeds = sorted({r["seed"] for r in records if r["row"] == "ce" and r["budget_tokens"] == final}
+                   & {r["seed"] for r in records if r["row"] == row})
+    if not seeds:
+        reached = max((r["budget_tokens"] for r in records if r["row"] == "ce"), default=0)
+        return (f"{label} not measurable yet: it needs CE's perplexity at {final:,} tokens (for a seed this row "
+                f"has run); CE has reached {reached:,}.")
+    chosen = [r for r in records if r["seed"] in seeds and r["row"] in ("ce", row)]
+    efficiency = data_efficiency(chosen, row)
+    which = f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+    if efficiency:
+        bound = "at most " if efficiency["at_most"] else ""
+        return (f"{label} reaches CE's final held-out perplexity ({efficiency['ce_ppl']:.2f} after "
+                f"{efficiency['ce_tokens']:,} tokens) with {bound}{efficiency['kd_tokens']:,} tokens, "
+                f"**{efficiency['fraction']:.2f}×** CE's ({which}).")
+    points = [r for r in chosen if r["row"] == row and r["budget_tokens"]]
+    last = max(r["budget_tokens"] for r in points)
+    target = _mean([r["perplexity"] for r in chosen if r["row"] == "ce" and r["budget_tokens"] == final])
+    if last < final:
+        return (f"{label} not measurable yet: CE's final perplexity is {target:.2f}, and the row, scored up to "
+                f"{last:,} tokens, is not there yet ({which}).")
+    return f"{label} does not reach CE's final held-out perplexity ({target:.2f}) within {final:,} tokens ({which})."
 
 
 def plot(records: list[dict], png: Path) -> Path:

@@ -27,11 +27,14 @@ def test_table_rows_passes_and_data_efficiency():
               "bits_per_byte": 2.0, "accuracy": 0.1, "top1_agreement": 0.1, "kl_to_teacher": 3.0}]
     text = fresh_table(start + records("ce", CE) + records("kd+ce", KD))
     assert "| untrained student | 0 | – | – | 900.00 | 2.0000 | 10.00% | 10.00% | 3.000 |" in text
-    assert "| kd+ce | 409,600 | 1 | 2 | 12.00 (12.00 / 12.00) |" in text
-    assert "| ce | 51,200 |" not in text  # curve budgets are plotted, not tabled
+    assert "| kd+ce | 409,600 | 1 | 2 of 2 (0, 1) | 12.00 (12.00 / 12.00) |" in text
+    assert "| pd | – | – | 0 of 2 | not run | – | – | – | – |" in text  # every row shows, run or not
+    assert "| ce | 51,200 | 1 | 2 of 2 (0, 1) | 200.00 (200.00 / 200.00) |" in text  # the curves' points too
+    assert "| pd | 51,200 |" not in text  # pd runs once per table budget: it has no curve points to miss
     # KD+CE reaches 25.0 exactly at 204,800 tokens: half of CE's.
     assert ("Data efficiency, `kd+ce`: reaches CE's final held-out perplexity (25.00 after 409,600 tokens) with "
-            "204,800 tokens, **0.50×** CE's.") in text
+            "204,800 tokens, **0.50×** CE's (seeds 0, 1).") in text
+    assert "Data efficiency, `pd`: not measurable, the row has not run." in text
 
 
 def test_a_row_claimed_by_a_live_process_is_left_alone_and_freed_when_it_dies(tmp_path):
@@ -89,3 +92,25 @@ def test_a_training_run_of_the_row_counts_as_a_claim(tmp_path):
         holder.kill()
         holder.wait()
     assert not claimed_elsewhere(tmp_path, "pd", 1) and not claimed_elsewhere(tmp_path, "ce", 10)
+
+
+def test_a_partial_result_measures_only_what_it_can():
+    """Seed 0 only, CE short of its final budget: the table shows what ran, and no data efficiency is made up."""
+    partial = records("ce", CE, seeds=(0,), budgets=(25_600,)) + records("kd+ce", KD, seeds=(0,), budgets=(25_600,))
+    text = fresh_table(partial)
+    assert "| ce | 25,600 | 1 | 1 of 2 (0) | 400.00 |" in text and "| kd+ce | 25,600 | 1 | 1 of 2 (0) | 300.00 |" in text
+    assert "| ce | 102,400 | – | 0 of 2 | not reached |" in text
+    assert ("Data efficiency, `kd+ce`: not measurable yet: it needs CE's perplexity at 409,600 tokens (for a seed "
+            "this row has run); CE has reached 25,600.") in text
+    assert "×** CE's" not in text
+    # CE complete for seed 0; KD + CE scored to 102,400 and still above CE's final 25.0: not measurable yet.
+    slow = {25_600: 300.0, 51_200: 200.0, 102_400: 90.0}
+    text = fresh_table(records("ce", CE, seeds=(0,)) + records("kd+ce", slow, seeds=(0,), budgets=tuple(slow)))
+    assert ("Data efficiency, `kd+ce`: not measurable yet: CE's final perplexity is 25.00, and the row, scored up to "
+            "102,400 tokens, is not there yet (seed 0).") in text
+    # Complete and never there: said so. CE's seed 1 is not averaged against a row that has only seed 0.
+    never = {b: 30.0 for b in CURVE_BUDGETS}
+    ce_seed1 = [dict(r, perplexity=1.0) for r in records("ce", CE, seeds=(1,))]
+    text = fresh_table(records("ce", CE, seeds=(0,)) + ce_seed1 + records("kd+ce", never, seeds=(0,)))
+    assert ("Data efficiency, `kd+ce`: does not reach CE's final held-out perplexity (25.00) within 409,600 tokens "
+            "(seed 0).") in text
