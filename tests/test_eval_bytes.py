@@ -81,3 +81,25 @@ def test_eval_bits_per_byte_match_a_direct_computation(tiny_llama_dir, tiny_toke
     assert result["bytes"] == text_bytes
     assert result["bits_per_byte"] == pytest.approx(nll / (math.log(2) * text_bytes), rel=1e-5)
     assert f"| bits per byte | {result['bits_per_byte']:.3f} |" in markdown_table([result])
+
+
+def test_from_a_cache_the_bytes_are_those_its_scored_targets_spell(tiny_llama_dir, tiny_tokenizer, tmp_path):
+    """Against a cache the bytes are counted over the cache's scored next tokens, with the cache's tokenizer."""
+    from destila.cache import TopKCache, build_cache
+
+    cache = tmp_path / "cache"
+    # ASCII text, so a row can start inside no character and decoding a row's targets spells exactly their bytes
+    # (any text's bytes, multi-byte characters split across rows included, are the test above).
+    ascii_texts = [text.encode("ascii", "ignore").decode() for text in pydoc_texts(2)]
+    build_cache(str(tiny_llama_dir), ascii_texts, cache, seq_len=32, top_k=8, progress=False)
+    result = evaluate_model(EvalSpec([str(tiny_llama_dir)], cache=str(cache), new_tokens=4))
+    source = TopKCache(cache)
+    text_bytes = 0
+    for index in range(len(source)):
+        row = source[index]
+        targets = row["labels"][row["labels"] != -100]  # the next token at each trained position
+        text_bytes += len(tiny_tokenizer.decode(targets, skip_special_tokens=True,
+                                             clean_up_tokenization_spaces=False).encode("utf-8"))
+    assert result["bytes"] == text_bytes > 0
+    nll = result["cross_entropy"] * result["tokens"]
+    assert result["bits_per_byte"] == pytest.approx(nll / (math.log(2) * text_bytes), rel=1e-6)
