@@ -1,6 +1,14 @@
 """The fresh-token quality table: rows and budgets over seeds, which rows are complete, data efficiency."""
 
-from benchmarks.quality_fresh import BUDGETS, CURVE_BUDGETS, ROWS, fresh_table, status
+import math
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.quality_fresh import (BUDGETS, CURVE_BUDGETS, METRICS, ROWS, claim, claimed_elsewhere, evaluate,
+                                      fresh_table, status)
 
 
 def records(row, ppl_at, seeds=(0, 1), budgets=CURVE_BUDGETS):
@@ -40,13 +48,6 @@ def test_table_rows_passes_and_data_efficiency():
 def test_a_row_claimed_by_a_live_process_is_left_alone_and_freed_when_it_dies(tmp_path):
     """Two ``fresh-all`` workers share the rows: a (row, seed) whose claim another process holds is skipped, a
     second ``fresh-run`` of it stops with one line, and the claim goes with its holder (killed here)."""
-    import subprocess
-    import sys
-
-    import pytest
-
-    from benchmarks.quality_fresh import claim, claimed_elsewhere
-
     assert not claimed_elsewhere(tmp_path, "ce", 0)
     held = tmp_path / "runs" / ".ce-seed0.claim"
     held.parent.mkdir()
@@ -72,11 +73,6 @@ def test_a_row_claimed_by_a_live_process_is_left_alone_and_freed_when_it_dies(tm
 def test_a_training_run_of_the_row_counts_as_a_claim(tmp_path):
     """`destila train` holds its output folder's .lock while it runs: a run folder of (row, seed) locked by another
     process claims the row, a folder of another seed does not."""
-    import subprocess
-    import sys
-
-    from benchmarks.quality_fresh import claimed_elsewhere
-
     folders = [tmp_path / "runs" / "pd-seed1-b25600", tmp_path / "runs" / "ce-seed10"]
     for folder in folders:
         folder.mkdir(parents=True)
@@ -114,3 +110,14 @@ def test_a_partial_result_measures_only_what_it_can():
     text = fresh_table(records("ce", CE, seeds=(0,)) + ce_seed1 + records("kd+ce", never, seeds=(0,)))
     assert ("Data efficiency, `kd+ce`: does not reach CE's final held-out perplexity (25.00) within 409,600 tokens "
             "(seed 0).") in text
+
+
+def test_each_scored_checkpoint_records_every_metric_the_table_shows(tiny_llama_dir, tiny_cache, tmp_path):
+    """The benchmark's scoring on the held-out cache: every metric of the table, from the real evaluation."""
+    shutil.copytree(tiny_cache, tmp_path / "cache-heldout")
+    scores = evaluate(tmp_path, tiny_llama_dir)
+    assert {key for key, _, _ in METRICS} <= set(scores)
+    assert scores["tokens"] > 0 and scores["bytes"] > 0 and scores["parameters"] > 0
+    assert scores["bits_per_byte"] == pytest.approx(
+        math.log(scores["perplexity"]) * scores["tokens"] / (math.log(2) * scores["bytes"]), rel=1e-9)
+    assert scores["top1_agreement"] > 0.99 and abs(scores["kl_to_teacher"]) < 1e-3  # the cache's own teacher
