@@ -21,19 +21,11 @@ Naive equivalent of bits per byte for one text scored whole:
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from destila.constants import IGNORE_INDEX
 
 ONE_TO_ONE = 1  # destila.crosstok.dataset's align_kind code
-
-
-def bits_per_byte(nll_nats: float, byte_count: float) -> float | None:
-    """Bits per UTF-8 byte of ``nll_nats`` (Σ −ln q over the scored labels) spread over ``byte_count`` bytes;
-    None when the labels spell no byte."""
-    return nll_nats / (math.log(2) * byte_count) if byte_count > 0 else None
 
 
 def with_label_bytes(item: dict) -> dict:

@@ -8,7 +8,8 @@ import torch
 
 from destila.data.collate import aligned_labels
 from destila.eval.bytes import scored_bytes
-from destila.eval.cross import ONE_TO_ONE, bits_per_byte
+from destila.eval.bytes import bits_per_byte
+from destila.eval.cross import ONE_TO_ONE
 from destila.losses import IGNORE_INDEX, distill_loss
 from destila.losses.options import DEFAULT_CHUNK_SIZE
 from destila.models import decoder_of, output_head
