@@ -145,3 +145,19 @@ def test_a_huge_text_file_under_a_small_budget_costs_the_budget(tmp_path, tiny_t
     assert max(seen) < 50_000 and sum(seen) < 100_000  # characters tokenised, of 20 M
     whole = tiny_tokenizer(text[:200_000], add_special_tokens=False)["input_ids"]
     assert out["input_ids"][0] == whole[:1024]
+
+
+def test_a_texts_store_an_older_format_wrote_is_never_reopened(tiny_tokenizer, monkeypatch):
+    """Documents given in Python are stored under a key of their content and the store's format version, so a
+    store written in an older format sits beside the new one instead of being refused."""
+    import destila.data.loader as loader
+
+    texts = ["older format " * 40, "kept apart " * 40]
+    monkeypatch.setattr(loader, "STORE_VERSION", loader.STORE_VERSION - 1)
+    older_folder = texts_source(texts, tiny_tokenizer, seq_len=16).store.path
+    meta = json.loads((older_folder / "store.json").read_text())
+    (older_folder / "store.json").write_text(json.dumps({**meta, "version": loader.STORE_VERSION}))  # as it wrote
+    monkeypatch.undo()
+    current = texts_source(texts, tiny_tokenizer, seq_len=16)
+    assert current.store.path != older_folder
+    assert json.loads((current.store.path / "store.json").read_text())["version"] == loader.STORE_VERSION

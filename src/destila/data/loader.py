@@ -16,7 +16,7 @@ from pathlib import Path
 from destila.data.formats import detect_format
 from destila.data.packed import PackedSource
 from destila.data.spec import TEXTS, DataSpec
-from destila.data.store import build_store, store_key, store_root
+from destila.data.store import STORE_VERSION, build_store, store_key, store_root
 from destila.models import tokenizer_fingerprint
 
 
@@ -65,7 +65,10 @@ def texts_source(texts: list[str], tokenizer, spec: DataSpec | None = None, *, s
         digest.update(len(raw).to_bytes(8, "little") + raw)
     spec = spec or DataSpec(TEXTS, **spec_fields)
     described = {k: v for k, v in spec.describe().items() if k != "source"}
-    identity = [digest.hexdigest(), described, tokenizer_fingerprint(tokenizer)] + (["spans"] if spans else [])
+    # The store's format version is part of the key, as in store_key: a store an older destila wrote is never
+    # reopened, another is built beside it.
+    identity = [digest.hexdigest(), described, tokenizer_fingerprint(tokenizer), STORE_VERSION] + (
+        ["spans"] if spans else [])
     identity = json.dumps(identity, sort_keys=True, default=str)
     folder = store_root() / f"texts-{hashlib.sha256(identity.encode()).hexdigest()[:20]}"
     with tempfile.TemporaryDirectory() as tmp:
