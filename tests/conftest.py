@@ -243,6 +243,19 @@ def conversations() -> list[dict]:
 
 
 @pytest.fixture(scope="session")
+def lowercasing_tokenizer():
+    """A tokenizer whose normaliser lowercases: its tokens cannot spell the text's bytes back."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE(unk_token="[UNK]"))
+    core.normalizer = normalizers.Lowercase()
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    core.train_from_iterator(["Some Words here"] * 10, trainers.BpeTrainer(vocab_size=60, special_tokens=["[UNK]"]))
+    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", eos_token="[UNK]")
+
+
+@pytest.fixture(scope="session")
 def space_mark_tokenizer(tmp_path_factory, tiny_chat_tokenizer):
     from destila.crosstok import TokenizerSpec, train_tokenizer
 

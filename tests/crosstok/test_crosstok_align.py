@@ -45,6 +45,12 @@ def naive_groups(text: str, teacher, t_ids, student, s_ids) -> list[tuple[list[i
     return groups
 
 
+def group_lists(groups) -> list[tuple[list[int], list[int]]]:
+    """``align``'s groups in the naive walk's form: per group, its teacher token indices and its student ones."""
+    return [(list(range(groups.t_first[g], groups.t_first[g] + groups.t_count[g])),
+             list(range(groups.s_first[g], groups.s_first[g] + groups.s_count[g]))) for g in range(len(groups))]
+
+
 def texts(tokenizer) -> list[str]:
     chats = [tokenizer.apply_chat_template(c["messages"], tokenize=False) for c in conversations()[:3]]
     return HARD_TEXTS + [t[:2000] for t in pydoc_texts(4)] + chats
@@ -61,8 +67,7 @@ def test_groups_equal_the_naive_walk(student_name, request, tiny_chat_tokenizer)
         t_start, t_end = t_speller.spans(text, t_ids)
         s_start, s_end = s_speller.spans(text, s_ids)
         groups = align(t_start, t_end, s_start, s_end)
-        got = [(list(range(groups.t_first[g], groups.t_first[g] + groups.t_count[g])),
-                list(range(groups.s_first[g], groups.s_first[g] + groups.s_count[g]))) for g in range(len(groups))]
+        got = group_lists(groups)
         expected = naive_groups(text, teacher, t_ids, student, s_ids)
         if s_start[0] == s_end[0]:  # a leading zero-width ▁: the naive walk puts it in the first group too
             assert got[0][1][0] == 0

@@ -126,15 +126,8 @@ def test_a_cache_without_spans_says_so_in_one_line(tiny_cache, tiny_chat_tokeniz
     assert "\n" not in message and "stores no byte spans" in message and "--spans" in message
 
 
-def test_a_student_tokenizer_that_cannot_be_read_as_bytes_is_refused(text_spans_cache):
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    core = Tokenizer(models.BPE(unk_token="[UNK]"))
-    core.normalizer = normalizers.Lowercase()
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    core.train_from_iterator(["Some Words here"] * 10, trainers.BpeTrainer(vocab_size=60, special_tokens=["[UNK]"]))
-    lowered = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", eos_token="[UNK]")
+def test_a_student_tokenizer_that_cannot_be_read_as_bytes_is_refused(text_spans_cache, lowercasing_tokenizer):
+    lowered = lowercasing_tokenizer
     with pytest.raises(ValueError) as err:
         CrossTokenizerCache(text_spans_cache, lowered)
     assert str(err.value).startswith("student tokenizer: cannot be read as bytes") and "\n" not in str(err.value)

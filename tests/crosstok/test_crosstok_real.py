@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import HARD_TEXTS, conversations, pydoc_texts, requires_real_teacher
-from test_crosstok_align import naive_groups
+from test_crosstok_align import group_lists, naive_groups
 
 from destila.crosstok import TokenizerSpec, build_vocab_map, train_tokenizer
 from destila.crosstok.align import align
@@ -36,6 +36,5 @@ def test_smollm2_aligns_with_a_pydoc_student(style, smollm2_tokenizer, tmp_path)
         t_start, t_end = t_speller.spans(text, t_ids)
         s_start, s_end = s_speller.spans(text, s_ids)
         groups = align(t_start, t_end, s_start, s_end)
-        got = [(list(range(groups.t_first[g], groups.t_first[g] + groups.t_count[g])),
-                list(range(groups.s_first[g], groups.s_first[g] + groups.s_count[g]))) for g in range(len(groups))]
+        got = group_lists(groups)
         assert got == naive_groups(text, smollm2_tokenizer, t_ids, student, s_ids)

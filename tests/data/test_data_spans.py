@@ -56,15 +56,11 @@ def test_spans_cover_the_text_exactly(which, tiny_chat_tokenizer, space_mark_tok
         assert (start[0], end[-1]) == (0, 5)
 
 
-def test_a_tokenizer_that_changes_the_text_is_refused_in_one_line():
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+def test_a_tokenizer_that_changes_the_text_is_refused_in_one_line(lowercasing_tokenizer):
+    from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
-    core = Tokenizer(models.BPE(unk_token="[UNK]"))
-    core.normalizer = normalizers.Lowercase()
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    core.train_from_iterator(["some words here"] * 10, trainers.BpeTrainer(vocab_size=60, special_tokens=["[UNK]"]))
-    lowered = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", eos_token="[UNK]")
+    lowered = lowercasing_tokenizer
     with pytest.raises(ValueError) as err:
         check_spells_bytes(lowered, "student tokenizer")
     assert "\n" not in str(err.value) and str(err.value).startswith("student tokenizer: cannot be read as bytes")
