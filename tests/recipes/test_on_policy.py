@@ -36,13 +36,13 @@ def run_cli(argv):
     return done.value.code
 
 
-def prompt_lines(count: int) -> list[str]:
-    lines = [line.strip()[:50] for text in pydoc_texts(40) for line in text.splitlines() if len(line.strip()) > 20]
+def prompt_lines(count: int, chars: int = 50) -> list[str]:
+    lines = [line.strip()[:chars] for text in pydoc_texts(40) for line in text.splitlines() if len(line.strip()) > 20]
     return lines[:count]
 
 
-def write_prompts(path: Path, count: int) -> Path:
-    path.write_text("\n".join(prompt_lines(count)) + "\n")
+def write_prompts(path: Path, count: int, chars: int = 50) -> Path:
+    path.write_text("\n".join(prompt_lines(count, chars)) + "\n")
     return path
 
 
@@ -163,13 +163,21 @@ def test_bad_input_is_one_line(tiny_llama_dir, tiny_chat_llama_dir, fresh_studen
     assert "no such file" in capsys.readouterr().err
     assert not (tmp_path / "out" / "stages.json").exists()  # refused before any stage ran
 
+    # Prompts longer than the sequence: no answer token to score; said at the first teacher pass, not by the reader.
+    short = [*base[:4], "-o", str(tmp_path / "short"), "--prompts", str(prompts), "--seq-len", "8",
+             "--max-new-tokens", "4", "--device", "cpu"]
+    assert run_cli(short) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no answer token fits in seq_len 8" in err[0] and "raise --seq-len" in err[0], err
+
 
 # -- end to end -------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
 def test_rounds_end_to_end_with_an_offline_mix(tiny_llama_dir, fresh_student, other_cache, tmp_path, capsys):
-    prompts = write_prompts(tmp_path / "prompts.txt", 10)
+    # Prompts of about 16 tokens: with 12 new tokens every answer fits in the offline cache's 32.
+    prompts = write_prompts(tmp_path / "prompts.txt", 10, chars=24)
     out = tmp_path / "out"
     settings = OnPolicySettings(rounds=2, max_new_tokens=12, steps_per_round=3, seq_len=32, top_k=16, batch_size=2,
                                 holdout_every=5, device="cpu", mix_offline=str(other_cache), lmbda=0.5)
@@ -191,7 +199,7 @@ def test_rounds_end_to_end_with_an_offline_mix(tiny_llama_dir, fresh_student, ot
     assert manifest.teacher == str(tiny_llama_dir)
     # Targets only on the student's answers: a prompt's positions are never trained.
     pairs = [json.loads(line) for line in (out / "round1/cache-pairs.jsonl").read_text().splitlines()]
-    assert len(pairs) == 8 and all(p["prompt"] in prompt_lines(10) for p in pairs)
+    assert len(pairs) == 8 and all(p["prompt"] in prompt_lines(10, chars=24) for p in pairs)
     cache = TopKCache(out / "round1/cache")
     trained = sum(int((cache[i]["labels"] != -100).sum()) for i in range(len(cache)))
     assert 0 < trained < sum(int(cache[i]["input_ids"].numel()) for i in range(len(cache))) - 8
@@ -316,7 +324,7 @@ def test_peak_memory_is_the_largest_stage_not_the_sum(wide_pair, tmp_path, monke
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), str(SRC), os.environ.get("PYTHONPATH", "")]))
     teacher, student = (str(p) for p in wide_pair)
-    prompts = str(write_prompts(tmp_path / "prompts.txt", 10))
+    prompts = str(write_prompts(tmp_path / "prompts.txt", 10, chars=24))  # about 16 tokens: the answers fit in 32
     settings = dict(rounds=1, max_new_tokens=16, steps_per_round=3, seq_len=32, top_k=16, batch_size=2,
                     device="cpu")
     common = dict(teacher=teacher, student=student, prompts=prompts, settings=settings)

@@ -127,7 +127,7 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: 
         entropy_topk.append(h_topk.double().numpy())
         entropy_bucket.append((h_topk + h_tail).double().numpy())
         taken += rows
-    if taken:
+    if taken and sum(len(m) for m in masses):  # sequences with no trained position have no statistics
         tail_all = np.concatenate(tails)
         finite = tail_all[np.isfinite(tail_all)]
         summary["stats"] = {

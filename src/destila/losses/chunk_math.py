@@ -38,6 +38,9 @@ _NEG_INF = float("-inf")
 # Rows per block for the one step that needs a [rows, V] temporary (hard
 # cross-entropy at T ≠ 1): about 8 MiB of float32 at a time.
 _BLOCK_ELEMENTS = 1 << 21
+# Rows per block for the eager first pass (max, exponentials, sum): about 1 MiB of float32, which stays in a
+# core's L2 cache between the four passes.
+_CACHE_BLOCK_ELEMENTS = 1 << 18
 
 
 @dataclass
@@ -120,10 +123,7 @@ def chunk_loss_(scores: Tensor, teacher: TeacherBuckets, options: LossOptions, c
     ids = targets.ids
     hard = want_hard and targets.labels is not None
     s_topk, s_label = _gather_and_mask_(scores, teacher, hard)
-    rest_max = scores.amax(dim=1)  # -inf when the top-K covers the vocabulary
-    shift = rest_max.clamp(min=torch.finfo(scores.dtype).min)  # finite, for an empty rest too
-    scores.sub_(shift[:, None]).exp_()  # e_j = exp(s_j − shift) on R, 0 on the teacher tokens
-    rest_sum = scores.sum(dim=1)
+    rest_max, shift, rest_sum = _exp_rest_(scores)
     rows = _bucket_rows(s_topk, rest_max, shift, rest_sum, teacher, options, coef, want_grad)
 
     if not hard and not want_grad:
@@ -176,6 +176,30 @@ def _gather_and_mask_(scores: Tensor, teacher: TeacherBuckets, hard: bool) -> tu
     s_label = scores.gather(1, targets.labels[:, None]).squeeze(1) if hard else None
     scores.scatter_reduce_(1, targets.ids, teacher.fill, reduce="amin")
     return s_topk, s_label
+
+
+def _exp_rest_(scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``rest_max, shift, rest_sum [C]`` of the rest bucket, the buffer turned into ``e_j = exp(s_j − shift)``
+    (0 on the masked teacher tokens). Naive equivalent::
+
+        rest_max = scores.amax(1); shift = rest_max.clamp(min=finfo.min)
+        scores.sub_(shift[:, None]).exp_(); rest_sum = scores.sum(1)
+
+    done over row blocks small enough to stay in a core's cache: four passes over a block that is already
+    there instead of four trips through memory for the whole chunk (the chunk is hundreds of MiB)."""
+    rows, vocab = scores.shape
+    rest_max = torch.empty(rows, dtype=scores.dtype, device=scores.device)
+    rest_sum = torch.empty_like(rest_max)
+    lowest = torch.finfo(scores.dtype).min
+    block = max(1, _CACHE_BLOCK_ELEMENTS // max(vocab, 1))
+    for start in range(0, rows, block):
+        stop = min(start + block, rows)
+        part = scores[start:stop]
+        torch.amax(part, dim=1, out=rest_max[start:stop])  # -inf when the top-K covers the vocabulary
+        shift = rest_max[start:stop].clamp(min=lowest)  # finite, for an empty rest too
+        part.sub_(shift[:, None]).exp_()
+        torch.sum(part, dim=1, out=rest_sum[start:stop])
+    return rest_max, rest_max.clamp(min=lowest), rest_sum
 
 
 def _bucket_rows(s_topk: Tensor, rest_max: Tensor, shift: Tensor, rest_sum: Tensor, teacher: TeacherBuckets,

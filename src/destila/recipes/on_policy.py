@@ -232,6 +232,11 @@ class OnPolicyRecipe:
         build_cache(teacher, data, folder, targets=self.round_targets(), batch_size=s.cache_batch_size,
                     shard_size=s.shard_size, device=self.device(), progress=False)
         summary = inspect_cache(folder)
+        if summary["trained_positions"] == 0:  # every answer cut off: training or scoring it would teach nothing
+            raise ValueError(
+                f"{folder}: no answer token fits in seq_len {s.seq_len}: every prompt of {samples} takes the "
+                f"whole sequence before its answer starts; raise --seq-len above the prompts' length plus "
+                f"--max-new-tokens ({s.max_new_tokens}), or shorten the prompts")
         return {"path": str(folder), "sequences": summary["sequences"], "tokens": summary["tokens"],
                 "trained_positions": summary["trained_positions"], "answers": counts["samples"],
                 "finished_answers": counts["finished"]}
