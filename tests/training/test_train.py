@@ -58,6 +58,10 @@ def test_loss_implementations_train_identically(tiny_cache, fresh_student, tmp_p
     other = train_and_log(fresh_student, tiny_cache, tmp_path / "o", max_steps=4, impl=impl)
     for step in range(1, 5):
         assert other[step]["loss"] == pytest.approx(fused[step]["loss"], rel=1e-4)
+    # Each run's log says which way its loss ran, after its first step.
+    for folder, start in ((tmp_path / "f", "fused, precision exact"), (tmp_path / "o", impl)):
+        paths = [r for r in map(json.loads, (folder / "log.jsonl").read_text().splitlines()) if "loss_path" in r]
+        assert len(paths) == 1 and paths[0]["step"] == 1 and paths[0]["loss_path"].startswith(start), paths
 
 
 def test_accumulation_is_exact(tiny_cache, fresh_student, tmp_path):

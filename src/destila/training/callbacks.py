@@ -51,25 +51,39 @@ class StopAfterSeconds(TrainerCallback):
 
 
 class EngineReport(TrainerCallback):
-    """At the start of training, rank 0 prints and logs which engine really runs.
+    """Rank 0 prints and logs which engine really runs, and, after the first step, which way the loss ran.
 
     The line ``{"engine": "ddp", "world_size": 2, "backend": "gloo", ...}`` is
     the first record of ``log.jsonl``, so a run that was meant to be
-    distributed and is not shows it in its own log.
+    distributed and is not shows it in its own log; ``{"loss_path": "fused,
+    precision exact ..., row math torch, chunk 1024 rows"}`` follows the
+    first step, so a run that was meant to use the GPU kernels and did not
+    says so too.
     """
 
     def __init__(self, trainer, path: str | Path):
         self.trainer, self.path = trainer, Path(path)
         self.engine: dict = {}
+        self.loss_path: str | None = None
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.engine = describe_engine(self.trainer, model)
-        if not state.is_world_process_zero:
-            return
-        print("train: " + ", ".join(f"{k} {v}" for k, v in self.engine.items()), flush=True)
+        if state.is_world_process_zero:
+            print("train: " + ", ".join(f"{k} {v}" for k, v in self.engine.items()), flush=True)
+            self._write({"step": state.global_step, "time": time.time(), **self.engine})
+
+    def on_step_end(self, args, state, control, **kwargs):
+        path = getattr(self.trainer, "loss_path", None)
+        if self.loss_path is None and path is not None:
+            self.loss_path = path
+            if state.is_world_process_zero:
+                print(f"train: loss {path}", flush=True)
+                self._write({"step": state.global_step, "time": time.time(), "loss_path": path})
+
+    def _write(self, record: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as handle:
-            handle.write(json.dumps({"step": state.global_step, "time": time.time(), **self.engine}) + "\n")
+            handle.write(json.dumps(record) + "\n")
 
 
 def read_training_log(path: str | Path, prefix: str = "") -> list[dict]:

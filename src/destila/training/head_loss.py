@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 import torch
 
-from destila.losses import distill_loss
+from destila.losses import LossOptions, describe_path, distill_loss
 
 
 def unwrap(model):
@@ -54,13 +54,15 @@ def head_module(model) -> torch.nn.Module:
 
 
 @contextmanager
-def loss_in_head(model, targets: dict, options: dict, num_items=None):
+def loss_in_head(model, targets: dict, options: dict, num_items=None, describe: bool = False):
     """While active, ``head(hidden [B, T, H])`` returns the distillation loss (0-dim) instead of logits.
 
     ``targets`` holds ``topk_ids [B, T, K]``, ``topk_logprobs [B, T, K]``,
     ``tail_logmass [B, T]`` (optional) and ``labels [B, T]``; ``options`` the
     keyword options of :func:`destila.distill_loss`. Yields a dict that
-    receives ``stats`` (detached sums) once the head has run.
+    receives ``stats`` (detached sums) once the head has run, and with
+    ``describe`` also ``path``: which way the loss ran on these very tensors
+    (:func:`destila.losses.describe_path`).
     """
     head = head_module(model)
     result: dict = {}
@@ -81,6 +83,8 @@ def loss_in_head(model, targets: dict, options: dict, num_items=None):
                 **options,
             )
         result["stats"] = stats
+        if describe:
+            result["path"] = describe_path(LossOptions(**options), hidden, head.weight, getattr(head, "bias", None))
         return loss
 
     head.forward = distill_forward
@@ -90,11 +94,15 @@ def loss_in_head(model, targets: dict, options: dict, num_items=None):
         del head.forward
 
 
-def distill_through_forward(model, inputs: dict, options: dict, num_items=None, **model_inputs):
+def distill_through_forward(model, inputs: dict, options: dict, num_items=None, path: dict | None = None,
+                            **model_inputs):
     """``(loss, stats)``: one ordinary forward of ``model`` (with ``model_inputs`` such as
-    ``position_ids``) whose head computes the loss."""
-    with loss_in_head(model, inputs, options, num_items) as result:
+    ``position_ids``) whose head computes the loss; a ``path`` dict receives ``path["path"]``, the line of
+    :func:`destila.losses.describe_path` for this forward."""
+    with loss_in_head(model, inputs, options, num_items, describe=path is not None) as result:
         output = model(input_ids=inputs["input_ids"], use_cache=False, **model_inputs)
     if "stats" not in result:
         raise ValueError(f"model: {type(unwrap(model)).__name__}.forward never called its output head")
+    if path is not None:
+        path["path"] = result["path"]
     return output.logits, result["stats"]

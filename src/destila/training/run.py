@@ -91,7 +91,8 @@ def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: Di
     (``args.lora_r > 0``), the adapter instead (``PeftModel.from_pretrained``), and with
     ``args.merge`` also ``out/merged``, the plain merged model.
     Returns ``{"train": Trainer metrics, "steps": optimizer steps, "eval": held-out metrics or {},
-    "engine": what ran (:func:`destila.training.engines.describe_engine`), "merged": folder or None}``.
+    "engine": what ran (:func:`destila.training.engines.describe_engine`), "loss_path": which way the loss
+    ran (:func:`destila.losses.describe_path`), "merged": folder or None}``.
 
     ``out`` is claimed by :func:`~destila.training.output_dir.claim_output_dir`:
     a folder holding another run is refused unless ``spec.resume`` (continue it
@@ -231,7 +232,7 @@ def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: Di
     finally:
         claim.release()
     return {"train": result.metrics, "steps": result.global_step, "eval": metrics, "engine": engine.engine,
-            "merged": str(merged) if merged else None}
+            "loss_path": engine.loss_path, "merged": str(merged) if merged else None}
 
 
 _DATA_OPTIONS = ("seq_len", "max_tokens", "text_field")

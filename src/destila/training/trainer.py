@@ -209,6 +209,7 @@ class DistillationTrainer(Trainer):
         self.model_accepts_loss_kwargs = True
         self._loss_shifts_labels = True
         self._window = torch.zeros(len(_STATS), dtype=torch.float64)
+        self.loss_path: str | None = None  # how the loss runs, once a training step has run it
 
     def train(self, *args, **kwargs):
         """The Trainer's ``train``, after one line saying what the run trains towards and how that compares with
@@ -257,13 +258,18 @@ class DistillationTrainer(Trainer):
         if "teacher_logits" in inputs:  # online dense: the paper's full-vocabulary baseline
             logits = model(input_ids=inputs["input_ids"], use_cache=False, **_layout(inputs)).logits
             keep = {k: options[k] for k in ("divergence", "beta", "temperature", "soft_weight", "hard_weight")}
+            self.loss_path = "dense: the online teacher's full-vocabulary logits beside the student's"
             return full_vocab_loss(
                 logits.flatten(0, 1), inputs["teacher_logits"].flatten(0, 1), labels.flatten(),
                 num_items=num_items, **keep,
             )
         # The head computes the loss inside its own forward, where sharded
         # engines (FSDP, ZeRO-3) have gathered its weight.
-        return distill_through_forward(model, inputs, options, num_items, **_layout(inputs))
+        path = {} if self.loss_path is None and model.training else None  # said once, from a training step
+        result = distill_through_forward(model, inputs, options, num_items, path=path, **_layout(inputs))
+        if path:
+            self.loss_path = path["path"]
+        return result
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
