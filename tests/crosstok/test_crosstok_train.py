@@ -50,6 +50,12 @@ def test_a_student_with_another_tokenizer_trains_from_a_spans_cache(text_spans_c
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records if "loss" in r]
     assert losses and all(torch.isfinite(torch.tensor(losses)))
+    # the model card names the teacher, the cache and the data behind the aligned targets
+    card = (tmp_path / "run" / "README.md").read_text()
+    manifest = TopKCache(text_spans_cache).manifest
+    assert "the cache's targets were aligned to the student's tokens" in card
+    assert manifest.teacher_weight_fingerprint in card and manifest.data_fingerprint in card, card
+    assert "not recorded" not in card
     # runs given one alignment folder share its store: written by the first, read (not rewritten) by the next
     shared = tmp_path / "alignment"
     _train(other_student, text_spans_cache, tmp_path / "a", "--alignment-dir", str(shared))

@@ -104,6 +104,7 @@ def training_items(data, folder: str | Path, model=None, *, main_process_first=N
         if not (folder / map_file_name(vocab_map.teacher_fingerprint, vocab_map.student_fingerprint)).is_file():
             save_vocab_map(vocab_map, folder)
         items = stored_items(data, folder, progress=_bar(folder))
+    items.cache = data.cache  # the teacher's cache behind the items: the model card names it, its teacher and data
     config = getattr(model, "config", None)
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if limit is not None and items.longest > limit:

@@ -40,8 +40,10 @@ def check_push(args) -> None:
 
 
 def _cache_behind(dataset):
-    """The cache reader behind ``dataset`` (itself, or the source of a Subset of it), else None."""
+    """The cache reader behind ``dataset`` (itself, the source of a Subset of it, or the cache that
+    cross-tokenizer items were aligned from), else None."""
     dataset = getattr(dataset, "source", dataset)
+    dataset = getattr(dataset, "cache", dataset)
     return dataset if hasattr(dataset, "manifest") else None
 
 
@@ -66,7 +68,10 @@ def _sources(trainer) -> list[str]:
         m, targets = cache.manifest, cache.manifest.targets
         width = (f"top-{targets['top_k']} log-probs and the exact rest mass" if kind_of(targets["kind"]).has_logprobs
                  else f"{targets['samples']} draws per position")
+        across = getattr(getattr(trainer.train_dataset, "source", trainer.train_dataset), "cache", None) is not None
         return [
+            *(["- **Tokenizers**: the student's differs from the teacher's; the cache's targets were aligned to "
+               "the student's tokens through their byte spans"] if across else []),
             f"- **Teacher**: {shareable_name(m.teacher)} ({m.teacher_architecture or 'architecture not recorded'}; "
             f"config hash `{m.teacher_config_hash or '-'}`, weights `{m.teacher_weight_fingerprint or '-'}`, "
             f"tokenizer `{m.tokenizer_fingerprint or '-'}`)",
