@@ -41,7 +41,8 @@ def trl_flags_class(taken):
 
     peft = ", ".join(f"{k} {v}" for k, v in PEFT_DEFAULTS.items())
     helps = {key: f"TRL's name of {meaning}" for key, (_, _, meaning) in MAPPED.items()}
-    helps["use_peft"] = f"TRL's: LoRA adapters, with TRL's {peft} where not given"
+    helps["use_peft"] = (f"TRL's: LoRA adapters, with TRL's {peft} where not given, on every linear layer but "
+                         "the head (TRL: peft's per-architecture default; see --lora_target_modules)")
     helps.update(dict.fromkeys(REFUSED, argparse.SUPPRESS))  # refused unless off: listed in docs/training.md
     extra = {"use_peft": {"nargs": "?", "const": True}}
     fields = [(key, object, dataclasses.field(default=None, metadata={

@@ -187,7 +187,10 @@ def markdown_table() -> str:
     peft = ", ".join(f"`{k}` {v}" for k, v in PEFT_DEFAULTS.items())
     rows = [(key, f"`{target}`", meaning)
             for key, (target, _, meaning) in MAPPED.items()]
-    rows += [("use_peft", "`lora_r`", f"true: LoRA adapters, with TRL's ModelConfig {peft} where not given"),
+    rows += [("use_peft", "`lora_r`", f"true: LoRA adapters, with TRL's ModelConfig {peft} where not given; "
+                                        "on every linear layer but the head (`lora_target_modules` all-linear), "
+                                        "where TRL leaves the choice to peft's per-architecture default (q_proj "
+                                        "and v_proj for Llama): add `--lora_target_modules q_proj,v_proj` for that"),
              ("beta", "`divergence`, `beta`", "GKD's β: 0 is `forward_kl`, 1 `reverse_kl`, between `jsd` with that β"),
              ("temperature", "`temperature`", "in TRL's terms refused unless 1: GKD's is the temperature of "
                                                "on-policy samples (its loss runs at T 1), and nothing is sampled")]
