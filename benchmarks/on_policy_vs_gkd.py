@@ -28,7 +28,6 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 # Every library a method uses, imported before the measuring child takes its baseline, so that each method is

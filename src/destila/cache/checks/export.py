@@ -23,7 +23,6 @@ from destila.cache.checks.rows import VerifyReport, row_faults
 from destila.cache.dataset_rows import DATA_DIR, RECORD, ContentDigest, RowFormatError, parse_record, stored_row
 from destila.cache.encodings.plain import PLAIN
 from destila.cache.format import Manifest, sha256_file
-from destila.cache.kinds import kind_of
 from destila.cache.tokenizer_files import tokenizer_faults
 from destila.io import outside_link
 
