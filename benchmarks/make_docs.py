@@ -262,6 +262,15 @@ def student_quality_fresh(records: list[dict]) -> str:
 
     return fresh_table(records)
 
+@table("student-quality-fresh-task", "student_quality_fresh_task.jsonl")
+def student_quality_fresh_task(records: list[dict]) -> str:
+    """`benchmarks/student_quality.py fresh-task`: the 600-question task on each row's final students."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.quality_fresh import task_table
+
+    return task_table(records)
+
 
 @table("e2e-long-context-cpu", "e2e_long_context_cpu.json")
 def e2e_long_context_cpu(result: dict) -> str:

@@ -36,6 +36,7 @@ as soon as it is reached; a killed run resumes from its last checkpoint
     python benchmarks/student_quality.py fresh-prepare OUT     # held-out cache, student, the three training caches
     python benchmarks/student_quality.py fresh-run OUT --row ce --seed 0
     python benchmarks/student_quality.py fresh-all OUT         # every row and seed not done yet, as caches finish
+    python benchmarks/student_quality.py fresh-task OUT        # the 600-question task on every final student
     python benchmarks/student_quality.py table OUT
 """
 
@@ -368,6 +369,75 @@ def _runnable_in_fresh_process(row: str) -> bool:
     code = ("import sys; sys.path.insert(0, %r); from benchmarks.quality_fresh import row_runnable; "
             "sys.exit(1 if row_runnable(%r) else 0)") % (str(Path(__file__).resolve().parent.parent), row)
     return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+# -- the big task on the final students -----------------------------------------------
+
+TASK = "pydoc_next_word"  # 600 questions (docs/eval.md): standard error about 2 points
+
+
+def final_students(out: Path) -> list[tuple[str, int, Path]]:
+    """``(row, seed, folder)`` of every run trained to the largest budget (and scored there), the untrained
+    student first as row ``start``."""
+    final = max(BUDGETS)
+    found = [("start", 0, out / "student")] if (out / "student" / "config.json").is_file() else []
+    for row, spec in ROWS.items():
+        for seed in SEEDS:
+            folder = out / "runs" / (f"{row}-seed{seed}" + (f"-b{final}" if spec.per_budget else ""))
+            if final in scored_budgets(out, row, seed) and (folder / "config.json").is_file():
+                found.append((row, seed, folder))
+    return found
+
+
+def score_task(out: Path) -> None:
+    """:data:`TASK` for each final student not scored yet, one line each in ``OUT/task.jsonl``."""
+    from destila.eval.task_scores import task_scores
+
+    path = out / "task.jsonl"
+    done = ({(r["row"], r["seed"]) for r in map(json.loads, path.read_text().splitlines()) if r}
+            if path.exists() else set())
+    for row, seed, folder in final_students(out):
+        if (row, seed) in done:
+            continue
+        load = _load()
+        [scored] = task_scores(TASK, [str(folder)], batch_size=16)
+        record = {"row": row, "seed": seed, "budget_tokens": 0 if row == "start" else max(BUDGETS), "task": TASK,
+                  **{k: scored[k] for k in ("acc", "acc_stderr", "questions", "chance", "seconds")}, "load": load}
+        print(json.dumps(record), flush=True)
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def task_table(records: list[dict]) -> str:
+    """Task accuracy of each row's final students (each seed, ± the harness's standard error), then each KD row
+    against CE: the difference of the means and whether it exceeds the standard error."""
+    lines = ["| row | training tokens | seeds | accuracy (± standard error) |", "|---|---:|---:|---|"]
+    by_row = {row: sorted((r for r in records if r["row"] == row), key=lambda r: r["seed"])
+              for row in ["start", *ROWS]}
+    for row, group in by_row.items():
+        if not group:
+            lines.append(f"| {row} | {max(BUDGETS):,} | 0 of {len(SEEDS)} | not reached |")
+            continue
+        cells = " / ".join(f"{r['acc']:.1%} ± {r['acc_stderr']:.1%}" for r in group)
+        seeds = "–" if row == "start" else f"{len(group)} of {len(SEEDS)} ({', '.join(str(r['seed']) for r in group)})"
+        name = "untrained student" if row == "start" else row
+        lines.append(f"| {name} | {group[0]['budget_tokens']:,} | {seeds} | {cells} |")
+    first = next(iter(records), None)
+    if first is not None:
+        lines += ["", f"Task `{first['task']}`, {first['questions']} questions, chance {first['chance']:.0%}."]
+    ce = {r["seed"]: r for r in by_row["ce"]}
+    for row in ROWS:
+        if row == "ce":
+            continue
+        pairs = [(r, ce[r["seed"]]) for r in by_row[row] if r["seed"] in ce]
+        if not pairs:
+            continue
+        gap = _mean([r["acc"] - c["acc"] for r, c in pairs])
+        stderr = _mean([r["acc_stderr"] for r, _ in pairs])
+        verdict = "more than" if abs(gap) > stderr else "within"
+        lines.append(f"- `{row}` against `ce` (seeds {', '.join(str(r['seed']) for r, _ in pairs)}): "
+                     f"{gap:+.1%}, {verdict} one standard error ({stderr:.1%}).")
+    return "\n".join(lines)
 
 
 # -- the table and the curves -------------------------------------------------------

@@ -283,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line this script reads (the commands shown in the docs are parsed with it by the tests)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
-    for name in ("prepare", "students", "run", "table", "fresh-prepare", "fresh-run", "fresh-all"):
+    for name in ("prepare", "students", "run", "table", "fresh-prepare", "fresh-run", "fresh-all", "fresh-task"):
         stage = sub.add_parser(name)
         stage.add_argument("out", type=Path)
         if name == "fresh-prepare":
@@ -317,12 +317,17 @@ def main(argv: list[str] | None = None) -> None:
         fresh.run(args.out, args.row, args.seed)
     elif args.stage == "fresh-all":
         fresh.all_runs(args.out)
+    elif args.stage == "fresh-task":
+        fresh.score_task(args.out)
     elif args.stage == "run":
         run(args.out, args.row, args.seed, [int(b) for b in args.budgets.split(",")], args.learning_rate)
     else:
         records = [json.loads(line) for line in (args.out / "results.jsonl").read_text().splitlines() if line]
         if any(r.get("corpus") == "stdlib" for r in records):
             print(fresh.fresh_table(records))
+            if (args.out / "task.jsonl").exists():
+                tasks = [json.loads(line) for line in (args.out / "task.jsonl").read_text().splitlines() if line]
+                print(fresh.task_table(tasks))
             print(f"curves: {fresh.plot(records, args.out / 'curves.png')}")
             return
         print(table(records))

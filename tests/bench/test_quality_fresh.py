@@ -1,5 +1,6 @@
 """The fresh-token quality table: rows and budgets over seeds, which rows are complete, data efficiency."""
 
+import json
 import math
 import shutil
 import subprocess
@@ -121,3 +122,36 @@ def test_each_scored_checkpoint_records_every_metric_the_table_shows(tiny_llama_
     assert scores["bits_per_byte"] == pytest.approx(
         math.log(scores["perplexity"]) * scores["tokens"] / (math.log(2) * scores["bytes"]), rel=1e-9)
     assert scores["top1_agreement"] > 0.99 and abs(scores["kl_to_teacher"]) < 1e-3  # the cache's own teacher
+
+
+def task_records(row, accs, stderr=0.02):
+    return [{"row": row, "seed": seed, "budget_tokens": 0 if row == "start" else max(BUDGETS),
+             "task": "pydoc_next_word", "acc": acc, "acc_stderr": stderr, "questions": 600, "chance": 0.25,
+             "seconds": 10.0} for seed, acc in enumerate(accs)]
+
+
+def test_task_table_shows_each_seed_and_says_whether_a_gap_exceeds_the_standard_error():
+    from benchmarks.quality_fresh import task_table
+
+    text = task_table(task_records("start", [0.30]) + task_records("ce", [0.50, 0.52])
+                      + task_records("kd+ce", [0.56, 0.58]) + task_records("rskd+ce", [0.515]))
+    assert "| untrained student | 0 | – | 30.0% ± 2.0% |" in text
+    assert "| kd+ce | 409,600 | 2 of 2 (0, 1) | 56.0% ± 2.0% / 58.0% ± 2.0% |" in text
+    assert "| pd | 409,600 | 0 of 2 | not reached |" in text
+    assert "Task `pydoc_next_word`, 600 questions, chance 25%." in text
+    assert "- `kd+ce` against `ce` (seeds 0, 1): +6.0%, more than one standard error (2.0%)." in text
+    assert "- `rskd+ce` against `ce` (seeds 0): +1.5%, within one standard error (2.0%)." in text
+
+
+def test_final_students_are_the_runs_scored_at_the_largest_budget(tmp_path):
+    from benchmarks.quality_fresh import final_students
+
+    for folder in ("student", "runs/ce-seed0", "runs/kd+ce-seed0", f"runs/pd-seed1-b{max(BUDGETS)}"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "config.json").write_text("{}")
+    scored = records("ce", CE, seeds=(0,)) + records("kd+ce", KD, seeds=(0,), budgets=(25_600,))
+    scored += records("pd", KD, seeds=(1,), budgets=BUDGETS)
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in scored))
+    found = [(row, seed, folder.relative_to(tmp_path).as_posix()) for row, seed, folder in final_students(tmp_path)]
+    # kd+ce stopped at 25,600 tokens: its folder holds no final student yet
+    assert found == [("start", 0, "student"), ("ce", 0, "runs/ce-seed0"), ("pd", 1, f"runs/pd-seed1-b{max(BUDGETS)}")]
