@@ -11,7 +11,7 @@ from destila.cli.train import build_parser
 from destila.losses import LossOptions, distill_loss
 from destila.targets import TargetSpec
 from destila.training import DistillationArguments
-from destila.training.arguments import DISTILLATION_DEFAULTS, ONLINE_TARGET_FIELDS
+from destila.training.arguments import DISTILLATION_DEFAULTS, ONLINE_TARGET_FIELDS, TRAIN_LOSS_DEFAULTS
 
 LOSS_FIELDS = [f for f in dataclasses.fields(LossOptions) if f.name != "ignore_index"]
 TARGET_FIELDS = [f for f in dataclasses.fields(TargetSpec) if f.name in ONLINE_TARGET_FIELDS]
@@ -30,7 +30,9 @@ def test_every_option_has_one_default_and_one_set_of_choices(spec_field):
     name = spec_field.name
     trainer = _field(DistillationArguments, name)
     action = _actions()[name]
-    assert trainer.default == spec_field.default == action.default
+    # Training's own defaults differ on purpose, from one table; every other option has one default.
+    expected = TRAIN_LOSS_DEFAULTS.get(name, spec_field.default)
+    assert trainer.default == expected == action.default
     assert trainer.metadata.get("choices") == spec_field.metadata.get("choices")  # the same object, copied
     if "choices" in spec_field.metadata:
         assert list(action.choices) == list(spec_field.metadata["choices"])
@@ -113,7 +115,7 @@ def test_the_arguments_hold_every_option_of_the_specs_they_copy_as_declared_ther
             mine = ours.get(spec_field.name)
             assert mine is not None, f"{cls.__name__}.{spec_field.name} is not a field of DistillationArguments"
             assert our_types[spec_field.name] == types[spec_field.name], spec_field.name
-            assert mine.default == spec_field.default, spec_field.name
+            assert mine.default == TRAIN_LOSS_DEFAULTS.get(spec_field.name, spec_field.default), spec_field.name
             assert mine.metadata.get("choices") == spec_field.metadata.get("choices"), spec_field.name
             assert mine.metadata["help"].endswith(spec_field.metadata["help"]), spec_field.name
     assert "ignore_index" not in ours  # the data path's business
@@ -131,3 +133,9 @@ def test_the_arguments_are_a_plain_dataclass_declared_in_its_module():
     declared = {node.target.id for node in cls.body if isinstance(node, ast.AnnAssign)}
     assert {f.name for f in _copies()} <= declared
     assert "make_dataclass" not in inspect.getsource(arguments)
+
+
+def test_training_adds_the_cross_entropy_by_default_and_the_loss_function_does_not():
+    assert DistillationArguments(output_dir="x").hard_weight == 1.0 == TRAIN_LOSS_DEFAULTS["hard_weight"]
+    assert LossOptions().hard_weight == 0.0  # distill_loss may be called without labels
+    assert "training's default 1 (the loss function's: 0)" in _actions()["hard_weight"].help

@@ -34,6 +34,10 @@ def test_gkd_defaults_are_the_ones_trl_declares():
     assert inspect.signature(GKDTrainer.generalized_jsd_loss).parameters["temperature"].default == 1.0
     assert "temperature" not in inspect.getsource(GKDTrainer.compute_loss)
     assert GKD_DEFAULTS["temperature"] == 1.0
+    # Its loss is the divergence alone: the student's own cross-entropy (outputs.loss) is never added.
+    source = inspect.getsource(GKDTrainer.compute_loss)
+    assert "loss = self.generalized_jsd_loss(" in source and "student_outputs.loss" not in source
+    assert GKD_DEFAULTS["hard_weight"] == 0.0
 
 
 def test_every_trl_key_is_mapped_refused_or_destilas_own():
@@ -63,7 +67,7 @@ def test_a_two_key_gkd_yaml_runs_trls_objective_and_schedule(tiny_cache, fresh_s
     assert exit_.value.code == 0
     printed = capsys.readouterr().out
     assert "objective: jsd β 0.5, T 1, soft 1 + hard 0; schedule: lr 2e-05, linear, warm-up 0 steps." in printed
-    assert ("As TRL's GKDConfig defaults: divergence, beta, temperature, learning_rate, lr_scheduler_type, "
+    assert ("As TRL's GKDConfig defaults: divergence, beta, temperature, hard_weight, learning_rate, lr_scheduler_type, "
             "warmup_steps.") in printed and "Not TRL's" not in printed
     recorded = json.loads((out / "destila_run.json").read_text())["objective"]["options"]
     assert {k: recorded[k] for k in GKD_DEFAULTS} == GKD_DEFAULTS
@@ -104,8 +108,8 @@ def test_destilas_own_terms_keep_destilas_defaults_and_say_how_trl_differs(tmp_p
     _, args = parse(["s", "--cache", "c", "-o", str(tmp_path / "o"), "--max_steps", "3"])
     assert (args.divergence, args.temperature, args.learning_rate) == ("forward_kl", 1.0, 5e-4)
     line = describe_objective(args)
-    assert line.startswith("objective: forward_kl, T 1, soft 1 + hard 0; schedule: lr 0.0005, constant_with_warmup")
-    assert "Not TRL's GKDConfig defaults: divergence forward_kl (TRL jsd), learning_rate 0.0005 (TRL 2e-05), " \
+    assert line.startswith("objective: forward_kl, T 1, soft 1 + hard 1; schedule: lr 0.0005, constant_with_warmup")
+    assert "Not TRL's GKDConfig defaults: divergence forward_kl (TRL jsd), hard_weight 1 (TRL 0), learning_rate 0.0005 (TRL 2e-05), " \
            "lr_scheduler_type constant_with_warmup (TRL linear), warmup_steps 10 (TRL 0)." in line
     assert "`destila recipe on-policy`" in line
 

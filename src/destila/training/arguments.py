@@ -63,12 +63,20 @@ DISTILLATION_DEFAULTS = {
 }
 
 
+# Training's own loss defaults where they differ from the loss function's: the cross-entropy beside the KL,
+# 1:1, which beat the KL alone and the cross-entropy alone on fresh tokens (docs/benchmarks.md). The loss
+# function keeps 0, since it may be called without labels.
+TRAIN_LOSS_DEFAULTS = {"hard_weight": 1.0}
+
+
 def _copied(cls, name: str, prefix: str = ""):
-    """The field ``name`` of dataclass ``cls`` as a field here: its default and metadata (help, choices),
-    the help prefixed with ``prefix``."""
+    """The field ``name`` of dataclass ``cls`` as a field here: its default (training's own where
+    :data:`TRAIN_LOSS_DEFAULTS` names one) and metadata (help, choices), the help prefixed with ``prefix``."""
     source = cls.__dataclass_fields__[name]
-    return field(default=source.default,
-                 metadata={**source.metadata, "help": prefix + source.metadata.get("help", "")})
+    if name in TRAIN_LOSS_DEFAULTS:
+        prefix += f"[training's default {TRAIN_LOSS_DEFAULTS[name]:g} (the loss function's: {source.default:g})] "
+    help_text = prefix + source.metadata.get("help", "")
+    return field(default=TRAIN_LOSS_DEFAULTS.get(name, source.default), metadata={**source.metadata, "help": help_text})
 
 
 def _changed(name: str, **extra):

@@ -3,10 +3,11 @@
 A config (or a command line, or a ``GKDConfig`` passed as ``args``) written in
 TRL's terms gets TRL's defaults for what it leaves out, read from TRL 1.16's
 ``trl.experimental.gkd.GKDConfig`` (which extends ``SFTConfig``, so an SFT
-YAML is one too): the generalised JSD with β 0.5 at T 1, learning rate 2e-5
-and the Trainer's linear schedule without warm-up. Anything else gets
-destila's own defaults (forward KL, T 1, 5e-4 held constant after a short
-warm-up). A test reads ``GKDConfig``'s fields to keep :data:`GKD_DEFAULTS`
+YAML is one too): the generalised JSD with β 0.5 at T 1 and no cross-entropy,
+learning rate 2e-5 and the Trainer's linear schedule without warm-up.
+Anything else gets destila's own defaults (forward KL plus cross-entropy
+1:1, T 1, 5e-4 held constant after a short warm-up). A test reads
+``GKDConfig``'s fields and ``GKDTrainer``'s loss to keep :data:`GKD_DEFAULTS`
 equal to them.
 
 GKD's ``temperature`` (0.9 by default) is the temperature of the student's
@@ -32,12 +33,14 @@ from __future__ import annotations
 from destila.training.trl_keys import ON_POLICY
 
 # GKDConfig's defaults for the objective and the schedule (TRL 1.16): beta is GKDConfig's own, learning_rate
-# SFTConfig's, lr_scheduler_type and warmup_steps the Trainer's; beta 0.5 is the JSD with that β, and the loss's
-# temperature is 1 (GKDConfig's temperature is its sampling temperature).
+# SFTConfig's, lr_scheduler_type and warmup_steps the Trainer's; beta 0.5 is the JSD with that β, the loss's
+# temperature is 1 (GKDConfig's temperature is its sampling temperature), and GKDTrainer.compute_loss adds no
+# cross-entropy to the divergence (hard_weight 0).
 GKD_DEFAULTS = {
     "divergence": "jsd",
     "beta": 0.5,
     "temperature": 1.0,
+    "hard_weight": 0.0,  # GKD's loss is the divergence alone: no cross-entropy term
     "learning_rate": 2e-5,
     "lr_scheduler_type": "linear",
     "warmup_steps": 0,
