@@ -16,6 +16,7 @@ HELD_OUT = 6
 
 
 def trainer_for(tiny_cache, student, out, **options):
+    options = {"hard_weight": 0.0, **options}  # the KL alone unless asked, as the oracle's distill_loss
     args = DistillationArguments(output_dir=str(out), per_device_train_batch_size=4, per_device_eval_batch_size=4,
                                  save_strategy="no", report_to="none", max_steps=1, **options)
     cache = TopKCache(tiny_cache)

@@ -17,7 +17,8 @@ peft = pytest.importorskip("peft", reason="LoRA students need destila[peft]")
 
 def args_for(out, **overrides):
     options = dict(output_dir=str(out), max_steps=10, per_device_train_batch_size=4, learning_rate=2e-2,
-                   logging_steps=1, save_strategy="no", report_to="none", seed=7, lr_scheduler_type="constant")
+                   logging_steps=1, save_strategy="no", report_to="none", seed=7, lr_scheduler_type="constant",
+                   hard_weight=0.0)  # the KL alone: the tests follow the KL to the teacher
     options.update(overrides)
     return DistillationArguments(**options)
 

@@ -29,7 +29,7 @@ def test_plain_training_arguments_keep_their_values(tiny_cache, fresh_student, t
     assert (trainer.args.divergence, trainer.args.temperature, trainer.args.remove_unused_columns) == \
         ("forward_kl", 1.0, False)
     assert trainer.train().global_step == 1
-    assert "objective: forward_kl, T 1, soft 1 + hard 0; schedule: lr 0.001, linear" in capsys.readouterr().out
+    assert "objective: forward_kl, T 1, soft 1 + hard 1; schedule: lr 0.001, linear" in capsys.readouterr().out
 
 
 def gkd_config(out, **values):

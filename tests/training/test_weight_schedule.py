@@ -30,7 +30,7 @@ def test_schedules_that_cannot_work_are_refused(tmp_path):
         DistillationArguments(output_dir=out, soft_weight=2.0, soft_weight_schedule="ramp",
                               hard_weight_complement=True)
     with pytest.raises(ValueError, match="with --hard_weight 0 the loss is zero"):
-        DistillationArguments(output_dir=out, soft_weight_schedule="ramp")  # starts at 0, no CE
+        DistillationArguments(output_dir=out, soft_weight_schedule="ramp", hard_weight=0.0)  # starts at 0, no CE
     with pytest.raises(ValueError, match="soft_weight_warmup: expected a finite number ≥ 0"):
         DistillationArguments(output_dir=out, soft_weight_schedule="ramp", hard_weight=1.0, soft_weight_warmup=-1)
 
