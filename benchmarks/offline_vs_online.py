@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     work.mkdir(parents=True, exist_ok=True)
     common = ["--max_steps", str(args.steps), "--per_device_train_batch_size", "4", "--learning_rate", "5e-4",
               "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", "5", "--eval_fraction", "0.1",
-              "--logging_steps", "1", "--save_steps", "100000", "--seed", "0"]
+              "--logging_steps", "1", "--save_steps", "100000", "--seed", "0",
+              "--hard_weight", "0"]  # the KL alone, as measured: the two paths' KL is what is compared
     if not (work / "student" / "config.json").exists():
         run([*DESTILA, "student", "init", "smollm2", "-o", str(work / "student"), "--layers", "6"])
     run([*DESTILA, "cache", "build", "smollm2", "pydoc", "-o", str(work / "cache"), "--seq-len", "512",
