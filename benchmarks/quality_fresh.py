@@ -517,8 +517,11 @@ def efficiency_line(records: list[dict], row: str) -> str:
     label = f"Data efficiency, `{row}`:"
     if not any(r["row"] == row for r in records):
         return f"{label} not measurable, the row has not run."
-    seeds = sorted({r["seed"] for r in records if r["row"] == "ce" and r["budget_tokens"] == final}
-                   & {r["seed"] for r in records if r["row"] == row})
+    ce_final = {r["seed"] for r in records if r["row"] == "ce" and r["budget_tokens"] == final}
+    # The seeds the row ran to the end when it has any (a seed still running would mix its early curve with the
+    # others' late one), else those it has run so far.
+    seeds = sorted(ce_final & {r["seed"] for r in records if r["row"] == row and r["budget_tokens"] == final}
+                   or ce_final & {r["seed"] for r in records if r["row"] == row})
     if not seeds:
         reached = max((r["budget_tokens"] for r in records if r["row"] == "ce"), default=0)
         return (f"{label} not measurable yet: it needs CE's perplexity at {final:,} tokens (for a seed this row "

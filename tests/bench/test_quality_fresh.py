@@ -155,3 +155,11 @@ def test_final_students_are_the_runs_scored_at_the_largest_budget(tmp_path):
     found = [(row, seed, folder.relative_to(tmp_path).as_posix()) for row, seed, folder in final_students(tmp_path)]
     # kd+ce stopped at 25,600 tokens: its folder holds no final student yet
     assert found == [("start", 0, "student"), ("ce", 0, "runs/ce-seed0"), ("pd", 1, f"runs/pd-seed1-b{max(BUDGETS)}")]
+
+
+def test_a_seed_still_running_is_left_out_of_the_data_efficiency():
+    # seed 1 of KD + CE stopped at 51,200 tokens: only seed 0, which reached the end, is measured
+    text = fresh_table(records("ce", CE) + records("kd+ce", KD, seeds=(0,))
+                       + records("kd+ce", KD, seeds=(1,), budgets=(25_600, 51_200)))
+    assert ("Data efficiency, `kd+ce`: reaches CE's final held-out perplexity (25.00 after 409,600 tokens) with "
+            "204,800 tokens, **0.50×** CE's (seed 0).") in text
