@@ -183,9 +183,13 @@ def row_runnable(row: str) -> str | None:
     return f"DistillationArguments has no {', '.join(missing)}" if missing else None
 
 
-def read_results(out: Path) -> list[dict]:
-    path = out / "results.jsonl"
+def read_lines(path: Path) -> list[dict]:
+    """The records of a JSON-lines file (none if it does not exist yet)."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def read_results(out: Path) -> list[dict]:
+    return read_lines(out / "results.jsonl")
 
 
 def scored_budgets(out: Path, row: str, seed: int) -> set[int]:
@@ -202,9 +206,9 @@ def evaluate(out: Path, model: Path) -> dict:
                                         "tokens", "bytes", "parameters")}
 
 
-def write_record(out: Path, record: dict) -> None:
+def write_record(out: Path, record: dict, name: str = "results.jsonl") -> None:
     print(json.dumps(record), flush=True)
-    with open(out / "results.jsonl", "a") as f:
+    with open(out / name, "a") as f:
         f.write(json.dumps(record) + "\n")
 
 
@@ -393,9 +397,7 @@ def score_task(out: Path) -> None:
     """:data:`TASK` for each final student not scored yet, one line each in ``OUT/task.jsonl``."""
     from destila.eval.task_scores import task_scores
 
-    path = out / "task.jsonl"
-    done = ({(r["row"], r["seed"]) for r in map(json.loads, path.read_text().splitlines()) if r}
-            if path.exists() else set())
+    done = {(r["row"], r["seed"]) for r in read_lines(out / "task.jsonl")}
     for row, seed, folder in final_students(out):
         if (row, seed) in done:
             continue
@@ -403,9 +405,7 @@ def score_task(out: Path) -> None:
         [scored] = task_scores(TASK, [str(folder)], batch_size=16)
         record = {"row": row, "seed": seed, "budget_tokens": 0 if row == "start" else max(BUDGETS), "task": TASK,
                   **{k: scored[k] for k in ("acc", "acc_stderr", "questions", "chance", "seconds")}, "load": load}
-        print(json.dumps(record), flush=True)
-        with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        write_record(out, record, "task.jsonl")
 
 
 def task_table(records: list[dict]) -> str:

@@ -325,8 +325,8 @@ def main(argv: list[str] | None = None) -> None:
         records = [json.loads(line) for line in (args.out / "results.jsonl").read_text().splitlines() if line]
         if any(r.get("corpus") == "stdlib" for r in records):
             print(fresh.fresh_table(records))
-            if (args.out / "task.jsonl").exists():
-                tasks = [json.loads(line) for line in (args.out / "task.jsonl").read_text().splitlines() if line]
+            tasks = fresh.read_lines(args.out / "task.jsonl")
+            if tasks:
                 print(fresh.task_table(tasks))
             print(f"curves: {fresh.plot(records, args.out / 'curves.png')}")
             return

@@ -188,18 +188,17 @@ def _exp_rest_(scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     done over row blocks small enough to stay in a core's cache: four passes over a block that is already
     there instead of four trips through memory for the whole chunk (the chunk is hundreds of MiB)."""
     rows, vocab = scores.shape
-    rest_max = torch.empty(rows, dtype=scores.dtype, device=scores.device)
-    rest_sum = torch.empty_like(rest_max)
+    rest_max, shift, rest_sum = (torch.empty(rows, dtype=scores.dtype, device=scores.device) for _ in range(3))
     lowest = torch.finfo(scores.dtype).min
     block = max(1, _CACHE_BLOCK_ELEMENTS // max(vocab, 1))
     for start in range(0, rows, block):
         stop = min(start + block, rows)
         part = scores[start:stop]
         torch.amax(part, dim=1, out=rest_max[start:stop])  # -inf when the top-K covers the vocabulary
-        shift = rest_max[start:stop].clamp(min=lowest)  # finite, for an empty rest too
-        part.sub_(shift[:, None]).exp_()
+        torch.clamp(rest_max[start:stop], min=lowest, out=shift[start:stop])  # finite, for an empty rest too
+        part.sub_(shift[start:stop, None]).exp_()
         torch.sum(part, dim=1, out=rest_sum[start:stop])
-    return rest_max, rest_max.clamp(min=lowest), rest_sum
+    return rest_max, shift, rest_sum
 
 
 def _bucket_rows(s_topk: Tensor, rest_max: Tensor, shift: Tensor, rest_sum: Tensor, teacher: TeacherBuckets,

@@ -40,11 +40,12 @@ def check_push(args) -> None:
 
 
 def _cache_behind(dataset):
-    """The cache reader behind ``dataset`` (itself, the source of a Subset of it, or the cache that
-    cross-tokenizer items were aligned from), else None."""
+    """``(cache reader, aligned)``: the reader behind ``dataset`` (itself, the source of a Subset of it, or the
+    cache that cross-tokenizer items were aligned from, then ``aligned``), else ``(None, False)``."""
     dataset = getattr(dataset, "source", dataset)
+    aligned = getattr(dataset, "cache", None) is not None
     dataset = getattr(dataset, "cache", dataset)
-    return dataset if hasattr(dataset, "manifest") else None
+    return (dataset, aligned) if hasattr(dataset, "manifest") else (None, False)
 
 
 def _hub_id(name) -> str | None:
@@ -63,12 +64,11 @@ def _student_base(model) -> tuple[str | None, bool]:
 
 def _sources(trainer) -> list[str]:
     """Lines on the teacher and the data: from the cache's manifest, or from the online teacher and data."""
-    cache = _cache_behind(trainer.train_dataset)
+    cache, across = _cache_behind(trainer.train_dataset)
     if cache is not None:
         m, targets = cache.manifest, cache.manifest.targets
         width = (f"top-{targets['top_k']} log-probs and the exact rest mass" if kind_of(targets["kind"]).has_logprobs
                  else f"{targets['samples']} draws per position")
-        across = getattr(getattr(trainer.train_dataset, "source", trainer.train_dataset), "cache", None) is not None
         return [
             *(["- **Tokenizers**: the student's differs from the teacher's; the cache's targets were aligned to "
                "the student's tokens through their byte spans"] if across else []),
