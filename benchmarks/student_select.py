@@ -27,7 +27,8 @@ import os
 import time
 
 
-def run(teacher: str, data: str, layers: int, tokens: int, impl: str, race: bool, threads: int | None) -> dict:
+def run(teacher: str, data: str, layers: int, tokens: int, impl: str, race: bool, threads: int | None,
+        workers: int | None = None) -> dict:
     import torch
 
     if threads:
@@ -37,17 +38,17 @@ def run(teacher: str, data: str, layers: int, tokens: int, impl: str, race: bool
     from destila.models import load_causal_lm, load_tokenizer
     from destila.student.greedy_search import GreedySearch, counting_forwards, plain_loop_work
     from destila.student.importance import greedy_cut
-    from destila.student.init import resolve_calibration
+    from destila.student import calibration as calib
     from destila.student.running import STARTS_FROM_EMBEDS
 
     model = load_causal_lm(teacher)
-    calibration = resolve_calibration(load_tokenizer(teacher), data=data, tokens=tokens)
+    calibration = calib.from_data(data, load_tokenizer(teacher), tokens)
     selection, _ = calibration.split()  # as init_student: layers are chosen on the rows not held out
     load_before = os.getloadavg()
     started, cpu_started = time.perf_counter(), time.process_time()
     with counting_forwards(model) as counts:
         if impl == "raced":
-            path = GreedySearch(model, selection, race=race).run(layers, progress=True)
+            path = GreedySearch(model, selection, race=race, workers=workers).run(layers, progress=True)
         else:
             path = greedy_cut(model, selection, layers, progress=True, impl="reference")
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
@@ -56,6 +57,7 @@ def run(teacher: str, data: str, layers: int, tokens: int, impl: str, race: bool
         "layers": layers, "calibration_tokens": tokens, "selection_rows": int(selection.input_ids.shape[0]),
         "kept": path["kept"], "dropped": path["dropped"], "first_round": path["first_round"],
         "rounds": path.get("rounds"), "screen": path.get("screen"), "closest_bound": path.get("closest_bound"),
+        "workers": path.get("workers"),
         "layer_tokens": counts.layer_tokens, "head_tokens": counts.head_tokens,
         # What the plain loop runs on the same rows (from its loop; the tests check it against a count).
         "plain_loop": plain_loop_work(model.config.num_hidden_layers, layers, selection.input_ids.numel(),
@@ -75,17 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--impl", choices=("raced", "reference"), default="raced")
     parser.add_argument("--no-race", action="store_true", help="raced path, but every candidate on every row")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
+    parser.add_argument("--workers", type=int, help="candidates measured at once (default: 2 on a CPU with 2 threads)")
     return parser
 
 
 def main() -> None:
     args = build_parser().parse_args()
     result = run(args.teacher, args.data, args.layers, args.calibration_tokens, args.impl, not args.no_race,
-                 args.threads)
+                 args.threads, args.workers)
     with open(args.out, "a") as f:
         f.write(json.dumps(result) + "\n")
     print(json.dumps({k: result[k] for k in ("impl", "kept", "layer_tokens", "head_tokens", "plain_loop", "seconds",
-                                             "cpu_seconds", "load_before", "load_after")}))
+                                             "cpu_seconds", "workers", "load_before", "load_after")}))
 
 
 if __name__ == "__main__":

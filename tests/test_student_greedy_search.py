@@ -123,3 +123,49 @@ def test_a_count_outside_the_teacher_is_refused_before_any_forward(tiny_tokenize
     assert counts.layer_tokens == 0
     with pytest.raises(ValueError, match="impl: expected one of raced, reference, found 'fast'"):
         greedy_cut(teacher, calibration, keep=3, impl="fast")
+
+
+@pytest.mark.parametrize("family", ["llama", pytest.param("qwen2", marks=pytest.mark.slow)])
+def test_two_candidates_at_once_drop_what_one_at_a_time_drops(family, tiny_tokenizer):
+    """Two workers measure the two candidates at the front at once, each in its own thread, calling the layers
+    directly: the same layers in the same order as the serial race and the reference loop."""
+    teacher = eight_layer_teacher(family, tiny_tokenizer)
+    calibration = calibration_of(tiny_tokenizer)
+    reference = greedy_cut(teacher, calibration, keep=3, impl="reference")
+    threads = torch.get_num_threads()
+    for screen in (False, True):
+        serial = GreedySearch(teacher, calibration, screen=screen, workers=1).run(3)
+        paired = GreedySearch(teacher, calibration, screen=screen, workers=2).run(3)
+        assert (serial["workers"], paired["workers"]) == (1, 2)
+        assert_same_search(serial, reference)
+        assert_same_search(paired, serial)
+        assert paired["counts"]["exact"] <= paired["counts"]["forwards"]
+    assert torch.get_num_threads() == threads  # the threads split between the workers are given back
+    everything = GreedySearch(teacher, calibration, race=False, workers=2).run(3)
+    assert_same_search(everything, reference)
+    assert everything["first_round"] == pytest.approx(reference["first_round"], rel=1e-4, abs=1e-9)
+
+
+def test_calling_the_layers_directly_gives_the_models_own_hidden_states(tiny_tokenizer):
+    teacher = eight_layer_teacher("llama", tiny_tokenizer)
+    calibration = calibration_of(tiny_tokenizer)
+    search = GreedySearch(teacher, calibration)
+    with torch.no_grad():
+        unit = search._teacher_unit(next(iter(calibration.batches(search.unit_tokens))), check=True)
+        assert search.direct
+        kept = [0, 2, 3, 5, 7]
+        for position in range(len(kept)):
+            direct = search._forward(unit, kept, position)
+            search.direct = False  # through the model with the other layers taken out (running_layers)
+            assert torch.equal(direct, search._forward(unit, kept, position))
+            search.direct = True
+
+
+def test_workers_are_refused_where_the_forwards_change_the_model(tiny_tokenizer):
+    teacher = eight_layer_teacher("gpt2", tiny_tokenizer)  # a candidate reruns the whole student through the model
+    calibration = calibration_of(tiny_tokenizer, tokens=128)
+    with pytest.raises(ValueError, match="one at a time; pass workers=1"):
+        GreedySearch(teacher, calibration, workers=2).run(3)
+    assert GreedySearch(teacher, calibration).run(6)["workers"] == 1
+    with pytest.raises(ValueError, match="workers: expected a positive integer or None, found 0"):
+        GreedySearch(teacher, calibration, workers=0)

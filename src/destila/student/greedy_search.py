@@ -31,6 +31,16 @@ only as far as needed to rule them out:
   and runs only the layers after it (families whose first layer reads the
   embeddings as they are); after a drop only the inputs of the layers after
   it are recomputed.
+- **Two candidates are measured at once on a CPU.** Each of two workers
+  (threads, one torch thread each) takes the candidate at the front of the
+  race whenever it falls idle: on SmolLM2's 256-token rows a second
+  intra-op thread gave no speed-up, a second candidate nearly doubles the
+  throughput. A candidate at the front is declared the round's minimum
+  only when nothing is in flight, so the answer is the serial race's (the
+  work done may differ from run to run). Those forwards call the decoder layers
+  directly with the arguments the model gave them on the teacher's pass
+  (checked once to give the model's own hidden states bit for bit), so no
+  thread changes the model.
 
 The exact KL per row is ``log Σ_v p_v e^{d_v} − Σ_v p_v d_v`` with
 ``d = z − z_teacher``: both terms are small where the two agree, so nothing
@@ -51,6 +61,10 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import queue
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 
 import torch
@@ -71,6 +85,9 @@ SCREEN_MARGIN = 0.05
 """A bound from a bfloat16 forward is lowered by this fraction: bfloat16 moved a row's KL by at most 1% on
 SmolLM2, so the lowered bound stays below the float32 KL; the search reports the
 closest a bound came to its KL (``closest_bound``: 0.94 choosing 11 of SmolLM2's layers, docs/student.md)."""
+CPU_WORKERS = 2
+"""Candidates measured at once on a CPU with at least this many torch threads (the threads are split between
+them). More would measure candidates the serial race rules out before reaching them."""
 
 
 @dataclass
@@ -89,6 +106,8 @@ class _Unit:
     support_weight: torch.Tensor  # [S, H]: the head's rows of the teacher's likely tokens
     support_bias: torch.Tensor | None  # [S]
     inputs: dict = field(default_factory=dict)  # teacher layer -> its input hidden states [B, T, H] in the student
+    layer_kwargs: dict = field(default_factory=dict)  # teacher layer -> the keyword arguments the model passed
+    # it on the teacher's pass (mask, position embeddings): they depend on the row, not on the layers that run
 
 
 @dataclass
@@ -123,13 +142,16 @@ def counting_forwards(model, counts: SearchCounts | None = None):
     """Inside the block, every decoder-layer and output-head forward of ``model`` adds its tokens to the yielded
     :class:`SearchCounts` (forward hooks: it counts whichever path runs, this module's or the reference's)."""
     counts = counts if counts is not None else SearchCounts()
+    lock = threading.Lock()  # the search runs forwards from several threads
 
     def layer_ran(_module, args, kwargs, _output):
         hidden = args[0] if args else kwargs["hidden_states"]  # whatever the layer's signature
-        counts.layer_tokens += hidden.shape[:-1].numel()
+        with lock:
+            counts.layer_tokens += hidden.shape[:-1].numel()
 
     def head_ran(_module, args, _output):
-        counts.head_tokens += args[0].shape[:-1].numel()
+        with lock:
+            counts.head_tokens += args[0].shape[:-1].numel()
 
     handles = [layer.register_forward_hook(layer_ran, with_kwargs=True) for layer in decoder_layers(model)]
     head = model.get_output_embeddings()
@@ -193,12 +215,14 @@ class GreedySearch:
     """Greedy skip-KL on ``model`` over ``calibration``; :meth:`run` returns what ``greedy_cut`` returns.
 
     ``race=False`` measures every candidate exactly on every unit (the reference's work, this module's
-    arithmetic): the tests compare the two.
+    arithmetic): the tests compare the two. ``workers``: candidates measured at once (None: :data:`CPU_WORKERS`
+    on a CPU with that many torch threads, else 1).
     """
 
     unit_tokens = UNIT_TOKENS
 
-    def __init__(self, model, calibration: Calibration, *, race: bool = True, screen: bool = True):
+    def __init__(self, model, calibration: Calibration, *, race: bool = True, screen: bool = True,
+                 workers: int | None = None):
         self.model = model
         self.screen = screen_dtype(model) if screen and race else None
         self.device = next(model.parameters()).device
@@ -210,31 +234,54 @@ class GreedySearch:
         if not isinstance(self.head, torch.nn.Linear):
             raise ValueError(f"greedy search: expected the model's output head to be a Linear layer, found "
                              f"{type(self.head).__name__}; use greedy_cut(..., impl='reference')")
+        # Forwards that call the decoder layers directly (no change to the model, so threads may share it):
+        # families whose layer 0 reads the embeddings, ending in a final norm; checked on the first unit.
+        self.norm = getattr(model.base_model, "norm", None)
+        self.direct = self.from_embeds and isinstance(self.norm, torch.nn.Module)
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers: expected a positive integer or None, found {workers!r}")
+        self.workers_asked = workers
+        self.workers = 1  # chosen by run()
+        self.pool = _Workers(1, contextlib.nullcontext)
+        self.lock = threading.Lock()  # the counts and the closest bound, updated from the workers
         self.counts = SearchCounts()
         self.calibration = calibration
         self.bar = None  # the progress bar while running
         self.closest = 0.0  # the largest bound / exact KL of a unit measured both ways
         self._round_start = (0, 0)
+        self._shown = 0.0  # when the progress bar's counts were last shown
 
     # -- the teacher's side and the stored hidden states ------------------------------------
 
     def _final_hidden(self, kwargs: dict, running: list[int], start: torch.Tensor | None = None,
-                      capture: tuple[list[int], dict] | None = None) -> torch.Tensor:
+                      capture: tuple[list[int], dict, dict | None] | None = None) -> torch.Tensor:
         """The final (normed) hidden states ``[B, T, H]`` of the student running teacher layers ``running``,
         from the embeddings or, with ``start``, from those hidden states fed to the first of ``running``."""
         if start is not None:
             kwargs = dict(kwargs, inputs_embeds=start)
             del kwargs["input_ids"]
-        wanted, into = capture if capture is not None else ([], {})
-        with running_layers(self.model, running), _capturing(self.layers, wanted, into):
+        wanted, into, calls = capture if capture is not None else ([], {}, None)
+        with running_layers(self.model, running), _capturing(self.layers, wanted, into, calls):
             return self.model.base_model(**kwargs, use_cache=False).last_hidden_state
+
+    def _through(self, unit: _Unit, layers: list[int], hidden: torch.Tensor, store: bool = False) -> torch.Tensor:
+        """``hidden [B, T, H]`` through teacher layers ``layers``, each called with the arguments the model gave
+        it on the unit's teacher pass; ``store``: each layer's input is kept in ``unit.inputs``."""
+        for layer in layers:
+            if store:
+                unit.inputs[layer] = hidden
+            rest, keywords = unit.layer_kwargs[layer]
+            out = self.layers[layer](hidden, *rest, **keywords)
+            hidden = out[0] if isinstance(out, tuple) else out
+        return hidden
 
     def _teacher_unit(self, batch: Calibration, check: bool) -> _Unit:
         kwargs = {k: v.to(self.device) for k, v in batch.forward_kwargs().items()}
         mask = batch.scored.to(self.device)
         inputs: dict[int, torch.Tensor] = {}
+        calls: dict[int, tuple] = {}
         every = list(range(self.total))
-        hidden = self._final_hidden(kwargs, every, capture=(every, inputs))
+        hidden = self._final_hidden(kwargs, every, capture=(every, inputs, calls))
         logits = self.head(hidden)
         if check and not torch.equal(logits, self.model(**kwargs, use_cache=False).logits):
             raise ValueError(f"greedy search: the {self.model.config.model_type} model's logits are not its output "
@@ -246,24 +293,32 @@ class GreedySearch:
         probs = logprobs.exp()
         weight, bias = self.head.weight, self.head.bias
         support = torch.unique(logprobs.topk(min(BOUND_TOP_K, logprobs.shape[-1]), dim=-1).indices)
-        return _Unit(
+        unit = _Unit(
             kwargs, mask, logprobs, probs, lse, norm=torch.logsumexp(logprobs, dim=-1).double(),
             # Once per unit, in float64: the bound's rounding then comes from the candidate's side alone.
             negentropy=torch.einsum("nv,nv->n", probs.double(), logprobs.double()),
             mean_weight=probs.double() @ weight.double(),
             mean_bias=(probs.double() @ bias.double()) if bias is not None else torch.zeros(len(probs),
                                                                                               dtype=torch.float64),
-            support_weight=weight[support], support_bias=None if bias is None else bias[support], inputs=inputs)
+            support_weight=weight[support], support_bias=None if bias is None else bias[support], inputs=inputs,
+            layer_kwargs=calls)
+        if check and self.direct:  # calling the layers directly must give the model's own hidden states
+            self.direct = len(calls) == self.total and torch.equal(
+                self.norm(self._through(unit, every, inputs[0])), hidden)
+        return unit
 
     def _refresh_inputs(self, unit: _Unit, kept: list[int], position: int) -> None:
         """After ``kept[position]`` was dropped (``kept`` is the list before): the inputs of the layers after it."""
         after = kept[position + 1:]
         if not after:
             return
-        if self.from_embeds:
-            self._final_hidden(unit.kwargs, after, start=unit.inputs[kept[position]], capture=(after, unit.inputs))
+        if self.direct:
+            self._through(unit, after, unit.inputs[kept[position]], store=True)
+        elif self.from_embeds:
+            self._final_hidden(unit.kwargs, after, start=unit.inputs[kept[position]],
+                               capture=(after, unit.inputs, None))
         else:  # layer 0 does not read the embeddings as they are: run the whole student again
-            self._final_hidden(unit.kwargs, kept[:position] + after, capture=(after, unit.inputs))
+            self._final_hidden(unit.kwargs, kept[:position] + after, capture=(after, unit.inputs, None))
 
     # -- measuring a candidate on a unit --------------------------------------------------------
 
@@ -273,7 +328,9 @@ class GreedySearch:
         precision = (torch.autocast(self.device.type, dtype=self.screen) if screen
                      else contextlib.nullcontext())
         with precision:
-            if self.from_embeds:
+            if self.direct:
+                hidden = self.norm(self._through(unit, kept[position + 1:], unit.inputs[kept[position]]))
+            elif self.from_embeds:
                 hidden = self._final_hidden(unit.kwargs, kept[position + 1:], start=unit.inputs[kept[position]])
             else:
                 hidden = self._final_hidden(unit.kwargs, kept[:position] + kept[position + 1:])
@@ -289,15 +346,30 @@ class GreedySearch:
         likely = torch.nn.functional.linear(hidden, unit.support_weight, unit.support_bias)
         lse = torch.logsumexp(likely.float(), dim=-1).double()
         slack = BOUND_SLACK * (1 + unit.negentropy.abs() + p_dot_z.abs() + lse.abs())
-        self.counts.bound_tokens += len(hidden)
+        with self.lock:
+            self.counts.bound_tokens += len(hidden)
         return float((unit.negentropy - p_dot_z + lse - slack).clamp(min=0).sum())
 
     def _exact(self, unit: _Unit, hidden: torch.Tensor) -> float:
-        self.counts.exact += 1
+        with self.lock:
+            self.counts.exact += 1
         return _exact_kl(unit, self.head(hidden).float())
 
+    def _bound_step(self, unit: _Unit, kept: list[int], position: int) -> tuple[float, torch.Tensor | None]:
+        """A candidate's bound on a unit, and the hidden states its exact KL can reuse (None after screening:
+        the exact KL then needs a float32 forward). Screened bounds are lowered by :data:`SCREEN_MARGIN`."""
+        if self.screen is None:
+            hidden = self._forward(unit, kept, position)
+            return self._lower_bound(unit, hidden), hidden
+        return (1 - SCREEN_MARGIN) * self._lower_bound(unit, self._forward(unit, kept, position, screen=True)), None
+
+    def _exact_step(self, unit: _Unit, kept: list[int], position: int, hidden: torch.Tensor | None) -> float:
+        """A candidate's exact KL on a unit, from the hidden states of its bound where they were kept."""
+        return self._exact(unit, hidden if hidden is not None else self._forward(unit, kept, position))
+
     def _show(self, kept: list[int]) -> None:
-        if self.bar is not None:
+        if self.bar is not None and time.monotonic() - self._shown >= 1.0:  # a line a second in a log, not a step
+            self._shown = time.monotonic()
             forwards, exact = self.counts.forwards - self._round_start[0], self.counts.exact - self._round_start[1]
             self.bar.set_postfix_str(f"{len(kept)} kept: {forwards} forwards, {exact} exact this round")
 
@@ -308,8 +380,8 @@ class GreedySearch:
         per_unit = {}
         for position, layer in enumerate(kept):
             self.counts.forwards += len(units)
-            per_unit[layer] = {u: self._exact(unit, self._forward(unit, kept, position))
-                               for u, unit in enumerate(units)}
+            costs = self.pool.map([lambda unit=unit: self._exact_step(unit, kept, position, None) for unit in units])
+            per_unit[layer] = dict(enumerate(costs))
             self._show(kept)
         totals = {layer: sum(costs.values()) for layer, costs in per_unit.items()}
         layer = min(kept, key=lambda i: (totals[i], i))
@@ -321,41 +393,76 @@ class GreedySearch:
         The heap holds ``(bound, finished, layer)``; at an equal bound an unfinished candidate is measured
         further before a finished one is declared, and among finished ones the earlier layer wins, the
         reference's tie rule. A candidate at the front gets its next unit's bound (a forward through the
-        layers after the skipped one), or, once bounded on every unit, its next unit's exact KL.
+        layers after the skipped one), or, once bounded on every unit, its next unit's exact KL. With several
+        workers, each worker that falls idle takes the candidate then at the front; a finished candidate is
+        declared only when it is at the front with nothing in flight, so the answer is the serial race's.
         """
         candidates = {layer: _Candidate(layer, position) for position, layer in enumerate(kept)}
         heap = [(0.0, False, layer) for layer in kept]
         heapq.heapify(heap)
+        in_flight: dict[Future, tuple[_Candidate, int]] = {}
         while True:
-            _, finished, layer = heapq.heappop(heap)
-            candidate = candidates[layer]
-            if finished:
-                return layer, candidate.exact
-            if len(candidate.bounds) < len(units):
-                u = order[len(candidate.bounds)]
-                self.counts.forwards += 1
-                hidden = self._forward(units[u], kept, candidate.position, screen=self.screen is not None)
-                bound = self._lower_bound(units[u], hidden)
-                if self.screen is None:
-                    candidate.bounds[u], candidate.hidden[u] = bound, hidden
-                else:  # a bfloat16 forward: lowered by its margin, and the exact KL needs a float32 forward
-                    candidate.bounds[u] = (1 - SCREEN_MARGIN) * bound
-            else:
-                u = next(u for u in order if u not in candidate.exact)
-                hidden = candidate.hidden.pop(u, None)
-                candidate.exact[u] = self._exact(units[u], hidden if hidden is not None
-                                                 else self._forward(units[u], kept, candidate.position))
-                if candidate.exact[u] > 0:  # how close a bound came to its KL: below 1 is what racing relies on
-                    self.closest = max(self.closest, candidate.bounds[u] / candidate.exact[u])
+            # Every idle worker takes the unfinished candidate at the front; behind a finished front nothing can
+            # win (an unfinished candidate of an equal bound sorts before a finished one).
+            while len(in_flight) < self.workers and heap and not heap[0][1]:
+                candidate = candidates[heapq.heappop(heap)[2]]
+                if len(candidate.bounds) < len(units):
+                    u = order[len(candidate.bounds)]
+                    self.counts.forwards += 1
+                    future = self.pool.submit(lambda u=u, c=candidate: self._bound_step(units[u], kept, c.position))
+                else:
+                    u = next(u for u in order if u not in candidate.exact)
+                    future = self.pool.submit(lambda u=u, c=candidate, hidden=candidate.hidden.pop(u, None):
+                                              self._exact_step(units[u], kept, c.position, hidden))
+                in_flight[future] = (candidate, u)
+            if not in_flight:  # a finished candidate at the front, nothing measured elsewhere: the minimum
+                layer = heap[0][2]
+                return layer, candidates[layer].exact
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in done:
+                candidate, u = in_flight.pop(future)
+                outcome = future.result()
+                if u not in candidate.bounds:
+                    candidate.bounds[u], hidden = outcome
+                    if hidden is not None:
+                        candidate.hidden[u] = hidden
+                else:
+                    candidate.exact[u] = outcome
+                    if outcome > 0:  # how close a bound came to its KL: below 1 is what racing relies on
+                        self.closest = max(self.closest, candidate.bounds[u] / outcome)
+                heapq.heappush(heap, (candidate.bound(), len(candidate.exact) == len(units), candidate.layer))
             self._show(kept)
-            heapq.heappush(heap, (candidate.bound(), len(candidate.exact) == len(units), layer))
 
     # -- the whole search -----------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _precision(self):
+        """No gradients and, with a screening precision, one autocast region held open with autocast off inside:
+        autocast keeps its casts of the weights until a thread's outermost region ends, so they are made once
+        per thread; only the screening forwards turn it on."""
+        with torch.no_grad():
+            if self.screen is None:
+                yield
+                return
+            with torch.autocast(self.device.type, dtype=self.screen), \
+                    torch.autocast(self.device.type, enabled=False):
+                yield
+
+    def _choose_workers(self, threads: int) -> int:
+        if not self.direct:  # the forwards change the model (running_layers): one at a time
+            if self.workers_asked not in (None, 1):
+                raise ValueError(f"workers: the {self.model.config.model_type} model's forwards run through the "
+                                 "model itself, one at a time; pass workers=1")
+            return 1
+        if self.workers_asked is not None:
+            return self.workers_asked
+        return CPU_WORKERS if self.device.type == "cpu" and threads >= CPU_WORKERS else 1
+
     def run(self, keep: int, progress: bool = False) -> dict:
         """``{"kept", "dropped": [(layer, KL per token)], "first_round", "tokens", "counts", "rounds", "screen",
-        "closest_bound"}``: ``screen`` names the bounds' precision when it was not the model's, ``closest_bound``
-        is the largest ratio of a unit's bound to its exact KL (below 1: no bound overtook its KL).
+        "closest_bound", "workers"}``: ``screen`` names the bounds' precision when it was not the model's,
+        ``closest_bound`` is the largest ratio of a unit's bound to its exact KL (below 1: no bound overtook its
+        KL), ``workers`` the candidates measured at once.
 
         ``first_round`` (every layer's KL when it alone is skipped) is measured only with ``race=False``
         (None otherwise: racing measures most layers only far enough to rule them out).
@@ -366,61 +473,119 @@ class GreedySearch:
             raise ValueError(f"layers: expected an integer between 1 and the teacher's {self.total} layers, "
                              f"found {keep}")
         kept, dropped, first_round, rounds = list(range(self.total)), [], None, []
-        # With a screening precision, one autocast region spans the search so that the weights are cast once
-        # (autocast keeps its casts until its outermost region ends); everything but the screening forwards
-        # runs inside it with autocast off.
         screening = self.screen is not None
-        outer = torch.autocast(self.device.type, dtype=self.screen) if screening else contextlib.nullcontext()
-        plain = torch.autocast(self.device.type, enabled=False) if screening else contextlib.nullcontext()
         description = "choosing layers" + (f" (screened in {str(self.screen).removeprefix('torch.')})"
                                            if screening else "")
-        with counting_forwards(self.model, self.counts), torch.no_grad(), outer, plain, \
+        threads = torch.get_num_threads()
+        with counting_forwards(self.model, self.counts), self._precision(), \
                 tqdm(total=self.total - keep, desc=description, unit="drop", disable=not progress,
                      mininterval=1.0) as bar:
             self.bar = bar if progress else None
             units = [self._teacher_unit(batch, check=i == 0)
                      for i, batch in enumerate(self.calibration.batches(self.unit_tokens))]
-            count = max(1, sum(int(u.mask.sum()) for u in units))
-            order = list(range(len(units)))
-            while len(kept) > keep:
-                self._round_start = (self.counts.forwards, self.counts.exact)
-                self.counts.forwards_without_racing += len(kept) * len(units)
-                if self.race:
-                    layer, by_unit = self._round_raced(units, kept, order)
-                else:
-                    layer, by_unit, totals = self._round_full(units, kept)
-                    first_round = first_round or [totals[i] / count for i in range(self.total)]
-                position = kept.index(layer)
-                for unit in units:
-                    self._refresh_inputs(unit, kept, position)
-                    del unit.inputs[layer]
-                rounds.append({"candidates": len(kept), "forwards": self.counts.forwards - self._round_start[0],
-                               "exact": self.counts.exact - self._round_start[1]})
-                kept.remove(layer)
-                dropped.append((layer, sum(by_unit.values()) / count))
-                # Heaviest units first next round: there a losing candidate's bound grows fastest.
-                order = sorted(range(len(units)), key=lambda u: (-by_unit[u], u))
-                bar.update()
+            self.workers = self._choose_workers(threads)
+            # The threads are split between the workers (a worker's forwards are small: see CPU_WORKERS).
+            torch.set_num_threads(max(1, threads // self.workers))
+            self.pool = _Workers(self.workers, self._precision)
+            try:
+                count = max(1, sum(int(u.mask.sum()) for u in units))
+                order = list(range(len(units)))
+                while len(kept) > keep:
+                    self._round_start = (self.counts.forwards, self.counts.exact)
+                    self.counts.forwards_without_racing += len(kept) * len(units)
+                    if self.race:
+                        layer, by_unit = self._round_raced(units, kept, order)
+                    else:
+                        layer, by_unit, totals = self._round_full(units, kept)
+                        first_round = first_round or [totals[i] / count for i in range(self.total)]
+                    position = kept.index(layer)
+                    refresh = [lambda unit=unit: self._refresh_inputs(unit, kept, position) for unit in units]
+                    self.pool.map(refresh) if self.direct else [call() for call in refresh]
+                    for unit in units:
+                        del unit.inputs[layer]
+                    rounds.append({"candidates": len(kept), "forwards": self.counts.forwards - self._round_start[0],
+                                   "exact": self.counts.exact - self._round_start[1]})
+                    kept.remove(layer)
+                    dropped.append((layer, sum(by_unit.values()) / count))
+                    # Heaviest units first next round: there a losing candidate's bound grows fastest.
+                    order = sorted(range(len(units)), key=lambda u: (-by_unit[u], u))
+                    bar.update()
+            finally:
+                self.pool.close()
+                self.pool = _Workers(1, contextlib.nullcontext)
+                torch.set_num_threads(threads)
         self.bar = None
         return {"kept": kept, "dropped": dropped, "first_round": first_round, "tokens": count,
                 "counts": vars(self.counts).copy(), "rounds": rounds,
                 "screen": str(self.screen).removeprefix("torch.") if screening else None,
-                "closest_bound": self.closest}
+                "closest_bound": self.closest, "workers": self.workers}
+
+
+class _Workers:
+    """Runs calls on ``count`` threads, each inside its own ``context()`` entered once for the thread's life (so
+    autocast's casts of the weights are made once per thread); ``count`` 1 runs them in the caller's thread.
+
+    Naive equivalent of :meth:`map`: ``[call() for call in calls]``.
+    """
+
+    def __init__(self, count: int, context):
+        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.threads = [] if count == 1 else [threading.Thread(target=self._serve, args=(context,), daemon=True)
+                                              for _ in range(count)]
+        for thread in self.threads:
+            thread.start()
+
+    def _serve(self, context) -> None:
+        with context():
+            while (task := self.tasks.get()) is not None:
+                call, future = task
+                try:
+                    future.set_result(call())
+                except BaseException as error:  # handed to the caller, which raises it
+                    future.set_exception(error)
+
+    def submit(self, call) -> Future:
+        """``call()``'s future; run at once in the caller's thread with one worker."""
+        future = Future()
+        if self.threads:
+            self.tasks.put((call, future))
+            return future
+        try:
+            future.set_result(call())
+        except BaseException as error:
+            future.set_exception(error)
+        return future
+
+    def map(self, calls: list) -> list:
+        return [future.result() for future in [self.submit(call) for call in calls]]
+
+    def close(self) -> None:
+        for _ in self.threads:
+            self.tasks.put(None)
+        for thread in self.threads:
+            thread.join()
 
 
 class _capturing:
     """Stores into ``into[teacher layer]`` the input hidden states of each layer of ``layers`` in ``wanted``
-    (teacher indices) on the forwards run inside the block."""
+    (teacher indices) on the forwards run inside the block, and into ``calls[teacher layer]`` (unless None) the
+    rest of its arguments ``(positional, keyword)``."""
 
-    def __init__(self, layers: torch.nn.ModuleList, wanted: list[int], into: dict):
-        self.layers, self.wanted, self.into = layers, wanted, into
+    def __init__(self, layers: torch.nn.ModuleList, wanted: list[int], into: dict, calls: dict | None = None):
+        self.layers, self.wanted, self.into, self.calls = layers, wanted, into, calls
         self.handles = []
 
     def __enter__(self):
         for teacher_layer in self.wanted:
             def before(_module, args, kwargs, teacher_layer=teacher_layer):
-                hidden = args[0] if args else kwargs["hidden_states"]
+                if args:
+                    hidden, rest, keywords = args[0], args[1:], kwargs
+                else:  # the hidden states passed by name: called the same way, by position
+                    hidden, rest = kwargs["hidden_states"], ()
+                    keywords = {k: v for k, v in kwargs.items() if k != "hidden_states"}
                 self.into[teacher_layer] = hidden if isinstance(hidden, torch.Tensor) else hidden[0]
+                if self.calls is not None:
+                    self.calls[teacher_layer] = (rest, keywords)
 
             self.handles.append(self.layers[teacher_layer].register_forward_pre_hook(before, with_kwargs=True))
         return self
