@@ -10,6 +10,7 @@ from rich.console import Console
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from conftest import pydoc_texts
+from destila.cache import read_manifest
 from destila.demo.budget import StepBudget, plan_training, scaled_reserve, split_seconds, steps_that_fit
 from destila.demo import Demo, DemoSettings, split_documents, training_runs
 from destila.demo.report import curves_figure, metrics_figure, verdict
@@ -338,6 +339,10 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path, monkeypat
     assert state["distilled"]["steps"] == state["baseline"]["steps"] == 6
     assert state["distilled"]["tokens"] == 6 * 4 * 32
     assert state["cache"]["train_tokens"] == 32 * 48 and state["heldout"]["held_out_tokens"] == 32 * 8
+    # The students train on sampled targets (the best row on fresh tokens); the report's KL reads the top-K.
+    trained_on, held_out = (read_manifest(tmp_path / name).targets for name in ("cache", "cache-heldout"))
+    assert (trained_on["kind"], trained_on["samples"]) == ("sampled", 64)
+    assert (held_out["kind"], held_out["top_k"]) == ("topk", 8)
     assert state["plan"]["fits"] and state["plan"]["step_seconds"] > 0
     precision = state["plan"]["precision"]  # the faster of those timed, what both students trained in
     assert precision == min(state["plan"]["timed_step_seconds"], key=state["plan"]["timed_step_seconds"].get)
@@ -362,7 +367,7 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path, monkeypat
     markdown = (tmp_path / "report.md").read_text()
     assert markdown.split("\n\n")[1].startswith("**Verdict.** Distillation reached held-out perplexity")
     assert f"Scored on {distilled['tokens']:,} held-out tokens" in markdown
-    assert f"| distilled | KL to the teacher's top-K + cross-entropy | {precision} | 6 |" in markdown
+    assert f"| distilled | KL to 64 sampled teacher tokens + cross-entropy | {precision} | 6 |" in markdown
     assert f"Precision: {precision}, the " in markdown
     assert all(r["task"]["questions"] == 4 and r["task"]["task"] == "pydoc_next_word" for r in report["results"])
     for section in ("Held-out comparison", "Task accuracy", "Training", "Generated text", "Time per stage", "Cache",

@@ -162,9 +162,12 @@ class Demo:
                 "eval_reserve_seconds": scaled_reserve(s.eval_reserve_seconds, speed,
                                                        measured_at=RESERVE_TEACHER_TOKENS_PER_SECOND)}
 
-    def _cache_options(self) -> dict:
+    def _cache_options(self, training: bool = False) -> dict:
+        """The held-out cache's top-K targets, or ``training``: the training cache's (``train_targets``)."""
         s = self.settings
-        return dict(seq_len=s.seq_len, targets=TargetSpec(top_k=s.top_k), batch_size=s.cache_batch_size)
+        targets = (TargetSpec(kind="sampled", samples=s.samples) if training and s.train_targets == "sampled"
+                   else TargetSpec(top_k=s.top_k))
+        return dict(seq_len=s.seq_len, targets=targets, batch_size=s.cache_batch_size)
 
     def plan(self, student: str, heldout: dict) -> dict:
         """Time one training step of the student here and now, then size the cache and the trainings.
@@ -216,7 +219,8 @@ class Demo:
             planned = read_manifest(self.out / "cache").max_tokens or planned
         except (FileNotFoundError, ValueError):
             pass
-        report = build_cache(BuildSpec(teacher, train, self.out / "cache", max_tokens=planned, **self._cache_options()))
+        report = build_cache(BuildSpec(teacher, train, self.out / "cache", max_tokens=planned,
+                                       **self._cache_options(training=True)))
         summary = inspect_cache(self.out / "cache")
         return {
             "train_tokens": summary["tokens"], "planned_train_tokens": planned,
@@ -299,7 +303,7 @@ class Demo:
         precision = plan.get("precision", "float32")  # a plan recorded before precisions were timed: float32
         self.console.print(f"plan: {plan['tokens']:,} training tokens, {plan['steps']} steps per student "
                            f"({plan['step_seconds']:.1f} s/step measured, {precision})")
-        cache = {**heldout, **self._stage("cache", "teacher pass: top-K cache of the training documents",
+        cache = {**heldout, **self._stage("cache", "teacher pass: the training documents' cache",
                                           lambda: self.caches(teacher, plan))}
         runs = training_runs(s.seeds)
         trained: dict[str, dict] = {}

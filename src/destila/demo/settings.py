@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from destila.models import EMBEDDED
+from destila.targets.spec import TARGET_KINDS
 
 PRECISIONS = ("auto", "float32", "bfloat16")
 
@@ -68,7 +69,7 @@ class CachedStageSettings(StageSettings):
 TRAININGS = {
     # KL plus cross-entropy, 1:1: at the demo's ~24 steps it measured lower held-out perplexity than KL alone
     # (docs/demo.md, "How the recipe was chosen").
-    "distilled": ("KL to the teacher's top-K + cross-entropy", {"soft_weight": 1.0, "hard_weight": 1.0}),
+    "distilled": ("KL to 64 sampled teacher tokens + cross-entropy", {"soft_weight": 1.0, "hard_weight": 1.0}),
     "baseline": ("cross-entropy only, no teacher", {"soft_weight": 0.0, "hard_weight": 1.0}),
 }
 
@@ -82,6 +83,12 @@ class DemoSettings(CachedStageSettings):
     """
 
     teacher: str = EMBEDDED
+    # The training cache holds S draws from the teacher per position (RS-KD), not its top-K: on fresh tokens KL
+    # to 64 draws plus CE ended 1.9% lower in held-out perplexity than KL to the top-100 plus CE, in both seeds,
+    # and ahead at every budget (docs/benchmarks.md). The held-out cache stays top-K (`top_k`): the report's KL
+    # and agreement read it.
+    train_targets: str = "sampled"
+    samples: int = 64
     # The student: the teacher's layers kept (None: all of them), then pruned in width by activation
     # importance on calibration text from the training documents (an empty dict: not pruned). All 30
     # layers with 528 of 576 residual channels, 6 of 9 query heads, 2 of 3 key/value heads and 527 of
@@ -115,6 +122,9 @@ class DemoSettings(CachedStageSettings):
 
     def __post_init__(self):
         super().__post_init__()
+        if self.train_targets not in TARGET_KINDS:
+            raise ValueError(f"train_targets: expected one of {', '.join(TARGET_KINDS)}, found {self.train_targets!r}")
+        _positive_integers(self, ("samples",))
         for name in ("max_steps", "eval_every", "eval_curve_sequences", "seeds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected a positive integer, found {getattr(self, name)}")
