@@ -511,11 +511,14 @@ def demo(report: dict) -> str:
         layers += ", pruned to " + ", ".join(f"{k} {v}" for k, v in settings["student_width"].items())
     precisions = sorted({info.get("precision", "float32") for info in report.get("trained", {}).values()})
     trained_in = f"trained in {' and '.join(precisions)}, " if precisions else ""
+    # A report from before the training cache could hold sampled targets has top-K in every cache.
+    targets = (f"training targets {settings['samples']} samples per position, held-out top-{settings['top_k']}"
+               if settings.get("train_targets") == "sampled" else f"K = {settings['top_k']}")
     return "\n\n".join([
         render_rows(["held-out, " + f"{tokens:,} tokens"] + order, rows),
         (f"Training steps: {steps}. " if steps else "") +
         f"Settings: seq-len {settings['seq_len']}, {cached:,} cached training tokens, "
-        f"K = {settings['top_k']}, {layers}, {trained_in}batch {settings['batch_size']}, "
+        f"{targets}, {layers}, {trained_in}batch {settings['batch_size']}, "
         f"learning rate {settings['learning_rate']}, {settings['minutes']:g}-minute budget. "
         f"Time per stage: {stage_line}."])
 

@@ -33,9 +33,9 @@ only as far as needed to rule them out:
   it are recomputed.
 - **Two candidates are measured at once on a CPU.** Each of two workers
   (threads, one torch thread each) takes the candidate at the front of the
-  race whenever it falls idle: on SmolLM2's 256-token rows a second
-  intra-op thread gave no speed-up, a second candidate nearly doubles the
-  throughput. A candidate at the front is declared the round's minimum
+  race whenever it falls idle: on SmolLM2's 256-token rows and 2 cores that
+  took 0.82× the time of one candidate at a time on two torch threads
+  (docs/student.md). A candidate at the front is declared the round's minimum
   only when nothing is in flight, so the answer is the serial race's (the
   work done may differ from run to run). Those forwards call the decoder layers
   directly with the arguments the model gave them on the teacher's pass
@@ -87,7 +87,8 @@ SmolLM2, so the lowered bound stays below the float32 KL; the search reports the
 closest a bound came to its KL (``closest_bound``: 0.94 choosing 11 of SmolLM2's layers, docs/student.md)."""
 CPU_WORKERS = 2
 """Candidates measured at once on a CPU with at least this many torch threads (the threads are split between
-them). More would measure candidates the serial race rules out before reaching them."""
+them). Measured on 2 cores; each further worker would also measure candidates the one-at-a-time race may rule
+out before reaching them."""
 
 
 @dataclass
@@ -106,8 +107,9 @@ class _Unit:
     support_weight: torch.Tensor  # [S, H]: the head's rows of the teacher's likely tokens
     support_bias: torch.Tensor | None  # [S]
     inputs: dict = field(default_factory=dict)  # teacher layer -> its input hidden states [B, T, H] in the student
-    layer_kwargs: dict = field(default_factory=dict)  # teacher layer -> the keyword arguments the model passed
-    # it on the teacher's pass (mask, position embeddings): they depend on the row, not on the layers that run
+    layer_kwargs: dict = field(default_factory=dict)  # teacher layer -> (positional, keyword) arguments the model
+    # passed it besides the hidden states on the teacher's pass (mask, position embeddings): they depend on the
+    # row, not on the layers that run
 
 
 @dataclass
