@@ -486,6 +486,8 @@ class GreedySearch:
             units = [self._teacher_unit(batch, check=i == 0)
                      for i, batch in enumerate(self.calibration.batches(self.unit_tokens))]
             self.workers = self._choose_workers(threads)
+            if self.workers > 1:  # which way it runs, on the bar
+                bar.set_description(f"{description}, {self.workers} candidates at once", refresh=False)
             # The threads are split between the workers (a worker's forwards are small: see CPU_WORKERS).
             torch.set_num_threads(max(1, threads // self.workers))
             self.pool = _Workers(self.workers, self._precision)
@@ -501,8 +503,8 @@ class GreedySearch:
                         layer, by_unit, totals = self._round_full(units, kept)
                         first_round = first_round or [totals[i] / count for i in range(self.total)]
                     position = kept.index(layer)
-                    refresh = [lambda unit=unit: self._refresh_inputs(unit, kept, position) for unit in units]
-                    self.pool.map(refresh) if self.direct else [call() for call in refresh]
+                    # One unit per worker (a single worker, as without direct calls, runs them here in turn).
+                    self.pool.map([lambda unit=unit: self._refresh_inputs(unit, kept, position) for unit in units])
                     for unit in units:
                         del unit.inputs[layer]
                     rounds.append({"candidates": len(kept), "forwards": self.counts.forwards - self._round_start[0],
