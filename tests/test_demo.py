@@ -399,6 +399,21 @@ def test_layer_lists_on_the_command_line():
         parse_layer_list("six")
 
 
+def test_the_training_cache_takes_the_settings_targets_and_the_held_out_cache_stays_top_k(tmp_path):
+    def targets(**settings):
+        demo = Demo(tmp_path, DemoSettings(**settings), texts=["unused"], console=Console(quiet=True))
+        return demo._cache_options(training=True)["targets"], demo._cache_options()["targets"]
+
+    trained_on, held_out = targets()
+    assert (trained_on.kind, trained_on.samples) == ("sampled", 64)
+    assert (held_out.kind, held_out.top_k) == ("topk", 100)
+    trained_on, held_out = targets(train_targets="topk", top_k=20, samples=16)
+    assert (trained_on.kind, trained_on.top_k) == ("topk", 20) and held_out == trained_on
+    assert targets(samples=16)[0].samples == 16
+    with pytest.raises(ValueError, match="train_targets: expected one of topk, sampled, found 'dense'"):
+        DemoSettings(train_targets="dense")
+
+
 def test_the_precision_flag_reaches_the_settings_and_refuses_an_unknown_one(capsys):
     from destila.cli.demo import DemoRun
     from destila.cli.main import build_parser, main

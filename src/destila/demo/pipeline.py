@@ -37,6 +37,7 @@ from rich.console import Console
 from transformers import AutoConfig
 
 from destila.cache import BuildSpec, TopKCache, build_cache, inspect_cache, read_manifest
+from destila.cache.kinds import kind_of
 from destila.data import pydoc_texts
 from destila.demo.budget import (StepBudget, measure_step_seconds, native_bf16, plan_training, scaled_reserve,
                                  split_seconds)
@@ -165,8 +166,10 @@ class Demo:
     def _cache_options(self, training: bool = False) -> dict:
         """The held-out cache's top-K targets, or ``training``: the training cache's (``train_targets``)."""
         s = self.settings
-        targets = (TargetSpec(kind="sampled", samples=s.samples) if training and s.train_targets == "sampled"
-                   else TargetSpec(top_k=s.top_k))
+        targets = TargetSpec(top_k=s.top_k)
+        if training:  # the kind's width: K (top_k) or S (samples)
+            width = kind_of(s.train_targets).fields[0]
+            targets = TargetSpec(kind=s.train_targets, **{width: {"top_k": s.top_k, "samples": s.samples}[width]})
         return dict(seq_len=s.seq_len, targets=targets, batch_size=s.cache_batch_size)
 
     def plan(self, student: str, heldout: dict) -> dict:
