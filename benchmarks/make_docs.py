@@ -264,7 +264,7 @@ def student_quality_fresh(records: list[dict]) -> str:
 
 @table("student-quality-fresh-task", "student_quality_fresh_task.jsonl")
 def student_quality_fresh_task(records: list[dict]) -> str:
-    """`benchmarks/student_quality.py fresh-task`: the 600-question task on each row's final students."""
+    """`benchmarks/student_quality.py fresh-task`: the 600-question tasks on each row's final students."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from benchmarks.quality_fresh import task_table

@@ -377,7 +377,9 @@ def _runnable_in_fresh_process(row: str) -> bool:
 
 # -- the big task on the final students -----------------------------------------------
 
-TASK = "pydoc_next_word"  # 600 questions (docs/eval.md): standard error about 2 points
+TASKS = ("pydoc_next_word", "stdlib_next_word")
+"""600 questions each (docs/eval.md, standard error about 2 points): next words of held-out pydoc topics, and of
+the docstrings of the stdlib corpus's held-out modules (the training corpus's own held-out text)."""
 
 
 def final_students(out: Path) -> list[tuple[str, int, Path]]:
@@ -394,23 +396,31 @@ def final_students(out: Path) -> list[tuple[str, int, Path]]:
 
 
 def score_task(out: Path) -> None:
-    """:data:`TASK` for each final student not scored yet, one line each in ``OUT/task.jsonl``."""
+    """Each of :data:`TASKS` for each final student not scored on it yet, one line each in ``OUT/task.jsonl``."""
     from destila.eval.task_scores import task_scores
 
-    done = {(r["row"], r["seed"]) for r in read_lines(out / "task.jsonl")}
-    for row, seed, folder in final_students(out):
-        if (row, seed) in done:
-            continue
-        load = _load()
-        [scored] = task_scores(TASK, [str(folder)], batch_size=16)
-        record = {"row": row, "seed": seed, "budget_tokens": 0 if row == "start" else max(BUDGETS), "task": TASK,
-                  **{k: scored[k] for k in ("acc", "acc_stderr", "questions", "chance", "seconds")}, "load": load}
-        write_record(out, record, "task.jsonl")
+    done = {(r["row"], r["seed"], r["task"]) for r in read_lines(out / "task.jsonl")}
+    for task in TASKS:
+        for row, seed, folder in final_students(out):
+            if (row, seed, task) in done:
+                continue
+            load = _load()
+            [scored] = task_scores(task, [str(folder)], batch_size=16)
+            record = {"row": row, "seed": seed, "budget_tokens": 0 if row == "start" else max(BUDGETS), "task": task,
+                      **{k: scored[k] for k in ("acc", "acc_stderr", "questions", "chance", "seconds")},
+                      "load": load}
+            write_record(out, record, "task.jsonl")
 
 
 def task_table(records: list[dict]) -> str:
-    """Task accuracy of each row's final students (each seed, ± the harness's standard error), then each KD row
-    against CE: the difference of the means and whether it exceeds the standard error."""
+    """Per task (in :data:`TASKS` order): accuracy of each row's final students (each seed, ± the harness's
+    standard error), then each KD row against CE: the difference of the means and whether it exceeds the
+    standard error."""
+    tasks = sorted({r["task"] for r in records}, key=lambda t: (TASKS.index(t) if t in TASKS else len(TASKS), t))
+    return "\n\n".join(_one_task_table([r for r in records if r["task"] == task]) for task in tasks)
+
+
+def _one_task_table(records: list[dict]) -> str:
     lines = ["| row | training tokens | seeds | accuracy (± standard error) |", "|---|---:|---:|---|"]
     by_row = {row: sorted((r for r in records if r["row"] == row), key=lambda r: r["seed"])
               for row in ["start", *ROWS]}

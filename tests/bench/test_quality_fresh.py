@@ -124,9 +124,9 @@ def test_each_scored_checkpoint_records_every_metric_the_table_shows(tiny_llama_
     assert scores["top1_agreement"] > 0.99 and abs(scores["kl_to_teacher"]) < 1e-3  # the cache's own teacher
 
 
-def task_records(row, accs, stderr=0.02):
+def task_records(row, accs, stderr=0.02, task="pydoc_next_word"):
     return [{"row": row, "seed": seed, "budget_tokens": 0 if row == "start" else max(BUDGETS),
-             "task": "pydoc_next_word", "acc": acc, "acc_stderr": stderr, "questions": 600, "chance": 0.25,
+             "task": task, "acc": acc, "acc_stderr": stderr, "questions": 600, "chance": 0.25,
              "seconds": 10.0} for seed, acc in enumerate(accs)]
 
 
@@ -141,6 +141,18 @@ def test_task_table_shows_each_seed_and_says_whether_a_gap_exceeds_the_standard_
     assert "Task `pydoc_next_word`, 600 questions, chance 25%." in text
     assert "- `kd+ce` against `ce` (seeds 0, 1): +6.0%, more than one standard error (2.0%)." in text
     assert "- `rskd+ce` against `ce` (seeds 0): +1.5%, within one standard error (2.0%)." in text
+
+
+def test_task_table_gives_each_task_its_own_table_in_the_benchmarks_order():
+    from benchmarks.quality_fresh import task_table
+
+    stdlib = task_records("ce", [0.40], task="stdlib_next_word") + task_records("kd+ce", [0.45],
+                                                                                task="stdlib_next_word")
+    text = task_table(stdlib + task_records("ce", [0.50]) + task_records("kd+ce", [0.51]))
+    pydoc, other = text.split("\n\n| row |")
+    assert "Task `pydoc_next_word`" in pydoc and "- `kd+ce` against `ce` (seeds 0): +1.0%, within" in pydoc
+    assert "Task `stdlib_next_word`" in other and "| ce | 409,600 | 1 of 2 (0) | 40.0% ± 2.0% |" in other
+    assert "- `kd+ce` against `ce` (seeds 0): +5.0%, more than one standard error (2.0%)." in other
 
 
 def test_final_students_are_the_runs_scored_at_the_largest_budget(tmp_path):

@@ -15,13 +15,10 @@ from destila.eval.tasks.pydoc_cloze import prose_runs
 TASK = "pydoc_next_word"
 
 
-@pytest.fixture(scope="module")
-def questions():
-    return next_word_questions(HELD_OUT_TEXT["pydoc"]())
-
-
-def test_each_question_is_the_next_word_against_three_of_the_same_length(questions):
-    documents = HELD_OUT_TEXT["pydoc"]()
+@pytest.mark.parametrize("corpus", ["pydoc", "stdlib"])
+def test_each_question_is_the_next_word_against_three_of_the_same_length(corpus):
+    documents = HELD_OUT_TEXT[corpus]()
+    questions = next_word_questions(documents)
     assert len(questions) == QUESTIONS >= 500
     # The harness's standard error of a mean of 0/1 scores is at most sqrt(0.25 / (n - 1)): ≤ 2.5 points.
     assert math.sqrt(0.25 / (len(questions) - 1)) <= 0.025
@@ -51,7 +48,23 @@ def test_the_same_seed_gives_the_same_questions_and_the_count_is_capped():
         next_word_questions(documents, questions=0)
 
 
+def test_the_stdlib_task_asks_of_the_held_out_modules_docstrings_only():
+    import colorsys
+    import logging
+
+    from destila.data.stdlib import is_held_out, stdlib_files
+
+    documents = HELD_OUT_TEXT["stdlib"]()
+    held_out, trained = (len(stdlib_files(split)) for split in ("test", "train"))
+    assert 0 < len(documents) <= held_out < trained
+    assert not any(line.lstrip().startswith(">>>") for doc in documents for line in doc.splitlines())
+    text = "\n".join(documents)
+    assert is_held_out("logging") and logging.__doc__.strip().splitlines()[0] in text
+    assert not is_held_out("colorsys") and colorsys.__doc__.strip().splitlines()[0] not in text
+
+
 def test_every_held_out_corpus_has_its_task(tmp_path):
+    assert {task_name(corpus) for corpus in HELD_OUT_TEXT} == {"pydoc_next_word", "stdlib_next_word"}
     assert {task_name(corpus) for corpus in HELD_OUT_TEXT} <= set(BUILT_IN_TASKS)
     task = BUILT_IN_TASKS[TASK](tmp_path / "task")
     config = yaml.safe_load(task.read_text())
@@ -60,7 +73,7 @@ def test_every_held_out_corpus_has_its_task(tmp_path):
     rows = [json.loads(line) for line in open(config["dataset_kwargs"]["data_files"]["test"])]
     assert rows == next_word_questions(HELD_OUT_TEXT["pydoc"]())
     assert sorted(p.name for p in task.parent.iterdir()) == [f"{TASK}.jsonl", f"{TASK}.yaml"]
-    with pytest.raises(ValueError, match="expected a corpus among pydoc, found 'nope'"):
+    with pytest.raises(ValueError, match="expected a corpus among pydoc, stdlib, found 'nope'"):
         build_next_word("nope", tmp_path / "other")
 
 
@@ -92,11 +105,12 @@ def test_destila_eval_equals_lm_eval_simple_evaluate(tiny_llama_dir, tmp_path, m
 @pytest.mark.slow
 @pytest.mark.real_model
 @requires_real_teacher
-def test_the_embedded_teacher_is_clearly_above_chance_with_a_small_error_bar():
+@pytest.mark.parametrize("task", [TASK, "stdlib_next_word"])
+def test_the_embedded_teacher_is_clearly_above_chance_with_a_small_error_bar(task):
     from destila.eval import task_scores
     from destila.models import embedded_teacher_dir
 
-    (score,) = task_scores(TASK, [str(embedded_teacher_dir())], batch_size=8)
+    (score,) = task_scores(task, [str(embedded_teacher_dir())], batch_size=8)
     assert score["questions"] == QUESTIONS
     assert score["acc_stderr"] <= 0.025
     # "Clearly above" chance (1/4): more than five standard errors above it.
