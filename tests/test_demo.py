@@ -367,7 +367,7 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path, monkeypat
     markdown = (tmp_path / "report.md").read_text()
     assert markdown.split("\n\n")[1].startswith("**Verdict.** Distillation reached held-out perplexity")
     assert f"Scored on {distilled['tokens']:,} held-out tokens" in markdown
-    assert f"| distilled | KL to 64 sampled teacher tokens + cross-entropy | {precision} | 6 |" in markdown
+    assert f"| distilled | KL to the cached teacher targets + cross-entropy | {precision} | 6 |" in markdown
     assert f"Precision: {precision}, the " in markdown
     assert all(r["task"]["questions"] == 4 and r["task"]["task"] == "pydoc_next_word" for r in report["results"])
     for section in ("Held-out comparison", "Task accuracy", "Training", "Generated text", "Time per stage", "Cache",
