@@ -167,9 +167,9 @@ class Demo:
         """The held-out cache's top-K targets, or ``training``: the training cache's (``train_targets``)."""
         s = self.settings
         targets = TargetSpec(top_k=s.top_k)
-        if training:  # the kind's width: K (top_k) or S (samples)
+        if training:  # the kind's width, K (top_k) or S (samples): the settings field of the same name
             width = kind_of(s.train_targets).fields[0]
-            targets = TargetSpec(kind=s.train_targets, **{width: {"top_k": s.top_k, "samples": s.samples}[width]})
+            targets = TargetSpec(kind=s.train_targets, **{width: getattr(s, width)})
         return dict(seq_len=s.seq_len, targets=targets, batch_size=s.cache_batch_size)
 
     def plan(self, student: str, heldout: dict) -> dict:

@@ -525,6 +525,14 @@ class GreedySearch:
                 "closest_bound": self.closest, "workers": self.workers}
 
 
+def _settle(call, future: Future) -> None:
+    """``future`` gets ``call()``'s result, or the exception it raised (the caller raises it)."""
+    try:
+        future.set_result(call())
+    except BaseException as error:
+        future.set_exception(error)
+
+
 class _Workers:
     """Runs calls on ``count`` threads, each inside its own ``context()`` entered once for the thread's life (so
     autocast's casts of the weights are made once per thread); ``count`` 1 runs them in the caller's thread.
@@ -542,22 +550,15 @@ class _Workers:
     def _serve(self, context) -> None:
         with context():
             while (task := self.tasks.get()) is not None:
-                call, future = task
-                try:
-                    future.set_result(call())
-                except BaseException as error:  # handed to the caller, which raises it
-                    future.set_exception(error)
+                _settle(*task)
 
     def submit(self, call) -> Future:
         """``call()``'s future; run at once in the caller's thread with one worker."""
         future = Future()
         if self.threads:
             self.tasks.put((call, future))
-            return future
-        try:
-            future.set_result(call())
-        except BaseException as error:
-            future.set_exception(error)
+        else:
+            _settle(call, future)
         return future
 
     def map(self, calls: list) -> list:
