@@ -123,7 +123,7 @@ fi
 HEAD=(--device cuda --dtype bfloat16 --hidden 4096 --vocab 131072 --top-k 100)
 
 step tests 120 "$PYTHON" -m pytest -q -n 4 -p no:randomly tests/losses/test_cuda.py tests/losses/test_triton_rows.py \
-    tests/bench/test_peers_loss.py::test_liger_equals_destila_on_gpu \
+    tests/bench/test_peers_loss.py::test_liger_equals_destila \
     tests/bench/test_peers_loss.py::test_cce_equals_destila_cross_entropy_on_gpu
 
 step loss 200 "$PYTHON" -m benchmarks.peers loss "${HEAD[@]}" --seq-lens 8K,16K,32K \

@@ -137,13 +137,15 @@ def _kernels(options: LossOptions, device: torch.device) -> str:
 @functools.cache
 def bf16_gemm_to_float32(device: torch.device) -> bool:
     """Whether this torch runs a bf16 × bf16 GEMM writing float32 on ``device`` (``mm`` and ``addmm``'s
-    ``out_dtype``), probed once per device on a tiny product."""
+    ``out_dtype``), probed once per device on a tiny product, in each form the fast path calls: ``mm``;
+    ``addmm`` scaled by alpha over its own ignored output (beta 0); ``addmm`` summing into a float32 ``out``."""
     try:
         a = torch.ones(2, 2, dtype=torch.bfloat16, device=device)
-        out = torch.zeros(2, 2, dtype=torch.float32, device=device)
-        torch.mm(a, a.t(), out_dtype=torch.float32, out=out)
-        torch.addmm(out, a.t(), a, out_dtype=torch.float32, out=out)
-        return bool((out == 4).all())
+        out = torch.full((2, 2), float("nan"), dtype=torch.float32, device=device)
+        torch.mm(a, a.t(), out_dtype=torch.float32, out=out)  # 2
+        torch.addmm(out, a, a.t(), beta=0.0, alpha=0.5, out_dtype=torch.float32, out=out)  # 1
+        torch.addmm(out, a.t(), a, out_dtype=torch.float32, out=out)  # 1 + 2
+        return bool((out == 3).all())
     except (TypeError, RuntimeError, NotImplementedError):
         return False
 
