@@ -90,3 +90,24 @@ def test_cli_long_context_writes_json_csv_and_plot(tiny_llama_dir, tmp_path, cap
     assert payload["longest"] == {"dense": 32, "chunked": 32, "fused": 32}
     assert (tmp_path / "long.png").read_bytes()[:4] == b"\x89PNG"
     assert "longest sequence that fits" in capsys.readouterr().out
+
+
+def test_the_table_compares_with_online_only_when_online_ran():
+    from rich.console import Console
+
+    from destila.bench.tables import e2e_table
+
+    cfg = E2EConfig(teacher="t", seq_len=32, batch_size=2)
+    ok = {"status": "ok", "peak_bytes": 2**30, "step_seconds": 1.0, "tokens_per_second": 64.0, "final_loss": 2.0}
+    without = {"rows": [{"method": "chunked", **ok}, {"method": "fused", **ok}]}
+    with_online = {"rows": [{"method": "online", **ok, "step_seconds": 2.0},
+                            {"method": "fused", **ok, "memory_vs_online": 0.5, "time_vs_online": 0.5,
+                             "loss_diff_vs_online": 0.25}]}
+
+    def rendered(result):
+        console = Console(width=200, record=True)
+        console.print(e2e_table(result, cfg))
+        return [line for line in console.export_text().splitlines() if "fused" in line][0]
+
+    assert "1.00×" not in rendered(without) and rendered(without).count("–") == 3
+    assert "0.50×" in rendered(with_online) and "+0.2500" in rendered(with_online)

@@ -45,10 +45,13 @@ def e2e_table(result: dict, cfg) -> Table:
         if r["status"] != "ok":
             table.add_row(r["method"], r["status"], *["–"] * 6)
             continue
+        # Without an online row (not asked for, or failed) there is nothing to compare with: "–", not 1.00×.
+        compared = "memory_vs_online" in r
         table.add_row(r["method"], gib(r["peak_bytes"]), f"{r['step_seconds']:.2f} s",
                       f"{r['tokens_per_second']:.0f}", f"{r['final_loss']:.4f}",
-                      f"{r.get('loss_diff_vs_online', 0):+.4f}", f"{r.get('memory_vs_online', 1):.2f}×",
-                      f"{r.get('time_vs_online', 1):.2f}×")
+                      f"{r['loss_diff_vs_online']:+.4f}" if compared else "–",
+                      f"{r['memory_vs_online']:.2f}×" if compared else "–",
+                      f"{r['time_vs_online']:.2f}×" if compared else "–")
     return table
 
 
