@@ -65,3 +65,20 @@ def test_cli_compares_models_side_by_side(tiny_llama_dir, small_cache, tmp_path,
     rows = dict(comparison_rows(results))
     assert rows["parameters"][1].endswith(f"(×{results[1]['parameters'] / results[0]['parameters']:.2f})")
     assert markdown_table(results).count("\n") == len(rows) + 1
+
+
+@pytest.mark.parametrize("what", [["--tasks", "pydoc_next_word"], ["--data", "pydoc"]])
+def test_cli_a_missing_model_fails_before_any_work(tiny_llama_dir, tmp_path, capsys, monkeypatch, what):
+    """Neither the task data nor a worker process is made for a model path that is not there."""
+    import destila.cli.eval as cli_eval
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("work started for a model that does not exist")
+
+    monkeypatch.setattr(cli_eval, "prepare_tasks", never)
+    monkeypatch.setattr(cli_eval, "evaluate_models", never)
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["eval", str(tiny_llama_dir), str(tmp_path / "nope"), *what])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"destila eval: error: model: no such file or folder: {tmp_path / 'nope'}"

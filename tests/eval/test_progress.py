@@ -44,8 +44,26 @@ def test_a_worker_failure_reaches_the_caller(tmp_path):
     def work():
         raise ValueError("eval: bad input")
 
+    bar = RecordingBar()
     with pytest.raises(ValueError, match="bad input"):
-        run_with_progress(work, tmp_path / "progress", RecordingBar(), "model", poll_seconds=0.01)
+        run_with_progress(work, tmp_path / "progress", bar, "model", poll_seconds=0.01)
+    assert bar.updates[-1]["description"] == "model: failed"
+
+
+def test_a_failed_result_ends_the_bar_on_failed_not_done(tmp_path):
+    """An isolated worker returns its failure as a result; the bar must not say done before the error."""
+    path = tmp_path / "progress"
+
+    def work():
+        ProgressFile(path)(1, 4, "loading")
+        time.sleep(0.1)
+        return {"status": "error"}
+
+    bar = RecordingBar()
+    run_with_progress(work, path, bar, "model 1/1 x", poll_seconds=0.02, succeeded=lambda r: r["status"] == "ok")
+    assert bar.updates[-1]["description"] == "model 1/1 x: failed"
+    assert all("done" not in u["description"] for u in bar.updates)
+    assert bar.updates[-1]["completed"] == 1  # where it stopped, not 100%
 
 
 def test_without_a_file_reporting_does_nothing():

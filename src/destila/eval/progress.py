@@ -38,8 +38,9 @@ def read_progress(path: Path) -> tuple[int, int | None, str] | None:
     return int(done), (None if int(total) < 0 else int(total)), what
 
 
-def run_with_progress(run, path: Path, bar, label: str, poll_seconds: float = 0.3):
-    """``run()`` in a thread while ``bar`` (a ``tqdm`` bar) shows ``path``'s state; its result."""
+def run_with_progress(run, path: Path, bar, label: str, poll_seconds: float = 0.3, succeeded=lambda result: True):
+    """``run()`` in a thread while ``bar`` (a ``tqdm`` bar) shows ``path``'s state; its result. The bar ends at
+    "done" only when ``succeeded(result)``; a failed run's bar says "failed" where it stopped."""
     _show(bar, None, None, f"{label}: starting")
     outcome = {}
 
@@ -58,8 +59,12 @@ def run_with_progress(run, path: Path, bar, label: str, poll_seconds: float = 0.
             done, total, what = state
             _show(bar, done, total, f"{label}: {what}")
     if "error" in outcome:
+        _show(bar, None, bar.total, f"{label}: failed")
         raise outcome["error"]
-    _show(bar, 1, 1, f"{label}: done")
+    if succeeded(outcome["result"]):
+        _show(bar, 1, 1, f"{label}: done")
+    else:
+        _show(bar, None, bar.total, f"{label}: failed")
     return outcome["result"]
 
 

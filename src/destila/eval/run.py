@@ -202,6 +202,8 @@ def evaluate_models(spec: EvalSpec, *, isolated: bool = True, timeout: float | N
 
     from tqdm.auto import tqdm
 
+    for model in spec.models:  # a path that is not there fails here, before a worker process starts for it
+        resolve_source(model)
     results = []
     shipped = dataclasses.asdict(spec)  # what a worker process rebuilds its spec from
     show = progress and isolated
@@ -217,7 +219,7 @@ def evaluate_models(spec: EvalSpec, *, isolated: bool = True, timeout: float | N
             label = f"model {number}/{len(spec.models)} {Path(model).name or model}"
             if show:
                 with tqdm(unit="batch", dynamic_ncols=True) as bar:
-                    run = run_with_progress(launch, state, bar, label)
+                    run = run_with_progress(launch, state, bar, label, succeeded=lambda r: r["status"] == "ok")
             else:
                 run = launch()
             if run["status"] == "error" and str(run["error"]).startswith(_USER_ERRORS):
