@@ -26,15 +26,26 @@ from triton_compile import _planted, cases  # noqa: E402
 SCRIPT = Path(__file__).with_name("triton_compile.py")
 
 
-def _compile(*args: str) -> tuple[int, list[dict]]:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+@pytest.fixture
+def compile_in(tmp_path):
+    """Run triton_compile.py with its own empty Triton cache: every build really runs, and nothing is written
+    outside the test's folder."""
+
+    def run(*args: str) -> tuple[int, list[dict]]:
+        return _compile(*args, cache=tmp_path / "triton-cache")
+
+    return run
+
+
+def _compile(*args: str, cache: Path) -> tuple[int, list[dict]]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITON_CACHE_DIR": str(cache)}
     done = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300)
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return done.returncode, rows
 
 
-def test_every_row_kernel_specialisation_compiles_for_sm90_and_sm80():
-    code, rows = _compile("90", "80")
+def test_every_row_kernel_specialisation_compiles_for_sm90_and_sm80(compile_in):
+    code, rows = compile_in("90", "80")
     failures = [r for r in rows if not r["ok"]]
     assert not failures, failures
     expected = len(list(cases()))
@@ -45,14 +56,14 @@ def test_every_row_kernel_specialisation_compiles_for_sm90_and_sm80():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter half runs on CPU tensors")
-def test_a_kernel_the_interpreter_runs_but_sm80_cannot_build_fails_the_check():
+def test_a_kernel_the_interpreter_runs_but_sm80_cannot_build_fails_the_check(compile_in):
     x = torch.linspace(-2, 2, 16)
     y = torch.empty(16, dtype=torch.float8_e4m3fn)
     _planted()[(1,)](x, y, N=16)  # the interpreter (conftest sets TRITON_INTERPRET) runs it
     assert torch.equal(y.float(), x.to(torch.float8_e4m3fn).float())
 
-    code, rows = _compile("--planted", "80")
+    code, rows = compile_in("--planted", "80")
     assert code == 1 and len(rows) == 1 and not rows[0]["ok"]
     assert "fp8e4nv not supported" in rows[0]["error"]
-    code, rows = _compile("--planted", "90")
+    code, rows = compile_in("--planted", "90")
     assert code == 0 and rows[0]["ok"]
