@@ -98,6 +98,25 @@ def test_trl_chunked_divergence_equals_destila(beta, ours_kwargs):
     assert torch.allclose(their_grad, our_grad, rtol=1e-4, atol=1e-6)
 
 
+def _interpreter_loops_to_runtime_bounds() -> bool:
+    """Whether Triton's interpreter runs a loop whose bound is a kernel argument (Triton 3.6's fails under
+    NumPy ≥ 2.4; 3.8's runs it)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def count_kernel(out_ptr, n):
+        for i in range(0, n):
+            tl.store(out_ptr + i, i)
+
+    out = torch.zeros(3)
+    try:
+        count_kernel[(1,)](out, 3)
+    except Exception:  # noqa: BLE001 - the interpreter's own error types differ between versions
+        return False
+    return out.tolist() == [0.0, 1.0, 2.0]
+
+
 @pytest.mark.parametrize("peer", ["liger-fljsd", "liger-distill"])
 def test_liger_equals_destila(peer):
     """Liger's losses as the benchmark calls them, value and gradient: compiled on a GPU, and on CPU under
@@ -107,6 +126,12 @@ def test_liger_equals_destila(peer):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and not interpreting():
         pytest.skip("Liger's Triton kernels run on CPU tensors only under TRITON_INTERPRET=1")
+    if device == "cpu" and peer == "liger-fljsd" and not _interpreter_loops_to_runtime_bounds():
+        import numpy
+        import triton
+
+        pytest.skip(f"Liger's JSD kernel loops to a runtime bound, which Triton {triton.__version__}'s interpreter "
+                    f"cannot do under NumPy {numpy.__version__} (compiled on a GPU it runs)")
     hidden, weight, teacher, labels = _problem(peer, torch.float32)
     h = hidden.to(device).requires_grad_(True)
     theirs = peer_loss(peer, h, weight.to(device), {k: v.to(device) for k, v in teacher.items()}, labels.to(device),
