@@ -24,6 +24,26 @@ def test_missing_path_is_a_clear_error(tmp_path):
         load_causal_lm(str(tmp_path / "nope"))
 
 
+def test_check_source_refuses_what_loading_would_without_converting_or_probing(tmp_path, monkeypatch):
+    """The up-front check: the same refusals of a local path, and none of resolve_source's slow work (the embedded
+    teacher's first conversion, the hub probe)."""
+    import destila.models.loading as loading
+    from destila.models import check_source
+
+    monkeypatch.setenv("DESTILA_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(loading, "hub_unreachable", lambda: pytest.fail("the hub was probed"))
+    check_source("smollm2")
+    check_source("some-org/some-model")
+    assert not (tmp_path / "home").exists()  # nothing converted
+    with pytest.raises(FileNotFoundError, match="no such file or folder"):
+        check_source(str(tmp_path / "nope"))
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        check_source(str(tmp_path))
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(ValueError, match="expected a folder, a .gguf file or a hub id"):
+        check_source(str(tmp_path / "weights.bin"))
+
+
 def test_unreachable_hub_id_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(FileNotFoundError, match="Hugging Face Hub could not provide it"):

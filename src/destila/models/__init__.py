@@ -14,6 +14,7 @@ from destila.models.loading import (
     MODEL_HELP,
     SAVE_INCOMPLETE,
     check_plain_head,
+    check_source,
     config_hash,
     decoder_of,
     destila_home,
@@ -30,7 +31,7 @@ from destila.models.loading import (
     weight_fingerprint,
 )
 
-__all__ = ["EMBEDDED", "INIT_INCOMPLETE", "MODEL_HELP", "SAVE_INCOMPLETE", "check_plain_head", "config_hash", "decoder_of", "destila_home",
+__all__ = ["EMBEDDED", "INIT_INCOMPLETE", "MODEL_HELP", "SAVE_INCOMPLETE", "check_plain_head", "check_source", "config_hash", "decoder_of", "destila_home",
            "embedded_gguf_path", "embedded_teacher_dir", "final_hidden_states", "hub_unreachable",
            "load_causal_lm", "load_config", "load_tokenizer", "output_head", "resolve_source", "tokenizer_fingerprint",
            "weight_fingerprint"]

@@ -154,6 +154,23 @@ def resolve_source(spec: str, gguf_file: str | None = None) -> tuple[str, str | 
     """
     if spec == EMBEDDED:
         return str(embedded_teacher_dir()), None
+    local = _local_source(spec, gguf_file)
+    if local is not None:
+        return local
+    hub_unreachable()
+    return spec, gguf_file
+
+
+def check_source(spec: str, gguf_file: str | None = None) -> None:
+    """What :func:`resolve_source` refuses about a local model path, checked without its slow parts (converting
+    the embedded teacher on first use, probing the hub): for failing in seconds before any other work."""
+    if spec != EMBEDDED:
+        _local_source(spec, gguf_file)
+
+
+def _local_source(spec: str, gguf_file: str | None) -> tuple[str, str | None] | None:
+    """``(folder, gguf_filename)`` of a local model, None for what can only be a hub id; raises for a path that
+    is not a loadable model."""
     path = Path(spec).expanduser()
     if path.is_file():
         if path.suffix != ".gguf":
@@ -179,8 +196,7 @@ def resolve_source(spec: str, gguf_file: str | None = None) -> tuple[str, str | 
         return str(path), None
     if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
         raise FileNotFoundError(f"model: no such file or folder: {spec}")
-    hub_unreachable()
-    return spec, gguf_file
+    return None
 
 
 @functools.lru_cache(maxsize=1)
