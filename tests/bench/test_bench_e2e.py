@@ -36,6 +36,7 @@ def test_offline_methods_agree_and_online_is_compared(tiny_llama_dir, corpus, tm
         assert rows[method]["losses"] == pytest.approx(rows["fused"]["losses"], rel=1e-4)
     for row in rows.values():
         assert len(row["losses"]) == 3 and len(row["all_step_seconds"]) == 3 and row["peak_bytes"] > 0
+        assert row["losses"] == pytest.approx(row["kl"], rel=1e-4)  # the KL alone, as TRL's GKD rows train
         assert row["tokens_per_second"] == pytest.approx(2 * 32 / row["step_seconds"])
     assert rows["fused"]["loss_diff_vs_online"] == pytest.approx(rows["fused"]["final_loss"]
                                                                  - rows["online"]["final_loss"])

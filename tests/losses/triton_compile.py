@@ -24,8 +24,8 @@ import sys
 
 # The specialisations the loss launches (see chunk_math._chunk_loss_triton_): the buffer's dtype; G in place
 # (same dtype) or as bf16 over the float32 buffer's rows (the fast path); with and without the T-scaled pass
-# and the label term; a vocabulary that loops over blocks (Llama 3's) and one that fits one block.
-BUFFERS = {"float32": "fp32", "float64": "fp64"}
+# and the label term; a vocabulary that loops over blocks (the GPU benchmark's) and one that fits one block.
+BUFFERS = ("float32", "float64")
 GRAD_OUTS = [("float32", "float32"), ("float32", "bfloat16"), ("float64", "float64")]
 VOCABS = [131072, 1000]
 TRITON_TYPES = {"float32": "fp32", "float64": "fp64", "bfloat16": "bf16"}

@@ -147,6 +147,9 @@ def train_worker(method: str, student: str, out: str, cache: str | None, teacher
         output_dir=out, max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,
         lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=seed,
         impl="fused" if method == "online" else method, online_loss="dense", bf16=dtype == "bfloat16",
+        # The KL alone, as the reference table and TRL's GKD (the peers' rows) train: `destila train`'s default
+        # adds the cross-entropy, which would make the rows incomparable with theirs.
+        hard_weight=0.0,
         # Mixed precision keeps float32 master weights and hands the head float32 hidden states: the fused
         # loss then runs the bf16 GEMMs autocast would run for a plain head (precision fast) on CUDA.
         precision="fast" if method == "fused" and dtype == "bfloat16" and device.startswith("cuda") else "auto",
