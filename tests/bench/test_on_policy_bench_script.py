@@ -21,7 +21,9 @@ def test_every_method_trains_and_is_scored(tiny_chat_llama_dir, tmp_path):
     results = tmp_path / "results.jsonl"
     command = [sys.executable, str(SCRIPT), "--teacher", str(tiny_chat_llama_dir), "--student", str(student),
                "--prompts", "20", "--rounds", "2", "--steps-per-round", "2", "--max-new-tokens", "8", "--seq-len",
-               "64", "--top-k", "16", "--seeds", "0", "--work", str(tmp_path / "work"), "--json", str(results)]
+               "128", "--top-k", "16", "--seeds", "0", "--work", str(tmp_path / "work"), "--json", str(results)]
+    # --seq-len 128: the tiny tokenizer spells each chat-templated prompt (a system turn included) in 79 to 94
+    # tokens, and its 8-token answer must fit after it (a cut-off answer is refused).
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1700)
     assert done.returncode == 0, done.stderr[-3000:]
