@@ -21,7 +21,7 @@ import torch
 
 pytest.importorskip("triton", reason="the triton extra is not installed (pip install 'destila[triton]')")
 
-from triton_compile import _planted, cases  # noqa: E402
+from triton_compile import planted_kernel, cases  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("triton_compile.py")
 
@@ -59,7 +59,7 @@ def test_every_row_kernel_specialisation_compiles_for_sm90_and_sm80(compile_in):
 def test_a_kernel_the_interpreter_runs_but_sm80_cannot_build_fails_the_check(compile_in):
     x = torch.linspace(-2, 2, 16)
     y = torch.empty(16, dtype=torch.float8_e4m3fn)
-    _planted()[(1,)](x, y, N=16)  # the interpreter (conftest sets TRITON_INTERPRET) runs it
+    planted_kernel()[(1,)](x, y, N=16)  # the interpreter (conftest sets TRITON_INTERPRET) runs it
     assert torch.equal(y.float(), x.to(torch.float8_e4m3fn).float())
 
     code, rows = compile_in("--planted", "80")

@@ -66,7 +66,7 @@ def cases():
                    warps)
 
 
-def _planted():
+def planted_kernel():
     import triton
     import triton.language as tl
 
@@ -100,7 +100,7 @@ def main(archs: list[int], planted: bool = False) -> int:
     from destila.losses.row_kernels import _kernels
 
     if planted:
-        row = _compile(_planted(), {"x_ptr": "*fp32", "y_ptr": "*fp8e4nv"}, {"N": 16}, 4, archs[0])
+        row = _compile(planted_kernel(), {"x_ptr": "*fp32", "y_ptr": "*fp8e4nv"}, {"N": 16}, 4, archs[0])
         print(json.dumps({"kernel": "planted", "arch": archs[0], "case": "float8 e4m3 store"} | row), flush=True)
         return 0 if row["ok"] else 1
     kernels = dict(zip(("rest_stats", "write_grad"), _kernels()))
