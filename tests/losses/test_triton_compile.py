@@ -21,7 +21,7 @@ import torch
 
 pytest.importorskip("triton", reason="the triton extra is not installed (pip install 'destila[triton]')")
 
-from triton_compile import planted_kernel, cases  # noqa: E402
+from triton_compile import cases, planted_kernel  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("triton_compile.py")
 
