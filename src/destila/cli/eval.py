@@ -11,7 +11,6 @@ from destila.eval.harness import TaskEvalSpec, evaluate_tasks, prepare_tasks
 from destila.eval.spec import SOURCES, EvalSpec
 from destila.eval.task_table import render_task_table
 from destila.io import write_report_file
-from destila.models import check_source
 
 # DataSpec fields that are not eval's data flags: DATA and --max-tokens are its own, and --num-proc could never be
 # honoured (eval reads at most --max-tokens tokens, in order, in one process).
@@ -50,10 +49,8 @@ def run(args) -> int:
     if ignored:
         raise ValueError(f"eval: {', '.join(ignored)} would be ignored here; "
                          f"{'they go with --tasks' if tasks.tasks is None else 'they go with --cache or --data'}")
-    # Checked before any model is loaded: a model path that is not there, a missing extra or an unreachable hub
-    # fails in seconds, not after the task data is built or the held-out evaluation has run.
-    for model in spec.models:
-        check_source(model)
+    # Checked before any model is loaded: a missing extra or an unreachable hub fails in seconds, not after the
+    # held-out evaluation (a model path that is not there already failed in EvalSpec).
     selection = prepare_tasks(tasks) if tasks.tasks is not None else None
     console = Console()
     results = [{"model": model} for model in spec.models]

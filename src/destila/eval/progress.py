@@ -58,13 +58,12 @@ def run_with_progress(run, path: Path, bar, label: str, poll_seconds: float = 0.
         if state is not None:
             done, total, what = state
             _show(bar, done, total, f"{label}: {what}")
-    if "error" in outcome:
-        _show(bar, None, bar.total, f"{label}: failed")
-        raise outcome["error"]
-    if succeeded(outcome["result"]):
+    if "error" not in outcome and succeeded(outcome["result"]):
         _show(bar, 1, 1, f"{label}: done")
     else:
         _show(bar, None, bar.total, f"{label}: failed")
+    if "error" in outcome:
+        raise outcome["error"]
     return outcome["result"]
 
 

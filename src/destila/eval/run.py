@@ -24,7 +24,7 @@ from destila.eval.quality import metrics_from_sums, quality_sums
 from destila.eval.spec import DEFAULT_PROMPT, EvalSpec
 from destila.eval.speed import forward_tokens_per_second, generate, size_on_disk
 from destila.generation.prompts import Prompt, load_prompts
-from destila.models import check_source, load_causal_lm, load_tokenizer, resolve_source
+from destila.models import load_causal_lm, load_tokenizer, resolve_source
 
 def evaluate_model(spec: EvalSpec, model: str | None = None, *, progress_file: str | None = None) -> dict:
     """Every metric of ``model`` (one of ``spec.models``; may be left out when the spec names one) on the
@@ -202,8 +202,6 @@ def evaluate_models(spec: EvalSpec, *, isolated: bool = True, timeout: float | N
 
     from tqdm.auto import tqdm
 
-    for model in spec.models:  # a path that is not there fails here, before a worker process starts for it
-        check_source(model)
     results = []
     shipped = dataclasses.asdict(spec)  # what a worker process rebuilds its spec from
     show = progress and isolated

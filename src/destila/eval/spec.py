@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from destila.data.spec import DataSpec
 from destila.losses.options import DEFAULT_CHUNK_SIZE
+from destila.models import check_source
 from destila.ranges import check_fraction
 
 SOURCES = ("cache", "data")
@@ -63,6 +64,8 @@ class EvalSpec:
         self.models = [str(model) for model in self.models]
         if not self.models:
             raise ValueError("eval: expected at least one model, found none")
+        for model in self.models:  # a path that is not there fails here, before any task data or worker process
+            check_source(model)
         if self.cache is not None and self.data is not None:
             raise ValueError("eval: give either a cache or data (the held-out text), not both")
         self.cache = None if self.cache is None else str(self.cache)
