@@ -20,12 +20,18 @@ trl-gkd         ``GKDTrainer.generalized_jsd_loss``              full teacher an
                                                                  ``[N, V]``
 trl-chunked     ``_chunked_divergence_loss`` (the loss of        teacher hidden ``[N, H]`` and the
                 TRL's ``DistillationTrainer``, tiled)            teacher head ``[V, H]``
-liger-fljsd     ``LigerFusedLinearJSD`` (Triton; GPU only)       teacher hidden and head
+liger-fljsd     ``LigerFusedLinearJSD`` (Triton)                 teacher hidden and head
 liger-distill   ``LigerFusedLinearJSDLoss`` (Liger's fused       teacher hidden and head
-                linear distillation base; GPU only)
+                linear distillation base; Triton)
 cce             ``linear_cross_entropy`` (Cut Cross-Entropy;     none: the labels' cross-entropy, the
-                Triton, GPU only)                                speed reference of a fused CE kernel
+                Triton)                                          speed reference of a fused CE kernel
 ==============  ===============================================  =====================================
+
+The Triton peers run compiled on CUDA. On CPU they run only under Triton's
+interpreter (``TRITON_INTERPRET=1``, as the GPU check's rehearsal runs them):
+their values are real, their times mean nothing (the row's ``note`` says so).
+Cut Cross-Entropy's kernels do not run in the interpreter; on CPU it is
+reported unavailable with that reason.
 
 destila's rows need only the cached top-K (ids, log-probs, tail: ``N·(6K+4)``
 bytes). The teacher here has the student's hidden size.
@@ -50,7 +56,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from destila.bench import DTYPE_BYTES, LossBenchConfig, name_list
+from destila.bench import DTYPE_BYTES, LossBenchConfig, most_chunk_rows, name_list
+from destila.losses.row_kernels import interpreting
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,7 @@ class LossPeer:
     inputs: str  # the teacher-side input it needs, counted in its memory
     divergence: str
     teacher: str  # "logits", "hidden", or "none" (a reference that is not a distillation loss)
-    gpu_only: bool = False
+    triton: bool = False  # Triton kernels: compiled on CUDA, or run by Triton's interpreter on CPU
 
 
 PEERS = {p.name: p for p in (
@@ -75,12 +82,12 @@ PEERS = {p.name: p for p in (
     LossPeer("trl-chunked", "trl", "trl.trainer.distillation_trainer", "_chunked_divergence_loss",
              "teacher hidden [N,H] + head [V,H]", "generalized JSD β", "hidden"),
     LossPeer("liger-fljsd", "liger-kernel", "liger_kernel.transformers", "LigerFusedLinearJSD",
-             "teacher hidden [N,H] + head [V,H]", "generalized JSD β", "hidden", gpu_only=True),
+             "teacher hidden [N,H] + head [V,H]", "generalized JSD β", "hidden", triton=True),
     LossPeer("liger-distill", "liger-kernel", "liger_kernel.chunked_loss", "LigerFusedLinearJSDLoss",
-             "teacher hidden [N,H] + head [V,H]", "generalized JSD β", "hidden", gpu_only=True),
+             "teacher hidden [N,H] + head [V,H]", "generalized JSD β", "hidden", triton=True),
     # Not a distillation loss: the cross-entropy on the labels, the time a fused CE kernel takes on this head.
     LossPeer("cce", "cut-cross-entropy", "cut_cross_entropy", "linear_cross_entropy", "labels only",
-             "cross-entropy on labels (reference)", "none", gpu_only=True),
+             "cross-entropy on labels (reference)", "none", triton=True),
 )}
 DESTILA_INPUTS = "top-K ids, log-probs, tail [N,K]"
 DESTILA_DIVERGENCE = "forward KL, K+1 buckets"
@@ -98,12 +105,25 @@ def divergence_label(peer: str, beta: float) -> str:
 
 
 def unavailable_reason(peer: str, device: str) -> str | None:
-    """Why ``peer`` cannot run on ``device`` here (None if it can): not installed, or needs a GPU."""
+    """Why ``peer`` cannot run on ``device`` here (None if it can): not installed, or Triton kernels on a CPU
+    without Triton's interpreter (or, for Cut Cross-Entropy, on a CPU at all)."""
     spec = PEERS[peer]
-    if spec.gpu_only and not device.startswith("cuda"):
-        return f"GPU only ({spec.package} is Triton kernels)"
     if importlib.util.find_spec(spec.module.split(".")[0]) is None:
-        return f"{spec.package} not installed (pip install 'destila[peers]')"
+        extra = "peers-gpu" if peer == "cce" else "peers"  # Cut Cross-Entropy's wheel is for GPU machines
+        return f"{spec.package} not installed (pip install 'destila[{extra}]')"
+    if spec.triton and not device.startswith("cuda"):
+        if peer == "cce":
+            return "needs CUDA (Cut Cross-Entropy's kernels do not run in Triton's interpreter)"
+        if not interpreting():
+            return (f"needs CUDA, or Triton's interpreter on CPU (TRITON_INTERPRET=1: values only, "
+                    f"{spec.package} is Triton kernels)")
+    return None
+
+
+def interpreted_note(peer: str, device: str) -> str | None:
+    """The row's note when ``peer`` runs in Triton's interpreter: its time is no measure of the kernel."""
+    if PEERS[peer].triton and not device.startswith("cuda"):
+        return "Triton interpreter on CPU: the values are real, the time is not the kernel's"
     return None
 
 
@@ -116,11 +136,12 @@ def teacher_bytes(peer: str, n: int, hidden: int, vocab: int, elem: int) -> int:
     return n * hidden * elem + vocab * hidden * elem
 
 
-def predicted_peer_bytes(peer: str, n: int, hidden: int, vocab: int, elem: int, chunk_size: int) -> int:
-    """A generous estimate of a peer's peak above baseline, to skip what cannot fit."""
+def predicted_peer_bytes(peer: str, n: int, hidden: int, vocab: int, elem: int, chunk_rows: int) -> int:
+    """A generous estimate of a peer's peak above baseline, to skip what cannot fit (``chunk_rows``: the most
+    rows per chunk the run can use, :func:`destila.bench.most_chunk_rows`)."""
     student = 2 * n * hidden * elem + 2 * vocab * hidden * elem
     grids = PEER_GRIDS.get(peer)
-    work = int(grids * n * vocab * 4) if grids else 4 * min(chunk_size, n) * vocab * 4
+    work = int(grids * n * vocab * 4) if grids else 4 * chunk_rows * vocab * 4
     return student + teacher_bytes(peer, n, hidden, vocab, elem) + work
 
 
@@ -225,12 +246,15 @@ class PeerRows:
         elem = DTYPE_BYTES[cfg.dtype]
         fields = {"inputs": PEERS[peer].inputs, "divergence": divergence_label(peer, self.peer_beta),
                   "peer": f"{PEERS[peer].package}: {PEERS[peer].called}",
-                  "predicted_bytes": predicted_peer_bytes(peer, n, cfg.hidden, cfg.vocab, elem, cfg.chunk_size),
+                  "predicted_bytes": predicted_peer_bytes(peer, n, cfg.hidden, cfg.vocab, elem,
+                                                         most_chunk_rows(n, cfg)),
                   "input_bytes": 2 * n * cfg.hidden * elem + 2 * cfg.vocab * cfg.hidden * elem
                   + teacher_bytes(peer, n, cfg.hidden, cfg.vocab, elem)}
         reason = unavailable_reason(peer, cfg.device)
         if reason:
             return fields, None, reason
+        if interpreted_note(peer, cfg.device):
+            fields["note"] = interpreted_note(peer, cfg.device)
         kwargs = dict(peer=peer, seq_len=n, hidden=cfg.hidden, vocab=cfg.vocab, dtype=cfg.dtype, device=cfg.device,
                       chunk_size=cfg.chunk_size, repeats=cfg.repeats, max_seconds=cfg.max_seconds,
                       beta=self.peer_beta, seed=cfg.seed)
@@ -252,7 +276,7 @@ def peer_comparison(rows: list[dict]) -> list[dict]:
             continue
         base = fused.get(row["seq_len"])
         entry = {k: row.get(k) for k in ("seq_len", "impl", "peer", "inputs", "divergence", "status", "error",
-                                         "peak_bytes", "seconds", "ratio_to_floor")}
+                                         "note", "peak_bytes", "seconds", "ratio_to_floor")}
         ok = row["status"] == "ok" and base is not None
         entry["memory_vs_fused"] = row["peak_bytes"] / base["peak_bytes"] if ok else None
         entry["time_vs_fused"] = row["seconds"] / base["seconds"] if ok else None
@@ -271,10 +295,13 @@ def peer_verdicts(table: list[dict]) -> list[str]:
         if not ran or not any(e["impl"] == "fused" and e["status"] == "ok" for e in table if e["seq_len"] == n):
             continue
         leanest = min(ran, key=lambda e: e["memory_vs_fused"])
-        fastest = min(ran, key=lambda e: e["floor_ratio_vs_fused"] or e["time_vs_fused"])
-        speed = fastest["floor_ratio_vs_fused"] or fastest["time_vs_fused"]
-        lines.append(f"N={n}: leanest peer {leanest['impl']} uses {leanest['memory_vs_fused']:.2f}× fused's peak"
-                     f" ({'fused leaner' if leanest['memory_vs_fused'] > 1 else 'PEER LEANER'}); fastest peer "
-                     f"{fastest['impl']} takes {speed:.2f}× fused's time over the floor "
+        line = (f"N={n}: leanest peer {leanest['impl']} uses {leanest['memory_vs_fused']:.2f}× fused's peak"
+                f" ({'fused leaner' if leanest['memory_vs_fused'] > 1 else 'PEER LEANER'})")
+        timed = [e for e in ran if not e.get("note")]  # an interpreted kernel's time says nothing of its speed
+        if timed:
+            fastest = min(timed, key=lambda e: e["floor_ratio_vs_fused"] or e["time_vs_fused"])
+            speed = fastest["floor_ratio_vs_fused"] or fastest["time_vs_fused"]
+            line += (f"; fastest peer {fastest['impl']} takes {speed:.2f}× fused's time over the floor "
                      f"({'fused no slower' if speed >= 1 else 'PEER FASTER'})")
+        lines.append(line)
     return lines

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from benchmarks.peers.e2e import E2E_COLUMNS, e2e_table_rows
@@ -22,7 +23,7 @@ def loss_table_rows(rows: list[dict]) -> list[list[str]]:
     """The loss sweep's rows beside destila fused, as strings (see :func:`~benchmarks.peers.loss.peer_comparison`)."""
     out = []
     for e in peer_comparison(rows):
-        status = e["status"] if e["status"] == "ok" else f"{e['status']} ({e['error']})"
+        status = f"{e['status']} ({e['error'] or e['note']})" if e["error"] or e["note"] else e["status"]
         out.append([str(e["seq_len"]), e.get("peer") or e["impl"], e.get("inputs") or "", e.get("divergence") or "",
                     status, _num(e["peak_bytes"] and e["peak_bytes"] / 2**30, ".2f"),
                     _num(e["memory_vs_fused"], ".2f"), _num(e["seconds"], ".2f"), _num(e["time_vs_fused"], ".2f"),
@@ -37,7 +38,7 @@ def print_peer_table(rows: list[dict]) -> None:
         table.add_column(column, justify="left" if column in ("loss", "teacher input (counted)", "divergence",
                                                               "status") else "right")
     for cells in loss_table_rows(rows):
-        table.add_row(*cells)
+        table.add_row(*map(escape, cells))  # "destila[peers]" in a reason is text, not rich markup
     console = Console(width=200)
     console.print(table)
     for line in peer_verdicts(peer_comparison(rows)):

@@ -23,6 +23,7 @@ _PUBLIC = {
     # the loss sweep
     "LossBenchConfig": "loss", "OtherRows": "loss", "run_loss_sweep": "loss", "summarise": "loss",
     "DTYPE_BYTES": "loss", "IMPLS": "loss",
+    "fused_chunk_rows": "loss", "most_chunk_rows": "loss",
     # end to end
     "E2EConfig": "e2e", "LongContextConfig": "e2e", "run_e2e": "e2e", "run_long_context": "e2e",
     "prepare_student": "e2e", "method_row": "e2e", "train_worker": "e2e", "save_json": "e2e",

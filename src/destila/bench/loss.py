@@ -27,11 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import torch
+
 from destila.bench.harness import make_loss_inputs, run_isolated, time_against_floor
 from destila.bench.parsing import gib, int_list, name_list
 from destila.losses import LossOptions, distill_loss
-from destila.losses.options import DEFAULT_CHUNK_SIZE
-from destila.losses.plan import plan_for
+from destila.losses.plan import auto_chunk_rows, plan_for
 
 WORKER = "destila.bench.loss:loss_worker"
 # fused: the default path on these tensors (on CUDA with bf16: precision fast and the Triton row kernels);
@@ -116,10 +117,19 @@ def input_bytes(n: int, cfg: LossBenchConfig) -> int:
     return 2 * n * cfg.hidden * e + 2 * cfg.vocab * cfg.hidden * e + n * cfg.top_k * (4 + 2) + n * 4
 
 
+def most_chunk_rows(n: int, cfg: LossBenchConfig) -> int:
+    """The most rows per chunk a run at ``n`` rows of ``cfg`` can use: ``chunk_size``, or the loss's own choice
+    before free memory lowers it (:func:`~destila.losses.plan.auto_chunk_rows` with no memory limit), so that a
+    prediction made from it is never too small and never needs the device itself."""
+    if cfg.chunk_size is not None:
+        return min(cfg.chunk_size, n)
+    return auto_chunk_rows(n, cfg.vocab, cfg.hidden, torch.device(cfg.device.split(":")[0]), free=1 << 62)
+
+
 def predicted_bytes(impl: str, n: int, cfg: LossBenchConfig) -> int:
     """A generous estimate of a configuration's peak above baseline, to skip what cannot fit."""
     e, v, h, k = DTYPE_BYTES[cfg.dtype], cfg.vocab, cfg.hidden, cfg.top_k
-    chunk = min(cfg.chunk_size or DEFAULT_CHUNK_SIZE, n)
+    chunk = most_chunk_rows(n, cfg)
     base = input_bytes(n, cfg) + n * k * (8 + 4 + 1) * 2  # + cleaned targets (int64 ids, log-probs, masks)
     float32_head = 0 if e == 4 else 2 * v * h * 4  # float32 copy of W and dW accumulator
     if impl in ("fused", "fused-exact", "fused-torch", "floor"):
@@ -150,6 +160,12 @@ def loss_worker(impl: str, seq_len: int, hidden: int, vocab: int, top_k: int, dt
     result = time_against_floor(loss, h, w, seq_len=seq_len, chunk_size=chunk, repeats=repeats,
                                 max_seconds=max_seconds, device=device, floor_only=impl == "floor")
     return {**result, "chunk_size": chunk, "path": "the lm_head GEMMs" if impl == "floor" else plan.describe()}
+
+
+def fused_chunk_rows(h, w, chunk_size: int | None) -> int:
+    """Rows per chunk of the fused loss on ``h [N, H]`` and ``w [V, H]``: ``chunk_size``, or the loss's own
+    choice when it is None. A peer's row and its floor use the same, so that every row of an N is chunked alike."""
+    return plan_for(LossOptions(impl="fused", chunk_size=chunk_size), h.detach(), w.detach(), None).chunk
 
 
 def run_loss_sweep(cfg: LossBenchConfig, on_row=None, others: OtherRows | None = None) -> list[dict]:

@@ -20,7 +20,7 @@ def loss_row_line(row: dict) -> str:
     """One row of the loss sweep under :data:`LOSS_HEADER`."""
     return (f"{row['impl']:>8} {row['seq_len']:>7} {row['status']:>8} {_num(row['peak_bytes'], 9, 2**30)} "
             f"{_num(row['seconds'], 9)} {_num(row['floor_seconds'], 9)} {_num(row.get('ratio_to_floor'), 7)}  "
-            f"{row['error'] or ''}")
+            f"{row['error'] or row.get('note') or ''}")
 
 
 def gib(value) -> str:
