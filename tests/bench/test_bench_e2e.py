@@ -6,7 +6,7 @@ import pytest
 
 from conftest import pydoc_texts
 from destila.bench import e2e
-from destila.bench.e2e import E2EConfig, break_even_runs, budget_status, longest_fitting, run_e2e
+from destila.bench.e2e import E2EConfig, break_even_runs, budget_status, longest_fitting
 from destila.cli.main import main as cli
 from destila.eval import measure
 
@@ -18,17 +18,19 @@ def corpus(tmp_path_factory):
     return path
 
 
-# Every method is a fresh process (about 7 s of imports each): the default run trains online and fused only.
-# That dense and chunked train exactly like fused is asserted by the default suite in
-# tests/training/test_train.py::test_loss_implementations_train_identically; here (slow) through the bench.
-@pytest.mark.parametrize("methods", [
-    pytest.param(("online", "fused"), id="online-fused"),
-    pytest.param(("online", "dense", "chunked", "fused"), id="all-methods", marks=pytest.mark.slow),
-])
-def test_offline_methods_agree_and_online_is_compared(tiny_llama_dir, corpus, tmp_path, methods):
-    cfg = E2EConfig(teacher=str(tiny_llama_dir), student_layers=2, data=str(corpus), seq_len=32, batch_size=2,
-                    steps=3, top_k=16, learning_rate=3e-3, workdir=str(tmp_path), methods=methods)
-    result = run_e2e(cfg)
+# Every method is a fresh process (about 7 s of imports each). The command as users run it, every method it
+# runs by default, on a tiny teacher: only the shapes, the data and the files are given.
+def test_offline_methods_agree_and_online_is_compared(tiny_llama_dir, corpus, tmp_path, capsys):
+    methods = E2EConfig.methods
+    with pytest.raises(SystemExit) as done:
+        cli(["bench", "e2e", "--teacher", str(tiny_llama_dir), "--student-layers", "2", "--data", str(corpus),
+             "--seq-len", "32", "--batch-size", "2", "--steps", "3", "--top-k", "16", "--lr", "3e-3",
+             "--workdir", str(tmp_path / "work"), "--json", str(tmp_path / "e2e.json"),
+             "--csv", str(tmp_path / "e2e.csv"), "--plot", str(tmp_path / "e2e.png")])
+    assert done.value.code == 0
+    result = json.loads((tmp_path / "e2e.json").read_text())
+    assert (tmp_path / "e2e.png").read_bytes()[:4] == b"\x89PNG" and (tmp_path / "e2e.csv").read_text().count("\n") == 5
+    assert "caching pays for itself" in capsys.readouterr().out
     rows = {r["method"]: r for r in result["rows"]}
     assert [(r["method"], r["status"]) for r in result["rows"]] == [(m, "ok") for m in methods], result["rows"]
     for method in set(methods) & {"dense", "chunked"}:  # same sequences, same maths: only float rounding differs

@@ -50,6 +50,22 @@ def test_tiny_sweep_through_the_cli(tmp_path, capsys):
     assert "skipped" in printed and "fused/floor time" in printed
 
 
+def test_the_default_sweep_runs_with_the_loss_choosing_its_chunk(tmp_path):
+    """`destila bench loss` as documented, every default kept (impls, chunk size, repeats) but the shapes."""
+    out = tmp_path / "loss.jsonl"
+    with pytest.raises(SystemExit) as done:
+        main(["bench", "loss", "--hidden", "32", "--vocab", "256", "--top-k", "4", "--seq-lens", "128",
+              "--json", str(out)])
+    assert done.value.code == 0
+    rows = {r["impl"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert list(rows) == ["floor", "fused", "chunked", "dense"]
+    for row in rows.values():
+        assert row["status"] == "ok" and row["seconds"] > 0 and row["peak_bytes"] > 0 and row["repeats_done"] == 3
+    # No --chunk-size: the loss's own choice (here every row at once), recorded with the path that ran.
+    assert rows["fused"]["chunk_size"] == rows["floor"]["chunk_size"] == 128
+    assert "chunk 128 rows" in rows["fused"]["path"]
+
+
 def test_oom_stops_larger_sizes_of_that_impl(monkeypatch):
     """An impl that runs out of memory at N is not tried again at larger N."""
     import destila.bench.loss as loss
