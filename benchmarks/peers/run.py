@@ -17,8 +17,8 @@ from rich.console import Console
 from benchmarks.peers.e2e import PeerTrainers, run_e2e_with_peers
 from benchmarks.peers.loss import PeerRows
 from benchmarks.peers.report import plot_peers, print_e2e_table, print_peer_table
-from destila.bench import (LOSS_HEADER, E2EConfig, LossBenchConfig, OutputFiles, e2e_row_line, loss_row_line,
-                           machine_info, run_loss_sweep, save_json, summarise, write_csv, write_jsonl)
+from destila.bench import (LOSS_HEADER, E2EConfig, LossBenchConfig, OutputFiles, e2e_row_line, machine_info,
+                           row_printer, run_loss_sweep, save_json, summarise, write_csv)
 from destila.cli.bench import loss_config
 from destila.cli.fields import add_fields, values_of
 from destila.cli.parser import Parser
@@ -62,12 +62,10 @@ def run_loss(args) -> int:
     peers = PeerRows(**values_of(args, PeerRows))
     files = OutputFiles(**values_of(args, OutputFiles))
     print(LOSS_HEADER, flush=True)
-    rows = run_loss_sweep(cfg, on_row=lambda row: print(loss_row_line(row), flush=True), others=peers)
+    rows = run_loss_sweep(cfg, on_row=row_printer(files.json), others=peers)
     for line in summarise(rows):
         print(line)
     print_peer_table(rows)
-    if files.json:
-        write_jsonl(rows, files.json)
     if files.csv:
         write_csv(rows, files.csv)
     if files.plot:

@@ -127,3 +127,19 @@ def test_other_rows_join_the_sweep_measured_alike(monkeypatch):
         ("absent", "unavailable", "none")]
     assert calls[-1] == ("elsewhere:worker", "toy", 64) and rows[-1]["error"] == "not installed"
     assert rows[2]["ratio_to_floor"] == 2.0
+
+
+def test_each_measured_row_is_on_disk_before_the_sweep_ends(tmp_path, capsys):
+    """A sweep stopped at a larger N (a time limit, a crash) keeps the rows it finished."""
+    from destila.bench import row_printer
+
+    out = tmp_path / "loss.jsonl"
+    out.write_text('{"stale": true}\n')  # a previous sweep's file is replaced, not appended to
+    on_row = row_printer(out)
+    assert out.read_text() == ""
+    row = {"impl": "fused", "seq_len": 64, "status": "ok", "peak_bytes": 1, "seconds": 0.5, "floor_seconds": 0.4,
+           "ratio_to_floor": 1.25, "error": None}
+    on_row(row)
+    assert [json.loads(line) for line in out.read_text().splitlines()] == [row]
+    on_row({**row, "seq_len": 128})
+    assert len(out.read_text().splitlines()) == 2 and "fused" in capsys.readouterr().out

@@ -26,7 +26,8 @@ SCRIPT = ROOT / "benchmarks" / "gpu" / "check.sh"
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 import prepare  # noqa: E402  (benchmarks/gpu is a folder of scripts)
 
-STEPS = ["tests", "loss", "loss_256k", "teacher", "student", "e2e", "precision", "chunk_curve", "verdicts"]
+STEPS = ["tests", "loss", "main_teacher", "main_job", "loss_256k", "teacher", "student", "e2e", "precision",
+         "chunk_curve", "verdicts"]
 
 
 def _stand_in(folder: Path, skip: str | None = None) -> Path:
@@ -36,6 +37,8 @@ def _stand_in(folder: Path, skip: str | None = None) -> Path:
             (folder / "wheels" / f"{name}-{version}-py3-none-any.whl").write_bytes(b"")
     (folder / "tokenizer").mkdir()
     (folder / "tokenizer" / "tokenizer_config.json").write_text("{}")
+    (folder / "smollm2-config").mkdir()
+    (folder / "smollm2-config" / "config.json").write_text("{}")
     return folder
 
 

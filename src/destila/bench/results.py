@@ -17,6 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from destila import __version__
+from destila.bench.tables import loss_row_line
+from destila.io.json_lines import append_json_line, start_json_lines
 
 
 def _cpu_model() -> str:
@@ -60,6 +62,21 @@ def write_jsonl(rows: list[dict], path: str | os.PathLike) -> None:
         for row in rows:
             f.write(json.dumps(row) + "\n")
 
+
+
+def row_printer(json_path: str | os.PathLike | None):
+    """The ``on_row`` of a loss sweep: each row printed under :data:`~destila.bench.tables.LOSS_HEADER` and, with
+    ``json_path``, appended to that file as it is measured (the file starts empty), so that a sweep stopped
+    before its end (a time limit, a crash at a larger N) keeps the rows it finished."""
+    if json_path:
+        start_json_lines(json_path)
+
+    def on_row(row: dict) -> None:
+        print(loss_row_line(row), flush=True)
+        if json_path:
+            append_json_line(json_path, row)
+
+    return on_row
 
 
 def write_csv(rows: list[dict], path: str | os.PathLike) -> None:

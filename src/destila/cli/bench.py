@@ -14,9 +14,9 @@ from destila.bench.e2e import E2EConfig, LongContextConfig, longest_fitting, run
 from destila.bench.e2e_plot import plot_e2e, plot_long_context
 from destila.bench.loss import LossBenchConfig, default_memory_budget, run_loss_sweep, summarise
 from destila.bench.plot import plot_loss_sweep
-from destila.bench.results import OutputFiles, machine_info, write_csv, write_jsonl
+from destila.bench.results import OutputFiles, machine_info, row_printer, write_csv
 from destila.bench.tables import (LOSS_HEADER, e2e_row_line, e2e_summary_lines, e2e_table, long_context_row_line,
-                                  long_context_summary_lines, loss_row_line)
+                                  long_context_summary_lines)
 from destila.cli.fields import add_fields, values_of
 
 LONG_CONTEXT_FLAGS = ("seq_lens", "memory_budget")
@@ -66,11 +66,9 @@ def _run_loss(args) -> int:
     cfg = loss_config(args)
     files = OutputFiles(**values_of(args, OutputFiles))
     print(LOSS_HEADER, flush=True)
-    rows = run_loss_sweep(cfg, on_row=lambda row: print(loss_row_line(row), flush=True))
+    rows = run_loss_sweep(cfg, on_row=row_printer(files.json))
     for line in summarise(rows):
         print(line)
-    if files.json:
-        write_jsonl(rows, files.json)
     if files.csv:
         write_csv(rows, files.csv)
     if files.plot:
