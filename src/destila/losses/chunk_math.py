@@ -24,6 +24,7 @@ bucket's mass is summed directly over its own tokens instead of as
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -38,9 +39,26 @@ _NEG_INF = float("-inf")
 # Rows per block for the one step that needs a [rows, V] temporary (hard
 # cross-entropy at T ≠ 1): about 8 MiB of float32 at a time.
 _BLOCK_ELEMENTS = 1 << 21
-# Rows per block for the eager first pass (max, exponentials, sum): about 1 MiB of float32, which stays in a
-# core's L2 cache between the four passes.
-_CACHE_BLOCK_ELEMENTS = 1 << 18
+
+
+@contextlib.contextmanager
+def small_ops_on_one_thread(device: torch.device):
+    """Run the ``[C, K]`` and ``[C]`` ops of a chunk on one CPU thread, then restore the thread count.
+
+    Each of these ops is microseconds of work, yet on several threads each becomes a parallel region that
+    waits for its slowest thread: a few dozen per chunk, and on cores shared with another process every wait
+    can last a scheduler slice. Measured on 2 cores, fused at 8K rows: 1.064 → 1.028 of the floor's time on
+    quiet cores (in one process, alternated 4 times). The ``[C, V]`` passes keep every thread.
+    """
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @dataclass
@@ -88,6 +106,11 @@ def teacher_topk_logprobs(logprobs: Tensor, valid: Tensor, tail: str) -> Tensor:
 
 def teacher_buckets(targets: Targets, options: LossOptions) -> TeacherBuckets:
     """:class:`TeacherBuckets` for the rows of ``targets`` (one chunk: O(C·K) memory)."""
+    with small_ops_on_one_thread(targets.logprobs.device):
+        return _teacher_buckets(targets, options)
+
+
+def _teacher_buckets(targets: Targets, options: LossOptions) -> TeacherBuckets:
     valid = targets.valid
     lp = torch.cat([teacher_topk_logprobs(targets.logprobs, valid, options.tail), targets.tail_logmass[:, None]], 1)
     present = torch.cat([valid, targets.has_rest[:, None]], 1)
@@ -98,7 +121,8 @@ def teacher_buckets(targets: Targets, options: LossOptions) -> TeacherBuckets:
 
 
 def chunk_loss_(scores: Tensor, teacher: TeacherBuckets, options: LossOptions, coef: Tensor, *,
-                want_grad: bool, want_hard: bool, kernels: str = "torch", grad_out: Tensor | None = None) -> ChunkSums:
+                want_grad: bool, want_hard: bool, kernels: str = "torch", grad_out: Tensor | None = None,
+                row_scale: Tensor | None = None) -> ChunkSums:
     """Loss sums of ``C`` rows; with ``want_grad``, the rows' logit gradient is written to ``grad_out``.
 
     scores ``[C, V]`` float32/float64, contiguous: on entry ``s = z / T`` (the
@@ -111,7 +135,12 @@ def chunk_loss_(scores: Tensor, teacher: TeacherBuckets, options: LossOptions, c
     statistics. kernels: ``"torch"`` (eager ops, in place) or ``"triton"``
     (:mod:`destila.losses.row_kernels`: two passes over the buffer). grad_out:
     where G goes instead of ``scores`` (Triton only): the bfloat16 view over
-    the buffer's own rows that the fast path's GEMMs read.
+    the buffer's own rows that the fast path's GEMMs read. row_scale ``[C]``
+    (eager ops only): where G's per-row factor may go instead of into the
+    buffer, saving the caller a pass over it: on return the buffer holds
+    ``G / row_scale[:, None]`` and ``row_scale`` the factor (all ones where
+    the buffer holds G itself), so that ``dh = row_scale ⊙ (buffer W)`` and
+    ``dW += bufferᵀ (row_scale ⊙ h)``.
     """
     if kernels == "triton":
         return _chunk_loss_triton_(scores, teacher, options, coef, want_grad=want_grad, want_hard=want_hard,
@@ -122,33 +151,65 @@ def chunk_loss_(scores: Tensor, teacher: TeacherBuckets, options: LossOptions, c
     targets = teacher.targets
     ids = targets.ids
     hard = want_hard and targets.labels is not None
-    s_topk, s_label = _gather_and_mask_(scores, teacher, hard)
+    device = scores.device
+    with small_ops_on_one_thread(device):
+        s_topk, s_label = _gather_and_mask_(scores, teacher, hard)
     rest_max, shift, rest_sum = _exp_rest_(scores)
-    rows = _bucket_rows(s_topk, rest_max, shift, rest_sum, teacher, options, coef, want_grad)
+    with small_ops_on_one_thread(device):
+        rows = _bucket_rows(s_topk, rest_max, shift, rest_sum, teacher, options, coef, want_grad)
 
     if not hard and not want_grad:
         return ChunkSums(rows.soft, scores.new_zeros(()), rows.agree)
     tail_coef, topk_grad, beta_hard, q_unit = rows.tail_coef, rows.topk_grad, rows.beta_hard, rows.q_unit
     keep = targets.keep
+    scale = None  # G's factor on the rest bucket (G = scale · e there), when it is one per row
     if not hard:
         hard_sum = scores.new_zeros(())
-        scores.mul_(tail_coef[:, None])
+        scale = tail_coef
     elif temperature == 1.0:
         # s = z: the cross-entropy's softmax is q itself, no extra pass.
         hard_sum = ((rows.lse - s_label) * keep).sum()
         if want_grad:
-            scores.mul_((tail_coef + beta_hard * q_unit)[:, None])
+            scale = tail_coef + beta_hard * q_unit
             topk_grad = topk_grad + beta_hard[:, None] * rows.lq[:, :-1].exp()
     else:
         lse_z = _cross_entropy_at_t1_(scores, s_topk, shift, tail_coef, beta_hard, temperature, want_grad)
         hard_sum = ((lse_z - temperature * s_label) * keep).sum()
         if want_grad:
             topk_grad = topk_grad + beta_hard[:, None] * torch.exp(temperature * s_topk - lse_z[:, None])
-    if want_grad:
-        scores.scatter_add_(1, ids, topk_grad.masked_fill_(teacher.padding, 0.0))
-        if hard and options.hard_weight > 0:
-            scores.scatter_add_(1, targets.labels[:, None], -beta_hard[:, None])
+    if not want_grad:
+        return ChunkSums(rows.soft, hard_sum, rows.agree)
+    with small_ops_on_one_thread(device):
+        label_term = -beta_hard[:, None] if hard and options.hard_weight > 0 else None
+        topk_grad = topk_grad.masked_fill_(teacher.padding, 0.0)
+        if scale is not None and row_scale is not None and _divides_safely(scale, topk_grad, label_term):
+            # The sparse part divided by the row's factor, which the caller applies to h and dh instead.
+            topk_grad, label_term = topk_grad / scale[:, None], None if label_term is None else label_term / scale[:, None]
+            row_scale.copy_(scale)
+            scale = None
+        elif row_scale is not None:
+            row_scale.fill_(1.0)
+    if scale is not None:
+        scores.mul_(scale[:, None])
+    with small_ops_on_one_thread(device):
+        scores.scatter_add_(1, ids, topk_grad)
+        if label_term is not None:
+            scores.scatter_add_(1, targets.labels[:, None], label_term)
     return ChunkSums(rows.soft, hard_sum, rows.agree)
+
+
+# A row's sparse gradient may be divided by its rest factor only while the quotient stays far from overflow.
+_SAFE_QUOTIENT = 1e30
+
+
+def _divides_safely(scale: Tensor, topk_grad: Tensor, label_term: Tensor | None) -> bool:
+    """Whether every row's sparse part divided by ``scale`` stays finite and far below overflow: false for a
+    chunk with a zero factor (a masked row, an empty rest) or one tiny beside its sparse part; that chunk
+    gets its factor multiplied into the buffer instead."""
+    largest = topk_grad.abs().amax(dim=1)
+    if label_term is not None:
+        largest = torch.maximum(largest, label_term.abs().squeeze(1))
+    return bool((largest < _SAFE_QUOTIENT * scale.abs()).all())
 
 
 @dataclass
@@ -185,19 +246,23 @@ def _exp_rest_(scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         rest_max = scores.amax(1); shift = rest_max.clamp(min=finfo.min)
         scores.sub_(shift[:, None]).exp_(); rest_sum = scores.sum(1)
 
-    done over row blocks small enough to stay in a core's cache: four passes over a block that is already
-    there instead of four trips through memory for the whole chunk (the chunk is hundreds of MiB)."""
-    rows, vocab = scores.shape
-    rest_max, shift, rest_sum = (torch.empty(rows, dtype=scores.dtype, device=scores.device) for _ in range(3))
-    lowest = torch.finfo(scores.dtype).min
-    block = max(1, _CACHE_BLOCK_ELEMENTS // max(vocab, 1))
-    for start in range(0, rows, block):
-        stop = min(start + block, rows)
-        part = scores[start:stop]
-        torch.amax(part, dim=1, out=rest_max[start:stop])  # -inf when the top-K covers the vocabulary
-        torch.clamp(rest_max[start:stop], min=lowest, out=shift[start:stop])  # finite, for an empty rest too
-        part.sub_(shift[start:stop, None]).exp_()
-        torch.sum(part, dim=1, out=rest_sum[start:stop])
+    done as three whole-chunk passes: the row maxima, the softmax in place (one fused pass that keeps each
+    row in a core's cache for its max, exponentials and sum), and the softmax's row maxima, ``exp(0) / Σ``,
+    which give the sum; so that ``shift`` is the rest bucket's logsumexp and ``rest_sum`` is 1. Three
+    parallel regions per chunk, not four per small block: on a machine whose cores are shared, every parallel
+    region waits for its slowest thread, and the hundreds per chunk that small blocks make turned the row
+    math into several times the GEMMs' time. (``torch.max`` with indices would save the last pass but is
+    several times slower than ``amax``.) A row whose rest is empty (the top-K covers the vocabulary) gets
+    ``rest_max = -inf``, ``rest_sum = 0`` and zeros."""
+    rest_max = torch.amax(scores, dim=1)  # -inf when the top-K covers the vocabulary
+    torch._softmax(scores, 1, False, out=scores)  # in place: each row is read into cache before it is written
+    shift = rest_max - torch.amax(scores, dim=1).log()  # max + log Σ exp(s − max): the rest's logsumexp
+    rest_sum = torch.ones_like(rest_max)
+    empty = rest_max == _NEG_INF
+    if bool(empty.any()):  # the softmax of a row of -inf is NaN; that row's rest has no mass at all
+        scores[empty] = 0.0
+        shift = torch.where(empty, torch.finfo(scores.dtype).min, shift)
+        rest_sum = torch.where(empty, 0.0, rest_sum)
     return rest_max, shift, rest_sum
 
 

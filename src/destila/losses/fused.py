@@ -91,6 +91,8 @@ def fused_forward(batch: Batch, options: LossOptions, *, need_dh: bool, need_dw:
     dw = torch.zeros(vocab, size, dtype=cdt, device=device) if need_dw else None
     db = torch.zeros(vocab, dtype=cdt, device=device) if need_db else None
     soft, hard, agree = (torch.zeros((), dtype=cdt, device=device) for _ in range(3))
+    # The eager row math leaves G's per-row factor here instead of in the buffer (one pass over it less).
+    row_scale = torch.empty(chunk, dtype=cdt, device=device) if want_grad and plan.kernels == "torch" else None
 
     with _lossless_tf32(device, hidden.dtype, weight.dtype):
         for start in range(0, rows, chunk):
@@ -104,18 +106,21 @@ def fused_forward(batch: Batch, options: LossOptions, *, need_dh: bool, need_dw:
             else:
                 torch.mm(h, w.t(), out=scores)
             teacher = teacher_buckets(batch.targets(start, stop), options)
+            scale = None if row_scale is None else row_scale[: stop - start]
             sums = chunk_loss_(scores, teacher, options, coef[start:stop], want_grad=want_grad, want_hard=want_hard,
-                               kernels=plan.kernels)
+                               kernels=plan.kernels, row_scale=scale)
             soft, hard, agree = soft + sums.soft, hard + sums.hard, agree + sums.agree
-            if need_dh:
-                if dh_cast is None:
-                    torch.mm(scores, w, out=dh[start:stop])
-                else:
-                    dh[start:stop].copy_(torch.mm(scores, w, out=dh_cast[: stop - start]))
-            if need_dw:
-                dw.addmm_(scores.t(), h)
+            if need_dh:  # G = scale ⊙ buffer: dh = scale ⊙ (buffer W)
+                out = dh[start:stop] if dh_cast is None else dh_cast[: stop - start]
+                torch.mm(scores, w, out=out)
+                if scale is not None:
+                    out.mul_(scale[:, None])
+                if dh_cast is not None:
+                    dh[start:stop].copy_(out)
+            if need_dw:  # dW += bufferᵀ (scale ⊙ h)
+                dw.addmm_(scores.t(), h if scale is None else h * scale[:, None])
             if need_db:
-                db.add_(scores.sum(dim=0))
+                db.add_(scores.sum(dim=0) if scale is None else torch.mv(scores.t(), scale))
     # Freed before the casts below, which make the output copies: the buffer (and its view), the float32 head.
     buffer = scores = dh_cast = w = b = h = None  # noqa: F841
     if dw is not None and dw.dtype != weight.dtype:
