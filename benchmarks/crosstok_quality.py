@@ -52,7 +52,7 @@ def caches(args) -> dict:
     _write_jsonl(out / "heldout.jsonl", held)
     seconds = {}
     for name, tokens in (("heldout", args.heldout_tokens), ("train", args.train_tokens)):
-        seconds[name] = _destila("cache", "build", "smollm2", str(out / f"{name}.jsonl"), "-o",
+        seconds[name] = _destila("cache", "build", args.teacher, str(out / f"{name}.jsonl"), "-o",
                                  str(out / f"cache-{name}"), "--spans", "--seq-len", str(args.seq_len),
                                  "--max-tokens", str(tokens), "--encoding", "compact", "--no-progress")
     return seconds
@@ -68,11 +68,11 @@ def students(args) -> dict:
     out, seconds = Path(args.out), {}
     if not (out / "tok4096" / "tokenizer.json").exists():
         seconds["tokenizer"] = _destila("student", "tokenizer", "pydoc", "-o", str(out / "tok4096"), "--vocab-size",
-                                        "4096", "--teacher", "smollm2", "--holdout-every", "5")
+                                        "4096", "--teacher", args.teacher, "--holdout-every", "5")
     for seed in range(args.seeds):
         folder = out / f"fresh-seed{seed}"
         if not (folder / "config.json").exists():
-            seconds[f"student-seed{seed}"] = _destila("student", "init", "smollm2", "-o", str(folder), "--config",
+            seconds[f"student-seed{seed}"] = _destila("student", "init", args.teacher, "-o", str(folder), "--config",
                                                       *FRESH, "--tokenizer", str(out / "tok4096"), "--seed",
                                                       str(seed))
     return seconds
@@ -108,6 +108,7 @@ def evaluate(args) -> dict:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="working folder (caches, students, runs)")
+    parser.add_argument("--teacher", default="smollm2", help="the teacher (default: the embedded SmolLM2)")
     parser.add_argument("--train-tokens", type=int, default=32768)
     parser.add_argument("--heldout-tokens", type=int, default=8192)
     parser.add_argument("--seq-len", type=int, default=512)
@@ -120,8 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main() -> None:
-    args = build_parser().parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     stages = {"caches": caches, "students": students, "train": train, "eval": evaluate}
     record = {"stages": args.stages, "seconds": {}}
     for name in args.stages.split(","):

@@ -6,6 +6,9 @@ sequences held out); then the held-out full-vocabulary KL of both students to th
 step time is the median gap between consecutive per-step log records.
 
 usage: .venv/bin/python benchmarks/offline_vs_online.py [--work DIR] [--steps N]     (after `make install`)
+
+``--teacher``, ``--layers``, ``--seq-len`` and ``--max-tokens`` (defaults: smollm2, 6, 512, all of pydoc) let a
+test run it on a tiny teacher.
 """
 
 from __future__ import annotations
@@ -43,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", default="bench-offline-online", help="working folder")
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps of each run")
+    parser.add_argument("--teacher", default="smollm2")
+    parser.add_argument("--layers", type=int, default=6, help="teacher layers the student keeps")
+    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--max-tokens", type=int, help="tokens of pydoc packed (default: all of it)")
     return parser
 
 
@@ -50,24 +57,25 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
+    budget = ["--max-tokens", str(args.max_tokens)] if args.max_tokens else []
     common = ["--max_steps", str(args.steps), "--per_device_train_batch_size", "4", "--learning_rate", "5e-4",
               "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", "5", "--eval_fraction", "0.1",
               "--logging_steps", "1", "--save_steps", "100000", "--seed", "0",
               "--hard_weight", "0"]  # the KL alone, as measured: the two paths' KL is what is compared
     if not (work / "student" / "config.json").exists():
-        run([*DESTILA, "student", "init", "smollm2", "-o", str(work / "student"), "--layers", "6"])
-    run([*DESTILA, "cache", "build", "smollm2", "pydoc", "-o", str(work / "cache"), "--seq-len", "512",
-         "--top-k", "100", "--quiet"])
+        run([*DESTILA, "student", "init", args.teacher, "-o", str(work / "student"), "--layers", str(args.layers)])
+    run([*DESTILA, "cache", "build", args.teacher, "pydoc", "-o", str(work / "cache"), "--seq-len", str(args.seq_len),
+         "--top-k", "100", *budget, "--quiet"])
     runs = {
         "offline fused": ("offline-fused", run([*DESTILA, "train", str(work / "student"), "--cache",
                                                 str(work / "cache"), "-o", str(work / "offline-fused"),
                                                 "--impl", "fused", *common])),
-        "online dense": ("online-dense", run([*DESTILA, "train", str(work / "student"), "--teacher", "smollm2",
-                                              "--data", "pydoc", "--seq-len", "512", "-o",
+        "online dense": ("online-dense", run([*DESTILA, "train", str(work / "student"), "--teacher", args.teacher,
+                                              "--data", "pydoc", "--seq-len", str(args.seq_len), *budget, "-o",
                                               str(work / "online-dense"), "--online_loss", "dense", *common])),
     }
     run([*DESTILA, "eval", str(work / "offline-fused"), str(work / "online-dense"), "--cache", str(work / "cache"),
-         "--eval-fraction", "0.1", "--teacher", "smollm2", "--max-tokens", "65536", "--json",
+         "--eval-fraction", "0.1", "--teacher", args.teacher, "--max-tokens", "65536", "--json",
          str(work / "eval.json")])
     summary = {}
     for name, (folder, usage) in runs.items():
