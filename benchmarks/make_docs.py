@@ -121,6 +121,32 @@ def peers_command(recorded: str) -> str:
 
 # ---------------------------------------------------------------- tables
 
+def _fused_against_floor(records: list[dict]) -> list[list]:
+    """Each fused row of a loss sweep: its runs and the floor's, timed in the same process, and their ratio."""
+    return [[r["seq_len"], ", ".join(f"{t:.2f}" for t in r["times"]), ", ".join(f"{t:.2f}" for t in r["floor_times"]),
+             f"{r['seconds']:.2f}", f"{r['floor_seconds']:.2f}", f"**{r['ratio_to_floor']:.3f}**"]
+            for r in records if r["impl"] == "fused" and r["status"] == "ok"]
+
+
+FLOOR_HEADER = ["N", "fused runs (s)", "floor runs (s)", "fused median", "floor median", "fused / floor"]
+
+
+@table("loss-cpu-quiet", "loss_cpu_quiet_check.jsonl")
+def loss_cpu_quiet(records: list[dict]) -> str:
+    """`destila bench loss --impls fused --seq-lens 8K,16K --repeats 3` on quiet cores."""
+    return "\n\n".join([machine_line(records[0]) + " Load: nothing else running.",
+                         render_rows(FLOOR_HEADER, _fused_against_floor(records))])
+
+
+@table("loss-cpu-busy", "loss_cpu_busy_neighbour/before.jsonl", "loss_cpu_busy_neighbour/now.jsonl")
+def loss_cpu_busy(before: list[dict], now: list[dict]) -> str:
+    """The same fused row beside one busy neighbour process: the blocked first pass, and today's code."""
+    rows = [[label, *row] for label, records in (("blocked first pass", before), ("now", now))
+            for row in _fused_against_floor(records)]
+    return "\n\n".join([machine_line(now[0]) + " Load: one busy neighbour process (2 cores, 3 runnable threads).",
+                         render_rows(["code", *FLOOR_HEADER], rows, "ll" + "r" * len(FLOOR_HEADER[1:]))])
+
+
 @table("loss-cpu", "loss_cpu.jsonl")
 def loss_cpu(records: list[dict]) -> str:
     """`destila bench loss` on CPU: peak memory and time of each impl, with the floor timed in the same process."""
