@@ -166,3 +166,64 @@ def test_full_disk_while_training_is_one_line_then_resume_finishes_the_same_run(
     resumed = destila(*train_command(student, train_cache, out, *args, "--resume"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert_same_run(out, reference)
+
+
+def test_resuming_a_finished_run_trains_nothing_and_changes_nothing(train_cache, student, tmp_path):
+    """The Trainer resumed at its last step would train one step more; destila says the run is finished."""
+    out = tmp_path / "out"
+    args = ("--max_steps", "2", "--save_steps", "1")
+    assert destila_in_process(*train_command(student, train_cache, out, *args)).returncode == 0
+    before = snapshot(out)
+    resumed = destila_in_process(*train_command(student, train_cache, out, *args, "--resume"))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"the run in {out} finished at step 2" in resumed.stdout and "nothing changed" in resumed.stdout
+    assert snapshot(out) == before
+    longer = destila_in_process(*train_command(student, train_cache, out, "--max_steps", "3", "--save_steps", "1",
+                                               "--resume"))
+    assert longer.returncode == 0, longer.stderr[-2000:]
+    assert [s for s, _ in log_steps(out)] == [1, 2, 3]  # a larger --max_steps trains on from there
+
+
+def test_a_final_save_cut_short_is_completed_from_the_last_checkpoint_without_a_step(train_cache, student, tmp_path):
+    """As a kill during the final save leaves it: the flag written, the weights half there."""
+    args = ("--max_steps", "2", "--save_steps", "1")
+    reference, out = tmp_path / "reference", tmp_path / "out"
+    assert destila_in_process(*train_command(student, train_cache, reference, *args)).returncode == 0
+    shutil.copytree(reference, out)
+    (out / ".destila-save-incomplete").write_text("")
+    weights = out / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    resumed = destila_in_process(*train_command(student, train_cache, out, *args, "--resume"))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "is the run's last step (2); saving the final model from it" in resumed.stdout
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert weights.read_bytes() == (reference / "model.safetensors").read_bytes()
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
+    assert not (out / ".destila-save-incomplete").exists()
+
+
+@pytest.mark.slow
+def test_sigkill_during_the_final_save_then_resume_gives_the_same_final_weights(train_cache, student, tmp_path):
+    args = ("--max_steps", "6", "--save_steps", "2")
+    reference, out = tmp_path / "reference", tmp_path / "out"
+    assert destila(*train_command(student, train_cache, reference, *args)).returncode == 0
+    process = subprocess.Popen([sys.executable, "-m", "destila", *train_command(student, train_cache, out, *args)],
+                               env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    flag = out / ".destila-save-incomplete"
+    try:
+        while process.poll() is None and not flag.exists():
+            time.sleep(0.001)
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    assert process.returncode == -signal.SIGKILL, "the run finished before its final save was caught"
+    assert flag.exists() and (out / "checkpoint-6" / "destila_run.json").exists()
+    resumed = destila(*train_command(student, train_cache, out, *args, "--resume"))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "saving the final model from it" in resumed.stdout
+    assert (out / "model.safetensors").read_bytes() == (reference / "model.safetensors").read_bytes()
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 6
+    assert [s for s, _ in log_steps(out)] == [1, 2, 3, 4, 5, 6]

@@ -193,7 +193,7 @@ def run(argv: list[str]) -> int:
         teacher_placement=values_of(args, PlacementSpec, **_TEACHER_PLACEMENT) if args.teacher is not None else None,
     )
     result = train_student(spec)
-    if training_args.process_index == 0:
+    if training_args.process_index == 0 and not result.get("finished"):
         if result["eval"]:
             print("held-out: " + ", ".join(f"{k.removeprefix('eval_')} {v:.4g}" for k, v in result["eval"].items()
                                            if isinstance(v, float)))

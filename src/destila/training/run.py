@@ -21,6 +21,7 @@ from destila.training.finite import check_weights
 from destila.training.objective import objective_of
 from destila.training.output_dir import LOG_FILE, WRITE_FAILURE, RunRecordCallback, claim_output_dir
 from destila.training.peft_student import MERGED_DIR, base_reference, merge_adapter, record_base
+from destila.training.run_end import end_step, final_model_saved, restore_end
 from destila.training.sharing import check_push, write_model_card
 from destila.training.spec import TrainSpec
 from destila.training.trainer import DistillationTrainer
@@ -198,7 +199,19 @@ def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: Di
             trainer.remove_callback(PrinterCallback)
         engine = EngineReport(trainer, out / LOG_FILE)
         trainer.add_callback(engine)
-        result = trainer.train(resume_from_checkpoint=claim.checkpoint)
+        end = end_step(claim.checkpoint, args)
+        if end is not None and final_model_saved(out, end):
+            print(f"train: the run in {out} finished at step {end} and its final model is saved; nothing changed "
+                  f"(a larger --max_steps trains on from there)")
+            return {"train": {}, "steps": end, "eval": {}, "engine": engine.engine, "loss_path": None,
+                    "merged": None, "finished": True}
+        if end is not None:  # at the end, but the final save did not complete: save it, training no step
+            print(f"train: {claim.checkpoint} is the run's last step ({end}); saving the final model from it")
+            restore_end(trainer, claim.checkpoint)
+            result_metrics, steps = {}, end
+        else:
+            result = trainer.train(resume_from_checkpoint=claim.checkpoint)
+            result_metrics, steps = result.metrics, result.global_step
         metrics = trainer.evaluate() if trainer.eval_dataset is not None else {}
         check_weights(trainer.model, trainer.state, args, "the final save")
         flag = out / SAVE_INCOMPLETE  # until the last file is written, the folder is refused as a model
@@ -207,7 +220,7 @@ def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: Di
         trainer.save_model(str(out))  # weights (or the adapter), config and (processing_class) tokenizer
         # The files a Trainer script leaves: trainer_state.json, train_results.json, eval_results.json, all_results.json.
         trainer.save_state()
-        trainer.save_metrics("train", result.metrics)
+        trainer.save_metrics("train", result_metrics)
         if metrics:
             trainer.save_metrics("eval", metrics)
         if trainer.is_world_process_zero():
@@ -231,7 +244,7 @@ def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: Di
         raise reported from err
     finally:
         claim.release()
-    return {"train": result.metrics, "steps": result.global_step, "eval": metrics, "engine": engine.engine,
+    return {"train": result_metrics, "steps": steps, "eval": metrics, "engine": engine.engine,
             "loss_path": engine.loss_path, "merged": str(merged) if merged else None}
 
 
