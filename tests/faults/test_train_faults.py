@@ -227,3 +227,19 @@ def test_sigkill_during_the_final_save_then_resume_gives_the_same_final_weights(
     assert (out / "model.safetensors").read_bytes() == (reference / "model.safetensors").read_bytes()
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 6
     assert [s for s, _ in log_steps(out)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_hub_token_given_on_the_command_line_reaches_no_file(train_cache, student, tmp_path):
+    """`--hub_token` is needed in memory to push; the Trainer pickles its arguments into training_args.bin beside
+    the model and in every checkpoint, which users upload: no file under the output folder holds the token."""
+    token = "hf_destilaTestSecretToken1234567890"
+    out = tmp_path / "out"
+    done = destila_in_process(*train_command(student, train_cache, out, "--max_steps", "2", "--save_steps", "1",
+                                             "--hub_token", token))
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = [p for p in out.rglob("*") if p.is_file()]
+    assert any(p.name == "training_args.bin" for p in written)  # the Trainer's pickle is among them
+    assert [str(p) for p in written if token.encode() in p.read_bytes()] == []
+    assert token not in done.stdout + done.stderr
+    args = torch.load(out / "training_args.bin", weights_only=False)
+    assert args.hub_token is None and args.max_steps == 2  # the rest of the arguments are kept

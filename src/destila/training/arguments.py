@@ -85,6 +85,10 @@ def _changed(name: str, **extra):
     return field(default=DISTILLATION_DEFAULTS[name], metadata={**source.metadata, **extra})
 
 
+# Secrets a user may pass as arguments: never written to a file (see DistillationArguments.__getstate__).
+CREDENTIAL_FIELDS = ("hub_token",)
+
+
 @dataclass
 class DistillationArguments(TrainingArguments):
     """Training arguments for distillation from a top-K cache or an online teacher.
@@ -192,6 +196,16 @@ class DistillationArguments(TrainingArguments):
         choose_device(self)  # CPU-only machines: use_cpu, so torchrun gives DDP over gloo and bf16 is accepted
         super().__post_init__()
         check_engine(self)
+
+    def __getstate__(self) -> dict:
+        """What pickling keeps: every field but the credentials. The Trainer pickles its arguments into
+        ``training_args.bin`` beside the model and in every checkpoint, folders that are meant to be shared
+        and uploaded; the token given with ``--hub_token`` stays in this process only."""
+        state = self.__dict__.copy()
+        for name in CREDENTIAL_FIELDS:
+            if state.get(name) is not None:
+                state[name] = None
+        return state
 
     def loss_options(self) -> LossOptions:
         """The :class:`LossOptions` these arguments hold (validated)."""
