@@ -17,8 +17,8 @@ from rich.console import Console
 from benchmarks.peers.e2e import PeerTrainers, run_e2e_with_peers
 from benchmarks.peers.loss import PeerRows
 from benchmarks.peers.report import plot_peers, print_e2e_table, print_peer_table
-from destila.bench import (LOSS_HEADER, E2EConfig, LossBenchConfig, OutputFiles, e2e_row_line, machine_info,
-                           row_printer, run_loss_sweep, save_json, summarise, write_csv)
+from destila.bench import (LOSS_HEADER, E2EConfig, LossBenchConfig, OutputFiles, e2e_row_line, failed_rows_code,
+                           machine_info, row_printer, run_loss_sweep, save_json, summarise, write_csv)
 from destila.cli.bench import loss_config
 from destila.cli.fields import add_fields, values_of
 from destila.cli.parser import Parser
@@ -70,7 +70,7 @@ def run_loss(args) -> int:
         write_csv(rows, files.csv)
     if files.plot:
         plot_peers(rows, files.plot)
-    return 0
+    return failed_rows_code(rows, "impl")
 
 
 def run_e2e(args) -> int:
@@ -86,4 +86,4 @@ def run_e2e(args) -> int:
         save_json(result, files.json)
     if files.csv:
         write_csv([r | {"command": machine["command"]} for r in result["rows"]], files.csv)
-    return 0
+    return failed_rows_code(result["rows"], "method")

@@ -143,3 +143,22 @@ def test_each_measured_row_is_on_disk_before_the_sweep_ends(tmp_path, capsys):
     assert [json.loads(line) for line in out.read_text().splitlines()] == [row]
     on_row({**row, "seq_len": 128})
     assert len(out.read_text().splitlines()) == 2 and "fused" in capsys.readouterr().out
+
+
+def test_a_configuration_that_crashed_makes_the_command_fail(monkeypatch, tmp_path, capsys):
+    """A sweep whose row crashed measured nothing there: the command says which and exits 1 (a script running it,
+    as the GPU check does, sees a failed step), after writing every row."""
+    from destila.bench import loss
+
+    def crashing(worker, kwargs, **_options):
+        return {"status": "error", "peak_bytes": None, "error": "SyntaxError: invalid syntax", "result": None,
+                "wall_seconds": 0.1}
+
+    monkeypatch.setattr(loss, "run_isolated", crashing)
+    out = tmp_path / "loss.jsonl"
+    with pytest.raises(SystemExit) as done:
+        main(["bench", "loss", "--hidden", "32", "--vocab", "256", "--top-k", "4", "--seq-lens", "64",
+              "--impls", "fused", "--json", str(out)])
+    assert done.value.code == 1
+    assert "bench: fused at 64: error: SyntaxError: invalid syntax" in capsys.readouterr().err
+    assert [json.loads(line)["status"] for line in out.read_text().splitlines()] == ["error", "error"]

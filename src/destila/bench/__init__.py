@@ -29,7 +29,7 @@ _PUBLIC = {
     "prepare_student": "e2e", "method_row": "e2e", "train_worker": "e2e", "save_json": "e2e",
     # files, printed lines, flag readers
     "OutputFiles": "results", "machine_info": "results", "write_csv": "results", "write_jsonl": "results",
-    "row_printer": "results",
+    "row_printer": "results", "failed_rows_code": "results",
     "LOSS_HEADER": "tables", "loss_row_line": "tables", "e2e_row_line": "tables",
     "name_list": "parsing", "int_list": "parsing", "gib": "parsing",
 }

@@ -79,6 +79,17 @@ def row_printer(json_path: str | os.PathLike | None):
     return on_row
 
 
+def failed_rows_code(rows: list[dict], key: str) -> int:
+    """The exit code of a benchmark command: 1, with one line per row on stderr, if a configuration crashed
+    (status ``error`` or ``timeout``: it measured nothing, and a script running the command must see it), else
+    0. ``oom``, ``skipped`` and ``unavailable`` are outcomes the rows report, not failures."""
+    failed = [r for r in rows if r["status"] in ("error", "timeout")]
+    for row in failed:
+        where = f"{row[key]} at {row['seq_len']}" if "seq_len" in row else row[key]
+        print(f"bench: {where}: {row['status']}: {row.get('error')}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def write_csv(rows: list[dict], path: str | os.PathLike) -> None:
     """The same rows as CSV; columns in first-seen order, lists joined with ``;``."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from destila.bench.e2e import E2EConfig, LongContextConfig, longest_fitting, run
 from destila.bench.e2e_plot import plot_e2e, plot_long_context
 from destila.bench.loss import LossBenchConfig, default_memory_budget, run_loss_sweep, summarise
 from destila.bench.plot import plot_loss_sweep
-from destila.bench.results import OutputFiles, machine_info, row_printer, write_csv
+from destila.bench.results import OutputFiles, failed_rows_code, machine_info, row_printer, write_csv
 from destila.bench.tables import (LOSS_HEADER, e2e_row_line, e2e_summary_lines, e2e_table, long_context_row_line,
                                   long_context_summary_lines)
 from destila.cli.fields import add_fields, values_of
@@ -73,7 +73,7 @@ def _run_loss(args) -> int:
         write_csv(rows, files.csv)
     if files.plot:
         plot_loss_sweep(rows, files.plot)
-    return 0
+    return failed_rows_code(rows, "impl")
 
 
 def _run_e2e(args) -> int:
@@ -102,4 +102,4 @@ def _run_e2e(args) -> int:
         plot_long_context(rows, files.plot)
     elif files.plot:
         plot_e2e(result, files.plot)
-    return 0
+    return failed_rows_code(rows, "impl" if args.long_context else "method")
