@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         record = run(args)
     except ValueError as err:
         parser.error(str(err))
-    record["machine"]["command"] = "python benchmarks/main_job.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    given = argv if argv is not None else sys.argv[1:]
+    record["machine"]["command"] = "python benchmarks/main_job.py " + " ".join(given)
     print("\n".join(summary_lines(record)))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
