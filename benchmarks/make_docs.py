@@ -131,11 +131,15 @@ def _fused_against_floor(records: list[dict]) -> list[list]:
 FLOOR_HEADER = ["N", "fused runs (s)", "floor runs (s)", "fused median", "floor median", "fused / floor"]
 
 
-@table("loss-cpu-quiet", "loss_cpu_quiet_check.jsonl")
-def loss_cpu_quiet(records: list[dict]) -> str:
-    """`destila bench loss --impls fused --seq-lens 8K,16K --repeats 3` on quiet cores."""
-    return "\n\n".join([machine_line(records[0]) + " Load: nothing else running.",
-                         render_rows(FLOOR_HEADER, _fused_against_floor(records))])
+QUIET_RUNS = ("run1", "run2", "run3")
+
+
+@table("loss-cpu-quiet", *(f"loss_cpu_quiet_check/{run}.jsonl" for run in QUIET_RUNS))
+def loss_cpu_quiet(*runs: list[dict]) -> str:
+    """`destila bench loss --impls fused --seq-lens 8K,16K --repeats 3` on quiet cores, every run of the same code."""
+    rows = [[name, *row] for name, records in zip(QUIET_RUNS, runs) for row in _fused_against_floor(records)]
+    return "\n\n".join([machine_line(runs[0][0]) + " Load: nothing else running.",
+                         render_rows(["run", *FLOOR_HEADER], rows, "ll" + "r" * len(FLOOR_HEADER[1:]))])
 
 
 @table("loss-cpu-busy", "loss_cpu_busy_neighbour/before.jsonl", "loss_cpu_busy_neighbour/now.jsonl")
