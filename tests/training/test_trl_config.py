@@ -146,3 +146,28 @@ def test_trls_example_sft_config_beside_a_cache_is_refused_naming_its_data_keys(
     assert err.count("\n") == 0
     for key in ("dataset_name 'stanfordnlp/imdb' (the cache", "max_length 64 (the cache", "packing 'bfd' (the cache"):
         assert key in err
+
+
+@pytest.mark.parametrize("value", ["maybe", 1, "yes please"])
+def test_use_peft_takes_only_a_boolean(value):
+    """A value that is no boolean was taken as true (LoRA trained); each is refused with the value found."""
+    from destila.training.trl_keys import map_trl_keys
+
+    options, problems = map_trl_keys({"use_peft": value}, known=set())
+    assert options == {} and problems == [f"use_peft: expected true or false, found {value!r}"]
+
+
+def test_use_peft_with_lora_r_0_is_refused_not_a_full_model_run(tmp_path):
+    from destila.training.trl_keys import map_trl_keys
+
+    _, problems = map_trl_keys({"use_peft": True, "lora_r": 0}, known={"lora_r"})
+    assert len(problems) == 1 and "lora_r 0 turns them off" in problems[0]
+    options, problems = map_trl_keys({"use_peft": True, "lora_r": 8}, known={"lora_r"})
+    assert problems == [] and options["lora_r"] == 8
+
+
+def test_use_peft_maybe_on_the_command_line_is_one_line(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli(["train", "student", "--cache", "cache", "-o", "out", "--use_peft", "maybe"])
+    assert done.value.code == 2
+    assert "use_peft: expected true or false, found 'maybe'" in capsys.readouterr().err

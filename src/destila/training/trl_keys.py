@@ -147,7 +147,14 @@ def map_trl_keys(values: dict, known) -> tuple[dict, list[str]]:
     for key, value in values.items():
         name = str(key).lstrip("-").replace("-", "_")
         if name == "use_peft":
-            if value:  # TRL's ModelConfig defaults for what is not given
+            if value is None:  # TRL's "not set"
+                continue
+            if not isinstance(value, bool):  # "maybe" or 1 would be taken as true
+                problems.append(f"use_peft: expected true or false, found {value!r}")
+            elif value and values.get("lora_r") == 0:
+                problems.append("use_peft: true asks for LoRA adapters and lora_r 0 turns them off (the whole model "
+                                "would train); give lora_r ≥ 1, or drop use_peft")
+            elif value:  # TRL's ModelConfig defaults for what is not given
                 options.update({k: v for k, v in PEFT_DEFAULTS.items() if k not in values})
             continue
         if name in REFUSED:
@@ -190,7 +197,8 @@ def markdown_table() -> str:
     rows += [("use_peft", "`lora_r`", f"true: LoRA adapters, with TRL's ModelConfig {peft} where not given; "
                                         "on every linear layer but the head (`lora_target_modules` all-linear), "
                                         "where TRL leaves the choice to peft's per-architecture default (q_proj "
-                                        "and v_proj for Llama): add `--lora_target_modules q_proj,v_proj` for that"),
+                                        "and v_proj for Llama): add `--lora_target_modules q_proj,v_proj` for that; "
+                                        "true or false only, and refused beside `lora_r: 0`"),
              ("beta", "`divergence`, `beta`", "GKD's β: 0 is `forward_kl`, 1 `reverse_kl`, between `jsd` with that β"),
              ("temperature", "`temperature`", "in TRL's terms refused unless 1: GKD's is the temperature of "
                                                "on-policy samples (its loss runs at T 1), and nothing is sampled")]
