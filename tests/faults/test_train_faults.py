@@ -110,6 +110,27 @@ def test_resume_never_takes_a_checkpoint_of_another_run(train_cache, student, tm
     assert_same_run(out, reference)  # continued from its own checkpoint-4, not the other run's 8
 
 
+def train_killed_when(found, command: list[str], skip: tuple[str, ...] = ()):
+    """Run ``destila`` ``command`` in a real process and SIGKILL it as soon as ``found()`` returns a path whose
+    name is not in ``skip``; that path, or None if the run ended first."""
+    process = subprocess.Popen([sys.executable, "-m", "destila", *command], env=ENV, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    caught = None
+    try:
+        while process.poll() is None and caught is None:
+            caught = found()
+            if caught is not None and caught.name not in skip:
+                process.send_signal(signal.SIGKILL)
+            else:
+                caught = None
+                time.sleep(0.001)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    return caught
+
+
 def checkpoint_being_written(out):
     """A ``checkpoint-N`` folder that exists but is not stamped complete yet (the Trainer is writing it)."""
     for checkpoint in out.glob("checkpoint-*"):
@@ -123,21 +144,9 @@ def test_sigkill_during_checkpoint_writing_then_resume_is_loss_identical(train_c
     args = ("--max_steps", "60", "--save_steps", "5")
     reference, out = tmp_path / "reference", tmp_path / "out"
     assert destila(*train_command(student, train_cache, reference, *args)).returncode == 0
-    process = subprocess.Popen([sys.executable, "-m", "destila", *train_command(student, train_cache, out, *args)],
-                               env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    caught = None
-    try:
-        while process.poll() is None and caught is None:
-            caught = checkpoint_being_written(out) if out.exists() else None
-            if caught is not None and caught.name != "checkpoint-5":  # one complete checkpoint before it
-                process.send_signal(signal.SIGKILL)
-            else:
-                caught = None
-                time.sleep(0.001)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
+    # one complete checkpoint before the one caught being written
+    caught = train_killed_when(lambda: checkpoint_being_written(out) if out.exists() else None,
+                               train_command(student, train_cache, out, *args), skip=("checkpoint-5",))
     assert caught is not None, "the run finished without being caught writing a checkpoint"
     assert not (caught / "destila_run.json").exists() and not (out / "model.safetensors").exists()
     before = snapshot(out)
@@ -207,20 +216,10 @@ def test_sigkill_during_the_final_save_then_resume_gives_the_same_final_weights(
     args = ("--max_steps", "6", "--save_steps", "2")
     reference, out = tmp_path / "reference", tmp_path / "out"
     assert destila(*train_command(student, train_cache, reference, *args)).returncode == 0
-    process = subprocess.Popen([sys.executable, "-m", "destila", *train_command(student, train_cache, out, *args)],
-                               env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     flag = out / ".destila-save-incomplete"
-    try:
-        while process.poll() is None and not flag.exists():
-            time.sleep(0.001)
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-    assert process.returncode == -signal.SIGKILL, "the run finished before its final save was caught"
-    assert flag.exists() and (out / "checkpoint-6" / "destila_run.json").exists()
+    caught = train_killed_when(lambda: flag if flag.exists() else None, train_command(student, train_cache, out, *args))
+    assert caught is not None, "the run finished before its final save was caught"
+    assert (out / "checkpoint-6" / "destila_run.json").exists()
     resumed = destila(*train_command(student, train_cache, out, *args, "--resume"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "saving the final model from it" in resumed.stdout
