@@ -32,8 +32,8 @@
 # run `make docs`. A step that fails or runs out of time is written as such and the next step runs; the exit
 # code is 1 if any step did not pass.
 #
-# The rehearsal runs the same steps with the same commands and flags on this machine's CPU, in the Python that
-# runs it (nothing installed), except the device (cpu), the shapes (scaled down so that the whole takes a few
+# The rehearsal runs the same steps with the same commands and flags on this machine's CPU, in the checkout's
+# .venv (`make install`; PYTHON=... names another), installing nothing, except the device (cpu), the shapes (scaled down so that the whole takes a few
 # minutes) and the teachers (the embedded teacher itself where it is installed; the 1B-class one replaced by
 # the embedded teacher's architecture with random weights). Triton's kernels run in Triton's interpreter
 # (TRITON_INTERPRET=1), so Liger's rows are measured for their values (their times mean nothing); Cut
@@ -47,7 +47,6 @@ case "${1:-}" in
     --rehearse) MODE=rehearse; shift; [[ -n "${1:-}" ]] || { echo "gpu check: --rehearse needs OUT_DIR" >&2; exit 2; } ;;
 esac
 OUT_DIR=$(realpath -m "${1:-benchmarks/results}")  # absolute: the script moves to the checkout root below
-PYTHON=${PYTHON:-python3}
 GPU_DIR=${GPU_DIR:-.gpu}
 SITE=${SITE:-/tmp/destila-gpu-site}
 STARTED=$SECONDS
@@ -55,6 +54,10 @@ FAILED=()
 
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD
+# The rehearsal runs in the checkout's own environment (`make install`'s .venv) unless told otherwise; a GPU
+# machine's python3 is the one that holds its torch.
+if [[ $MODE == rehearse && -z ${PYTHON:-} && -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; fi
+PYTHON=${PYTHON:-python3}
 
 case $MODE in
     dry) CARD=dry-run ;;
