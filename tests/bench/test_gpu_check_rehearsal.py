@@ -1,6 +1,6 @@
 """`bash benchmarks/gpu/check.sh --rehearse OUT`: every step of the GPU check run for real on CPU, at small shapes.
 
-Slow (about 7 minutes on 2 cores): `make test-slow` runs it. What it checks is what a GPU run must give: every
+Slow (about 5 minutes on 2 cores): `make test-slow` runs it. What it checks is what a GPU run must give: every
 step passes, the same files come back (at most 8), and each file holds measured rows.
 """
 
