@@ -92,7 +92,8 @@ def ce_step_seconds(student: str, cache: Path, out: Path, args) -> list[float]:
     from destila.bench import step_clock
     from destila.models import load_causal_lm
 
-    rows = [TopKCache(cache)[i]["input_ids"].tolist() for i in range(len(TopKCache(cache)))]
+    cached = TopKCache(cache)
+    rows = [cached[i]["input_ids"].tolist() for i in range(len(cached))]
     data = datasets.Dataset.from_dict({"input_ids": rows, "labels": rows})
     clock = step_clock(args.device)
     training = TrainingArguments(
