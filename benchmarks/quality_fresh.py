@@ -93,7 +93,8 @@ ROWS = {
     "kd+ce": Row("cache-t1", dict(soft_weight=1.0, hard_weight=1.0)),
     "kd+ce-t2": Row("cache-t2", dict(soft_weight=1.0, hard_weight=1.0, temperature=2.0)),
     "rskd+ce": Row("cache-sampled", dict(soft_weight=1.0, hard_weight=1.0)),
-    "pd": Row("cache-t2", dict(soft_weight=0.9, hard_weight=0.1, temperature=2.0, top_k=50, top_p=0.95,
+    # CE weighted 1 − α by the complement (0.1 at the peak), which --hard_weight may not contradict
+    "pd": Row("cache-t2", dict(soft_weight=0.9, temperature=2.0, top_k=50, top_p=0.95,
                                soft_weight_schedule="ramp", soft_weight_warmup=0.1, hard_weight_complement=True,
                                lr_scheduler_type="warmup_stable_decay",
                                lr_scheduler_kwargs={"decay_type": "linear"}, decay_fraction=0.2),

@@ -63,9 +63,31 @@ def test_the_held_out_objective_carries_the_scheduled_weights(tiny_cache, fresh_
     from test_eval_objective import oracle, trainer_for
 
     trainer = trainer_for(tiny_cache, fresh_student, tmp_path / "s", soft_weight=1.0, soft_weight_schedule="ramp",
-                          soft_weight_start=0.3, soft_weight_warmup=4, hard_weight_complement=True)
+                          soft_weight_start=0.3, soft_weight_warmup=4, hard_weight_complement=True,
+                          hard_weight=1.0)  # train's default: the complement replaces it (another is refused)
     metrics = trainer.evaluate()
     assert metrics["eval_loss"] == pytest.approx(oracle(trainer, tiny_cache, soft_weight=0.3, hard_weight=0.7),
                                                  rel=1e-5)
     assert metrics["eval_kl"] == pytest.approx(oracle(trainer, tiny_cache), rel=1e-5)
     assert abs(metrics["eval_loss"] - metrics["eval_kl"]) > 1e-3
+
+
+@pytest.mark.parametrize("schedule,options,named", [
+    ("constant", {"soft_weight_start": 0.2}, "soft_weight_start 0.2"),
+    ("constant", {"soft_weight_warmup": 50}, "soft_weight_warmup 50"),
+    ("ramp", {"soft_weight_end": 0.5}, "soft_weight_end 0.5"),
+    ("ramp", {"soft_weight_decay": 10}, "soft_weight_decay 10"),
+])
+def test_a_schedule_field_the_schedule_never_reads_is_refused(schedule, options, named):
+    """Accepted and ignored before: e.g. --soft_weight_start with the constant schedule."""
+    with pytest.raises(ValueError, match=f"{named}: read only by the .* schedule, and soft_weight_schedule is "
+                                         f"{schedule}"):
+        DistillationArguments(output_dir="out", soft_weight_schedule=schedule, **options)
+    DistillationArguments(output_dir="out", soft_weight_schedule="wsd", **options)  # wsd reads every one
+
+
+def test_an_explicit_hard_weight_beside_its_complement_is_refused():
+    """The complement replaced a given --hard_weight without a word."""
+    with pytest.raises(ValueError, match="hard_weight 0.3 and hard_weight_complement: the complement replaces it"):
+        DistillationArguments(output_dir="out", hard_weight=0.3, hard_weight_complement=True, soft_weight=0.5)
+    DistillationArguments(output_dir="out", hard_weight_complement=True, soft_weight=0.5)  # the default: fine

@@ -187,7 +187,7 @@ class DistillationArguments(TrainingArguments):
         if self.remove_unused_columns:
             raise ValueError("remove_unused_columns: must stay False, the batches carry the teacher's targets")
         self.loss_options()  # validates every loss option, with LossOptions' messages
-        self.weight_schedule().check(self.soft_weight, self.hard_weight)
+        self.weight_schedule().check(self.soft_weight, self.hard_weight, TRAIN_LOSS_DEFAULTS["hard_weight"])
         check_top_p(self.top_p)
         self.target_spec()
         self.hidden_options()

@@ -23,6 +23,9 @@ import math
 from dataclasses import dataclass, field
 
 SCHEDULES = ("constant", "ramp", "wsd")
+# The schedules that read each of the schedule's own fields: a value given for another schedule would be ignored.
+READ_BY = {"soft_weight_start": ("ramp", "wsd"), "soft_weight_warmup": ("ramp", "wsd"),
+           "soft_weight_decay": ("wsd",), "soft_weight_end": ("wsd",)}
 
 
 def _steps(value: float, total: int) -> float:
@@ -64,8 +67,20 @@ class SoftWeightSchedule:
         """Whether the weights differ from the constant ``soft_weight`` / ``hard_weight``."""
         return self.soft_weight_schedule != "constant" or self.hard_weight_complement
 
-    def check(self, soft_weight: float, hard_weight: float) -> None:
-        """Refuse a schedule whose loss would vanish or whose complement would be negative."""
+    def check(self, soft_weight: float, hard_weight: float, hard_weight_default: float | None = None) -> None:
+        """Refuse a schedule whose loss would vanish or whose complement would be negative, a field the chosen
+        schedule never reads set away from its default, and a ``hard_weight`` other than ``hard_weight_default``
+        beside ``hard_weight_complement`` (which replaces it)."""
+        unread = [name for name, schedules in READ_BY.items() if self.soft_weight_schedule not in schedules
+                  and getattr(self, name) != self.__dataclass_fields__[name].default]
+        if unread:
+            readers = sorted({schedule for name in unread for schedule in READ_BY[name]})
+            given = ", ".join(f"{name} {getattr(self, name):g}" for name in unread)
+            raise ValueError(f"{given}: read only by the {' or '.join(readers)} schedule, and soft_weight_schedule "
+                             f"is {self.soft_weight_schedule}; set --soft_weight_schedule, or drop them")
+        if self.hard_weight_complement and hard_weight_default is not None and hard_weight != hard_weight_default:
+            raise ValueError(f"hard_weight {hard_weight:g} and hard_weight_complement: the complement replaces it "
+                             f"with 1 − (the distillation weight) at every step; give one of them")
         peaks = [soft_weight] + ([self.soft_weight_start] if self.soft_weight_schedule != "constant" else []) + \
                 ([self.soft_weight_end] if self.soft_weight_schedule == "wsd" else [])
         if self.hard_weight_complement and max(peaks) > 1:
