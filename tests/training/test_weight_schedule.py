@@ -91,3 +91,20 @@ def test_an_explicit_hard_weight_beside_its_complement_is_refused():
     with pytest.raises(ValueError, match="hard_weight 0.3 and hard_weight_complement: the complement replaces it"):
         DistillationArguments(output_dir="out", hard_weight=0.3, hard_weight_complement=True, soft_weight=0.5)
     DistillationArguments(output_dir="out", hard_weight_complement=True, soft_weight=0.5)  # the default: fine
+
+
+def test_a_ramp_longer_than_the_run_warns_that_the_weight_is_never_reached():
+    ramp = SoftWeightSchedule(soft_weight_schedule="ramp", soft_weight_warmup=10)
+    note = ramp.shortfall(0.9, max_steps=4)
+    assert note.startswith("train: warning: the distillation weight never reaches soft_weight 0.9 in 4 steps")
+    assert "at most 0.27" in note  # α(3) = 0.9 · 3/10
+    assert ramp.shortfall(0.9, max_steps=11) is None  # reached at step 10
+    assert SoftWeightSchedule().shortfall(0.9, max_steps=1) is None  # constant: nothing to reach
+
+
+def test_the_warning_is_printed_once_when_training_starts(tiny_cache, fresh_student, tmp_path, capsys):
+    args = args_for(tmp_path / "s", max_steps=2, soft_weight_schedule="ramp", soft_weight_warmup=10,
+                    hard_weight=1.0)
+    train_student(str(fresh_student), tmp_path / "s", args, cache=str(tiny_cache))
+    printed = capsys.readouterr().out
+    assert printed.count("never reaches soft_weight 1 in 2 steps") == 1

@@ -277,9 +277,16 @@ class DistillationTrainer(Trainer):
         return loss
 
     def _scheduled_weights(self, options: dict) -> dict:
-        """This step's ``soft_weight`` / ``hard_weight`` under ``--soft_weight_schedule`` (``{}``: constant)."""
-        return self.args.weight_schedule().weights(options["soft_weight"], options["hard_weight"],
-                                                   self.state.global_step, self.state.max_steps)
+        """This step's ``soft_weight`` / ``hard_weight`` under ``--soft_weight_schedule`` (``{}``: constant); at
+        the first training step, a warning when the run is too short for the schedule to reach its weight."""
+        schedule = self.args.weight_schedule()
+        if self.model.training and not getattr(self, "_schedule_checked", False):
+            self._schedule_checked = True
+            note = schedule.shortfall(options["soft_weight"], self.state.max_steps)
+            if note and self.is_world_process_zero():
+                print(note, flush=True)
+        return schedule.weights(options["soft_weight"], options["hard_weight"], self.state.global_step,
+                                self.state.max_steps)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # Training reads K′ entries of a larger cache; evaluation keeps the cache's K, a yardstick

@@ -104,6 +104,18 @@ class SoftWeightSchedule:
                 value = peak + (self.soft_weight_end - peak) * min(1.0, (step - begin) / decay)
         return value
 
+    def shortfall(self, peak: float, max_steps: int) -> str | None:
+        """One line when a run of ``max_steps`` steps never gives the distillation term its weight ``peak`` (a
+        ramp longer than the run, or a decay that begins before the ramp ends); None when it does."""
+        if self.soft_weight_schedule == "constant" or max_steps < 1:
+            return None
+        highest = max(self.soft(peak, step, max_steps) for step in range(max_steps))
+        if highest >= peak or math.isclose(highest, peak, rel_tol=1e-9):
+            return None
+        return (f"train: warning: the distillation weight never reaches soft_weight {peak:g} in {max_steps} steps "
+                f"(at most {highest:.3g}): the {self.soft_weight_schedule} schedule's soft_weight_warmup "
+                f"{self.soft_weight_warmup:g} is too long for the run; shorten it or train longer")
+
     def weights(self, soft_weight: float, hard_weight: float, step: int, max_steps: int) -> dict:
         """``{"soft_weight", "hard_weight"}`` at ``step`` (``{}`` for a constant schedule: the options' own)."""
         if not self.active:
