@@ -175,6 +175,12 @@ def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: Di
     try:
         for note in claim.notes:
             print(note)
+        end = end_step(claim.checkpoint, args)
+        if end is not None and final_model_saved(out, end):  # before anything loads: there is nothing to do
+            print(f"train: the run in {out} finished at step {end} and its final model is saved; nothing changed "
+                  f"(a larger --max_steps trains on from there)")
+            return {"train": {}, "steps": end, "eval": {}, "engine": None, "loss_path": None, "merged": None,
+                    "finished": True}
         if crossed is not None:  # the cache in the student's tokens, aligned once into the claimed folder (or given)
             source, tokenizer = _cross_items(crossed, held_crossed, eval_dataset,
                                              spec.alignment_dir or out / "alignment", model, args)
@@ -199,12 +205,6 @@ def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: Di
             trainer.remove_callback(PrinterCallback)
         engine = EngineReport(trainer, out / LOG_FILE)
         trainer.add_callback(engine)
-        end = end_step(claim.checkpoint, args)
-        if end is not None and final_model_saved(out, end):
-            print(f"train: the run in {out} finished at step {end} and its final model is saved; nothing changed "
-                  f"(a larger --max_steps trains on from there)")
-            return {"train": {}, "steps": end, "eval": {}, "engine": engine.engine, "loss_path": None,
-                    "merged": None, "finished": True}
         if end is not None:  # at the end, but the final save did not complete: save it, training no step
             print(f"train: {claim.checkpoint} is the run's last step ({end}); saving the final model from it")
             restore_end(trainer, claim.checkpoint)

@@ -210,6 +210,7 @@ class DistillationTrainer(Trainer):
         self._loss_shifts_labels = True
         self._window = torch.zeros(len(_STATS), dtype=torch.float64)
         self.loss_path: str | None = None  # how the loss runs, once a training step has run it
+        self._schedule_checked = False  # whether the run's length was checked against the weight schedule
 
     def train(self, *args, **kwargs):
         """The Trainer's ``train``, after one line saying what the run trains towards and how that compares with
@@ -280,7 +281,7 @@ class DistillationTrainer(Trainer):
         """This step's ``soft_weight`` / ``hard_weight`` under ``--soft_weight_schedule`` (``{}``: constant); at
         the first training step, a warning when the run is too short for the schedule to reach its weight."""
         schedule = self.args.weight_schedule()
-        if self.model.training and not getattr(self, "_schedule_checked", False):
+        if self.model.training and not self._schedule_checked:
             self._schedule_checked = True
             note = schedule.shortfall(options["soft_weight"], self.state.max_steps)
             if note and self.is_world_process_zero():
