@@ -26,6 +26,8 @@ import statistics
 import time
 from pathlib import Path
 
+from destila.io.json_lines import append_json_line
+
 
 def _entries(cache) -> int:
     count = 0
@@ -159,8 +161,7 @@ def main(argv: list[str] | None = None) -> None:
         for record in measure(cache, workdir, args.epochs):
             print(json.dumps(record))
             if args.json:
-                with open(args.json, "a") as handle:
-                    handle.write(json.dumps(record) + "\n")
+                append_json_line(args.json, record)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from destila.io.json_lines import append_json_line
+
 
 def _status_mib(key: str) -> float:
     with open("/proc/self/status") as handle:
@@ -89,11 +91,9 @@ def _emit(record: dict, json_path: str | None) -> None:
 
     record = {**record, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(), "machine": platform.processor()
               or platform.machine(), "command": " ".join(sys.argv)}
-    line = json.dumps(record)
-    print(line, flush=True)
+    print(json.dumps(record), flush=True)
     if json_path:
-        with open(json_path, "a") as handle:
-            handle.write(line + "\n")
+        append_json_line(json_path, record)
 
 
 def measure_pass(args) -> None:

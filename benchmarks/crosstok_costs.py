@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from destila.io.json_lines import append_json_line
+
 
 def _load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
@@ -38,8 +40,7 @@ def _emit(record: dict, path: str | None) -> None:
               "command": "python " + " ".join(sys.argv)}
     print(json.dumps(record))
     if path:
-        with open(path, "a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_json_line(path, record)
 
 
 def measure_bytes(args) -> None:

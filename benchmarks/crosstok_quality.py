@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from destila.io.json_lines import append_json_line, json_lines
+
 
 def _load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
@@ -33,7 +35,7 @@ def _documents() -> tuple[list[str], list[str]]:
 
 def _write_jsonl(path: Path, texts: list[str]) -> None:
     if not path.exists():
-        path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+        path.write_text(json_lines({"text": t} for t in texts))
 
 
 def _destila(*argv: str) -> float:
@@ -135,8 +137,7 @@ def main(argv: list[str] | None = None) -> None:
                   heldout_tokens=args.heldout_tokens, epochs=args.epochs, seeds=args.seeds)
     print(json.dumps(record))
     if args.json:
-        with open(args.json, "a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_json_line(args.json, record)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from pathlib import Path
 
 # Imported here, not in the worker: libraries count in the baseline, only the data stage's own memory in the peak.
 from destila.data import DataSpec, packed_source  # noqa: E402
+from destila.io.json_lines import json_lines  # noqa: E402
 from destila.models import load_tokenizer  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -32,7 +33,7 @@ def write_corpus(path: Path, megabytes: int) -> Path:
 
     if path.is_file() and path.stat().st_size >= megabytes * 2**20:
         return path
-    lines = [json.dumps({"text": topics[name]}) + "\n" for name in sorted(topics)]
+    lines = json_lines({"text": topics[name]} for name in sorted(topics)).splitlines(keepends=True)
     written, copy = 0, 0
     with open(path, "w") as out:
         while written < megabytes * 2**20:

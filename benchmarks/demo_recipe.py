@@ -26,6 +26,8 @@ import shutil
 import time
 from pathlib import Path
 
+from destila.io.json_lines import append_json_line
+
 LOSSES = {"ce": dict(soft_weight=0.0, hard_weight=1.0), "kd": dict(soft_weight=1.0, hard_weight=0.0),
           "kd+ce": dict(soft_weight=1.0, hard_weight=1.0)}
 METRICS = ("perplexity", "accuracy", "top1_agreement", "kl_to_teacher", "tokens")
@@ -57,8 +59,7 @@ def run(out: Path, student: Path, loss: str, learning_rate: float, steps: int, s
               "distinct_words": [distinct_words(text) for text in texts],
               "degenerate": [degenerate(text) for text in texts], "continuations": texts}
     shutil.rmtree(folder, ignore_errors=True)  # the model and its optimizer state: hundreds of MB per run
-    with open(out / "recipe.jsonl", "a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_json_line(out / "recipe.jsonl", record)
     return record
 
 

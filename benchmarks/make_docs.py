@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from destila.io.json_lines import read_json_lines
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "benchmarks/results"
 GIB = 2 ** 30
@@ -74,7 +76,7 @@ def load(path: Path) -> Any:
     if path.suffix == ".json":
         return json.loads(text)
     if path.suffix == ".jsonl":
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        return read_json_lines(path)
     return text
 
 

@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from destila.io.json_lines import read_json_lines
+
 DESTILA = [sys.executable, "-m", "destila"]
 
 
@@ -37,7 +39,7 @@ def run(command: list[str]) -> dict:
 
 
 def median_step_seconds(log: Path) -> tuple[int, float]:
-    times = [r["time"] for r in map(json.loads, log.read_text().splitlines()) if "loss" in r]
+    times = [r["time"] for r in read_json_lines(log) if "loss" in r]
     return len(times), statistics.median(b - a for a, b in zip(times, times[1:]))
 
 

@@ -42,6 +42,7 @@ import destila.eval.run  # noqa: E402,F401
 import destila.generation  # noqa: E402,F401
 import destila.recipes  # noqa: E402,F401
 import destila.training  # noqa: E402,F401
+from destila.io.json_lines import append_json_line, json_lines  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 WORKER = "on_policy_vs_gkd"  # this file, imported by the measuring child processes
@@ -107,13 +108,13 @@ def train_gkd(teacher: str, student: str, prompts: str, out: str, settings: dict
     from datasets import Dataset
     from trl.experimental.gkd import GKDConfig, GKDTrainer
 
-    from destila.generation.run import _use_chat_template
+    from destila.generation.run import use_chat_template
     from destila.generation.sampling import render
     from destila.models import load_causal_lm, load_tokenizer
 
     tokenizer = load_tokenizer(student)
     train, _ = _split(prompts, settings["holdout_every"])
-    use_template = _use_chat_template(tokenizer, train, "auto")
+    use_template = use_chat_template(tokenizer, train, "auto")
     texts = [render(p, tokenizer, use_template) for p in train]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
@@ -226,8 +227,7 @@ def main(argv: list[str] | None = None) -> None:
         if not (Path(student) / "config.json").exists():
             init_student(StudentInitSpec(teacher, student, layers=args.layers))
     prompts = args.work / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n"
-                               for p in prompts_from_pydoc(args.prompts)))
+    prompts.write_text(json_lines({"messages": [{"role": "user", "content": p}]} for p in prompts_from_pydoc(args.prompts)))
     rows = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         settings = settings_for(args, seed)
@@ -252,8 +252,7 @@ def main(argv: list[str] | None = None) -> None:
                          "settings": settings, "beta": args.beta, "teacher": args.teacher})
             print(json.dumps(rows[-1]), flush=True)
             if args.json:
-                with args.json.open("a") as handle:
-                    handle.write(json.dumps(rows[-1]) + "\n")
+                append_json_line(args.json, rows[-1])
     print(table(rows))
 
 

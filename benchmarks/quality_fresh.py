@@ -53,6 +53,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from destila.io.json_lines import append_json_line, read_json_lines
+
 SEQ_LEN, BATCH, TOP_K, SAMPLES = 256, 4, 100, 64
 STEP_TOKENS = SEQ_LEN * BATCH
 TRAIN_TOKENS = 409_600
@@ -120,8 +122,7 @@ def _data(split: str, tokens: int):
 
 def _log(out: Path, record: dict) -> None:
     print(json.dumps(record), flush=True)
-    with open(out / "prepare.jsonl", "a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_json_line(out / "prepare.jsonl", record)
 
 
 def prepare(out: Path, caches: list[str] | None = None) -> None:
@@ -186,7 +187,7 @@ def row_runnable(row: str) -> str | None:
 
 def read_lines(path: Path) -> list[dict]:
     """The records of a JSON-lines file (none if it does not exist yet)."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return read_json_lines(path) if path.exists() else []
 
 
 def read_results(out: Path) -> list[dict]:
@@ -209,8 +210,7 @@ def evaluate(out: Path, model: Path) -> dict:
 
 def write_record(out: Path, record: dict, name: str = "results.jsonl") -> None:
     print(json.dumps(record), flush=True)
-    with open(out / name, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_json_line(out / name, record)
 
 
 def start_record(out: Path) -> None:

@@ -53,6 +53,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from destila.io.json_lines import append_json_line, read_json_lines
+
 if __package__ in (None, ""):  # run as a script: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import quality_fresh as fresh  # noqa: E402
@@ -163,8 +165,7 @@ def run(out: Path, row: str, seed: int, budgets: list[int], learning_rate: float
                   "train_seconds": round(seconds, 1), "load_before": load_before, "load_after": os.getloadavg()[0],
                   "learning_rate": learning_rate}
         print(json.dumps(record), flush=True)
-        with open(out / "results.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_json_line(out / "results.jsonl", record)
     # The held-out curve, for the plot.
     from destila.training.callbacks import read_training_log
 
@@ -322,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.stage == "run":
         run(args.out, args.row, args.seed, [int(b) for b in args.budgets.split(",")], args.learning_rate)
     else:
-        records = [json.loads(line) for line in (args.out / "results.jsonl").read_text().splitlines() if line]
+        records = read_json_lines(args.out / "results.jsonl")
         if any(r.get("corpus") == "stdlib" for r in records):
             print(fresh.fresh_table(records))
             tasks = fresh.read_lines(args.out / "task.jsonl")

@@ -26,6 +26,8 @@ import json
 import os
 import time
 
+from destila.io.json_lines import append_json_line
+
 
 def run(teacher: str, data: str, layers: int, tokens: int, impl: str, race: bool, threads: int | None,
         workers: int | None = None) -> dict:
@@ -85,8 +87,7 @@ def main() -> None:
     args = build_parser().parse_args()
     result = run(args.teacher, args.data, args.layers, args.calibration_tokens, args.impl, not args.no_race,
                  args.threads, args.workers)
-    with open(args.out, "a") as f:
-        f.write(json.dumps(result) + "\n")
+    append_json_line(args.out, result)
     print(json.dumps({k: result[k] for k in ("impl", "kept", "layer_tokens", "head_tokens", "plain_loop", "seconds",
                                              "cpu_seconds", "workers", "load_before", "load_after")}))
 

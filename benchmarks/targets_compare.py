@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from destila.io.json_lines import append_json_line, read_json_lines
+
 # name: (encoding, TargetSpec fields, logprob dtype)
 CONFIGS = {
     "topk100-plain-fp16": ("plain", {"top_k": 100}, "float16"),
@@ -49,10 +51,8 @@ def _emit(out: Path, record: dict) -> None:
 
     record = {**record, "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
               "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "command": " ".join(sys.argv)}
-    line = json.dumps(record)
-    print(line, flush=True)
-    with open(out / "results.jsonl", "a") as handle:
-        handle.write(line + "\n")
+    print(json.dumps(record), flush=True)
+    append_json_line(out / "results.jsonl", record)
 
 
 def _build(args, name: str, config) -> tuple[Path, float]:
@@ -193,7 +193,7 @@ def stage_plot(args) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
-    records = [json.loads(line) for line in (Path(args.out) / "results.jsonl").read_text().splitlines() if line]
+    records = read_json_lines(Path(args.out) / "results.jsonl")
     caches = {r["config"]: r for r in records if r["stage"] == "caches"}  # a rerun replaces a config's record
     students = {r["config"]: r for r in records if r["stage"] == "students"}
     if not students:

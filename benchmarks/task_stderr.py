@@ -19,6 +19,8 @@ import json
 import math
 from collections import defaultdict
 
+from destila.io.json_lines import read_json_lines
+
 TASK = "pydoc_next_word"
 
 
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(1)
     task = BUILT_IN_TASKS[TASK]()
-    rows = [json.loads(line) for line in task.with_suffix(".jsonl").read_text().splitlines()]
+    rows = read_json_lines(task.with_suffix(".jsonl"))
     manager = TaskManager(include_defaults=False, include_path=str(task.parent))
     for model in args.models:
         wrapped = HFLM(pretrained=load_causal_lm(model), tokenizer=load_tokenizer(model), batch_size=16)

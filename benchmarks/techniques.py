@@ -41,6 +41,8 @@ import sys
 import time
 from pathlib import Path
 
+from destila.io.json_lines import append_json_line, json_lines, read_json_lines, write_json_lines
+
 ROWS = ("kd", "kd+hidden", "mixture", "generated+real", "progressive", "self")
 
 
@@ -84,8 +86,7 @@ class Lab:
         start = time.monotonic()
         subprocess.run([sys.executable, "-m", "destila", *shlex.split(command)[1:]], check=True)
         seconds = time.monotonic() - start
-        with self.log.open("a") as handle:
-            handle.write(json.dumps({"command": command, "seconds": round(seconds, 1)}) + "\n")
+        append_json_line(self.log, {"command": command, "seconds": round(seconds, 1)})
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(str(seconds))
         return seconds
@@ -99,7 +100,7 @@ def split_data(data: str, out: Path, prompts: int) -> None:
     train = [t for i, t in enumerate(texts) if i % 5 != 4]
     held = [t for i, t in enumerate(texts) if i % 5 == 4]
     for name, rows in (("train.jsonl", train), ("heldout.jsonl", held)):
-        (out / name).write_text("".join(json.dumps({"text": t}) + "\n" for t in rows))
+        (out / name).write_text(json_lines({"text": t} for t in rows))
     # A prompt per training document: its first non-empty line, as a question about it.
     lines = [next((line.strip() for line in t.splitlines() if line.strip()), "") for t in train]
     picked = [f"Explain this Python documentation topic: {line[:120]}" for line in lines if line][:prompts]
@@ -108,12 +109,12 @@ def split_data(data: str, out: Path, prompts: int) -> None:
 
 def mix_generated(out: Path) -> None:
     """``mixed.jsonl``: generated answers and training documents interleaved (the cache caps the tokens)."""
-    real = [json.loads(line)["text"] for line in (out / "train.jsonl").read_text().splitlines()]
-    generated = [json.loads(line)["text"] for line in (out / "generated.jsonl").read_text().splitlines()]
+    real = [r["text"] for r in read_json_lines(out / "train.jsonl")]
+    generated = [r["text"] for r in read_json_lines(out / "generated.jsonl")]
     mixed = []
     for i in range(max(len(real), len(generated))):
         mixed += [t for t in (generated[i] if i < len(generated) else None, real[i] if i < len(real) else None) if t]
-    (out / "mixed.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in mixed))
+    (out / "mixed.jsonl").write_text(json_lines({"text": t} for t in mixed))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -216,10 +217,9 @@ def evaluate(lab: Lab, a, out: Path, trained: dict[str, list[str]], steps: dict[
         lab.run(f"destila eval {' '.join(models)} --data {out}/heldout.jsonl --seq-len {a.seq_len} "
                 f"--max-tokens {a.eval_tokens} --teacher {a.teacher} --new-tokens 8 --json {path}", path)
         results[row] = json.loads(path.read_text())
-    with (out / "results.jsonl").open("w") as handle:
-        for row, runs in results.items():
-            handle.write(json.dumps({"row": row, "steps": steps[row], "wall_seconds": round(wall[row], 1),
-                                     "runs": runs, "command": shlex.join(sys.argv)}) + "\n")
+    write_json_lines(out / "results.jsonl", ({"row": row, "steps": steps[row], "wall_seconds": round(wall[row], 1),
+                                              "runs": runs, "command": shlex.join(sys.argv)}
+                                             for row, runs in results.items()))
     lines = ["| technique | held-out full KL to the teacher | perplexity | top-1 agreement | steps | wall (s) | seeds |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for row, runs in results.items():

@@ -159,7 +159,7 @@ _DIRECT_WRITES = {
     "data/store.py": "files inside a staging folder that publish_folder renames whole",
     "student/init.py": "the incomplete-flag, whose presence alone is the message",
     "training/run.py": "the incomplete-flag, whose presence alone is the message",
-    "bench/results.py": "the bench harness's own JSON-lines and CSV writers",
+    "bench/results.py": "the bench harness's own CSV writer",
     "bench/e2e.py": "the bench harness's own JSON writer",
 }
 
@@ -183,3 +183,57 @@ def test_every_report_is_written_through_io():
             if name in ("write_text", "write_bytes", "dump") or (name == "open" and mode and "w" in str(mode[0])):
                 writers.add(str(path.relative_to(src)))
     assert writers == set(_DIRECT_WRITES), writers ^ set(_DIRECT_WRITES)
+
+
+def test_json_lines_round_trip_through_real_files(tmp_path):
+    from destila.io.json_lines import (
+        append_json_line,
+        json_lines,
+        read_json_lines,
+        start_json_lines,
+        write_json_lines,
+    )
+
+    records = [{"step": 1, "text": "café"}, {"step": 2, "nested": {"a": [1, 2]}}]
+    assert json_lines(records) == '{"step": 1, "text": "caf\\u00e9"}\n{"step": 2, "nested": {"a": [1, 2]}}\n'
+    assert json_lines(records[:1], ensure_ascii=False) == '{"step": 1, "text": "café"}\n'
+    path = start_json_lines(tmp_path / "new" / "log.jsonl")  # the folder is made
+    assert path.read_text() == ""
+    for record in records:
+        append_json_line(path, record)
+    assert read_json_lines(path) == records
+    assert path.read_text() == json_lines(records)
+    start_json_lines(path)  # starting again empties it
+    assert read_json_lines(path) == []
+    write_json_lines(tmp_path / "other" / "rows.jsonl", records)
+    assert (tmp_path / "other" / "rows.jsonl").read_text() == json_lines(records)
+
+
+def test_a_line_cut_short_is_refused_unless_asked_to_skip_it(tmp_path):
+    from destila.io.json_lines import json_lines, read_json_lines
+
+    path = tmp_path / "log.jsonl"
+    path.write_text(json_lines([{"step": 1}, {"step": 2}]) + "\n" + '{"step": 3, "lo')  # a blank line, a cut tail
+    with pytest.raises(ValueError):
+        read_json_lines(path)
+    assert read_json_lines(path, skip_damaged=True) == [{"step": 1}, {"step": 2}]
+
+
+def test_no_json_lines_writer_is_written_by_hand():
+    """``json.dumps(...) + "\\n"`` outside ``io/json_lines.py`` is a second JSON-lines writer: use the helper."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    found = []
+    for path in [*(root / "src" / "destila").rglob("*.py"), *(root / "benchmarks").rglob("*.py")]:
+        if path.name == "json_lines.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)
+                    and isinstance(node.right, ast.Constant) and node.right.value == "\n"
+                    and isinstance(node.left, ast.Call) and isinstance(node.left.func, ast.Attribute)
+                    and node.left.func.attr == "dumps"
+                    and not any(k.arg == "indent" for k in node.left.keywords)):  # a JSON file, not JSON lines
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert found == []

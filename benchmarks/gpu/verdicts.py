@@ -18,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+from destila.io.json_lines import read_json_lines
+
 GIB = 2 ** 30
 LIGER = ("liger-fljsd", "liger-distill")
 REHEARSAL = "rehearsal"
@@ -26,7 +28,7 @@ REHEARSAL = "rehearsal"
 def _rows(path: Path) -> list[dict] | None:
     if not path.is_file():
         return None
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_json_lines(path)
 
 
 def _mark(ok: bool) -> str:

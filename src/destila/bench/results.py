@@ -7,7 +7,6 @@ results file read alone says how to reproduce it.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import platform
 import shlex
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from destila import __version__
 from destila.bench.tables import loss_row_line
-from destila.io.json_lines import append_json_line, start_json_lines
+from destila.io.json_lines import append_json_line, start_json_lines, write_json_lines
 
 
 def _cpu_model() -> str:
@@ -57,10 +56,7 @@ def machine_info() -> dict:
 
 def write_jsonl(rows: list[dict], path: str | os.PathLike) -> None:
     """One JSON object per line."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
+    write_json_lines(path, rows)
 
 
 

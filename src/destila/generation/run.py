@@ -41,6 +41,7 @@ from pathlib import Path
 
 from destila.generation.prompts import Prompt, load_prompts
 from destila.io import names_user_path, output_lock, write_atomic
+from destila.io.json_lines import json_lines
 from destila.models import MODEL_HELP, load_causal_lm, load_tokenizer, resolve_source
 from destila.ranges import check_finite_at_least
 
@@ -238,7 +239,7 @@ def _generate_locked(teacher, items, out: Path, spec: SamplingSpec, gguf_file, b
     from tqdm.auto import tqdm
 
     tokenizer = load_tokenizer(teacher, gguf_file)
-    use_template = _use_chat_template(tokenizer, items, spec.chat_template)
+    use_template = use_chat_template(tokenizer, items, spec.chat_template)
     path, gguf = resolve_source(teacher, gguf_file)
     _agree_with_sidecar(out, {
         "teacher": str(teacher), "teacher_path": path, "teacher_gguf_file": gguf,
@@ -269,7 +270,7 @@ def _write_answers(model, tokenizer, items, out: Path, spec, use_template, batch
                 continue
             answers = answer_batch(model, tokenizer, [items[i] for i in batch], batch, spec, use_template)
             answers = [a for a in answers if a["prompt_index"] not in done]
-            payload = "".join(json.dumps(a, ensure_ascii=False) + "\n" for a in answers).encode()
+            payload = json_lines(answers, ensure_ascii=False).encode()
             # One write per batch, then fsync: a kill leaves whole batches plus at most a cut-off tail.
             os.write(descriptor, payload)
             os.fsync(descriptor)
@@ -281,7 +282,7 @@ def _write_answers(model, tokenizer, items, out: Path, spec, use_template, batch
         bar.close()
 
 
-def _use_chat_template(tokenizer, items: list[Prompt], choice: str) -> bool:
+def use_chat_template(tokenizer, items: list[Prompt], choice: str) -> bool:
     has_template = bool(getattr(tokenizer, "chat_template", None))
     conversations = any(p.messages is not None for p in items)
     if (choice == "always" or conversations) and not has_template:

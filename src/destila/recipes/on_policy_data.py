@@ -12,13 +12,13 @@ Naive equivalent of one round's data::
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from destila.generation.prompts import Prompt
 from destila.io import write_atomic
+from destila.io.json_lines import json_lines, read_json_lines
 
 
 def split_prompts(prompts: list[Prompt], holdout_every: int) -> tuple[list[Prompt], list[Prompt]]:
@@ -57,8 +57,7 @@ def write_pairs(samples: str | Path, pairs: str | Path) -> dict:
     """
     samples, pairs = Path(samples), Path(pairs)
     rows, finished = [], 0
-    for line in samples.read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
+    for record in read_json_lines(samples):
         answer = record["messages"][-1]["content"]
         text = record["text"]
         prompt = text[: len(text) - len(answer)] if answer else text
@@ -67,14 +66,14 @@ def write_pairs(samples: str | Path, pairs: str | Path) -> dict:
     if not any(r["completion"] for r in rows):
         raise ValueError(f"samples: every answer in {samples} is empty (the student ended each one at once); "
                          "nothing to distil. Raise --max-new-tokens or start from a student that writes")
-    write_atomic(pairs, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    write_atomic(pairs, json_lines(rows, ensure_ascii=False))
     return {"samples": len(rows), "finished": finished}
 
 
 def answer_tokens(samples: str | Path, tokenizer, skip: set = frozenset()) -> int:
     """Tokens the student generated in ``samples`` (its answers, re-tokenised), for the generation speed;
     ``skip``: ``(prompt_index, sample)`` pairs left out (those written by an earlier, killed run)."""
-    records = [json.loads(line) for line in Path(samples).read_text(encoding="utf-8").splitlines()]
+    records = read_json_lines(samples)
     answers = [r["messages"][-1]["content"] for r in records if (r["prompt_index"], r["sample"]) not in skip]
     return sum(len(ids) for ids in tokenizer(answers, add_special_tokens=False)["input_ids"]) if answers else 0
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from transformers import TrainerCallback
 
+from destila.io.json_lines import append_json_line, read_json_lines
 from destila.training.engines import describe_engine
 
 
@@ -26,8 +26,7 @@ class JsonlLogCallback(TrainerCallback):
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         record = {"step": state.global_step, "epoch": state.epoch, "time": time.time(), **logs}
-        with self.path.open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_json_line(self.path, record)
 
 
 class StopAfterSeconds(TrainerCallback):
@@ -82,8 +81,7 @@ class EngineReport(TrainerCallback):
 
     def _write(self, record: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_json_line(self.path, record)
 
 
 def read_training_log(path: str | Path, prefix: str = "") -> list[dict]:
@@ -91,8 +89,7 @@ def read_training_log(path: str | Path, prefix: str = "") -> list[dict]:
     with ``prefix="eval"`` the evaluation records (keys ``eval_kl``, ``eval_ppl``, ...) instead."""
     key = f"{prefix}_loss" if prefix else "loss"
     records = {}
-    for line in Path(path).read_text().splitlines():
-        record = json.loads(line)
+    for record in read_json_lines(path):
         if key in record:
             records[record["step"]] = record
     return [records[step] for step in sorted(records)]

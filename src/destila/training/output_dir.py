@@ -44,6 +44,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from destila.io import exclusive_lock, write_atomic
+from destila.io.json_lines import json_lines, read_json_lines
 from destila.io.permissions import readable_by_all
 from destila.models import SAVE_INCOMPLETE
 from destila.training.objective import check_resumed
@@ -302,18 +303,11 @@ def _describe_run(out: Path) -> str:
 
 
 def read_log_records(path: Path) -> list[dict]:
-    """The JSON lines of ``path`` (a line cut short by a crash is skipped)."""
-    records = []
+    """The JSON lines of ``path`` (a line cut short by a crash is skipped; an unreadable file has none)."""
     try:
-        lines = Path(path).read_text().splitlines()
+        return read_json_lines(path, skip_damaged=True)
     except OSError:
-        return records
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            continue
-    return records
+        return []
 
 
 def cut_log(path: Path, last_step: int) -> None:
@@ -324,7 +318,7 @@ def cut_log(path: Path, last_step: int) -> None:
     if not path.exists():
         return
     kept = [r for r in read_log_records(path) if r.get("step", 0) <= last_step]
-    write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept).encode())
+    write_atomic(path, json_lines(kept).encode())
 
 
 WRITE_FAILURE = ("{reason} at {path}; the checkpoints already complete in {root} are intact: free space (or make "

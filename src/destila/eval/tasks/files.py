@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import yaml
 
 from destila.io import names_user_path, write_atomic
+from destila.io.json_lines import json_lines
 from destila.models import destila_home
 
 _CANNOT_WRITE = ("{reason} at {root}, where the built-in task is written (under DESTILA_HOME unless a folder is given); "
@@ -35,6 +35,6 @@ def write_task(folder: str | Path | None, name: str, template: Path, rows: list[
     config["dataset_kwargs"]["data_files"]["test"] = str(data.resolve())
     with names_user_path(folder, _CANNOT_WRITE):
         folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(data, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+        write_atomic(data, json_lines(rows, ensure_ascii=False))
         write_atomic(task, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
     return task
