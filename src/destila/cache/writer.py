@@ -137,7 +137,7 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
     held: dict = {}
     created = not output.exists()
     try:
-        _, manifest, source, model, teachers = _prepare(group, spec, device, held)
+        manifest, source, model, teachers = _prepare(group, spec, device, held)
         report = BuildReport(
             output, manifest.sequences, manifest.tokens, manifest.complete,
             rank=group.rank, world_size=group.world, dropped=source.dropped_positions(),
@@ -152,10 +152,10 @@ def build_cache(spec: BuildSpec | str, data=None, output=None, **options) -> Bui
         my_blocks = blocks if spec.tensor_parallel else blocks[group.rank :: group.world]
         _teacher_pass(model, teachers, source, my_blocks, manifest, spec, group, report)
         distributed.barrier(group)
-        if group.world > 1 and group.is_main:
-            manifest = recover(output, read_manifest(output))
+        if group.world > 1 and group.is_main:  # the other ranks' shards, from their progress files
+            manifest = recover(output, manifest)
         distributed.barrier(group)
-        report.complete = read_manifest(output).complete
+        report.complete = (manifest if group.is_main else read_manifest(output)).complete
         return report
     except BaseException:
         held["failed"] = True
@@ -185,57 +185,95 @@ def shard_blocks(sequences: int, done: set[int], shard_size: int) -> list[list[i
     return [block for block in blocks if block]
 
 
-def _content(spec: BuildSpec, tokenizer, source, data_fingerprint: str, vocab_size: int | None) -> dict:
-    """The manifest fields a build decides before loading the teacher (its content, and the encoding's layout)."""
+def _content(spec: BuildSpec, tokenizer, source, data_fingerprint: str) -> dict:
+    """The manifest's content fields a build decides before loading the teacher (``compact`` and ``extras``,
+    which depend on the teacher, are set once it is loaded)."""
     from dataclasses import asdict
 
-    # ids of the tokenizer's range; the teacher's head is checked against it once loaded
-    compact = encoding_of(spec.encoding).layout_record(vocab_size or max(len(tokenizer), 2))
     return dict(
         format_version=FORMAT_VERSION, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
-        targets=asdict(spec.targets), encoding=spec.encoding, compact=compact, seq_len=spec.seq_len,
+        targets=asdict(spec.targets), encoding=spec.encoding, compact=None, seq_len=spec.seq_len,
         logprob_dtype=spec.logprob_dtype, text_field=spec.text_field, max_tokens=spec.max_tokens,
         data_fingerprint=data_fingerprint, ids_fingerprint=source.fingerprint, sequences=len(source),
         extras=spec.extras.record(), spans=spec.spans,
     )
 
 
-def _flat_content(fields: dict) -> dict:
-    flat = {k: v for k, v in fields.items() if k != "targets"}
-    flat.update({f"targets.{k}": v for k, v in target_content(TargetSpec(**fields["targets"])).items()})
-    return flat
+@dataclass
+class _Plan:
+    """What a build will store, decided from the tokenizer and the data alone (before the teacher loads)."""
+
+    tokenizer: object
+    source: object  # the packed sequences (destila.data.PackedSource)
+    description: str  # the data source as the manifest records it
+    fields: dict  # _content's fields
+    context: dict  # where the inputs came from, named beside a refused difference
+
+    def early_content(self) -> dict:
+        """The content fields (flattened as :meth:`Manifest.content` is) that are compared before loading."""
+        flat = {k: v for k, v in self.fields.items() if k not in _TEACHER_FIELDS and k != "targets"}
+        flat.update({f"targets.{k}": v for k, v in target_content(TargetSpec(**self.fields["targets"])).items()})
+        return flat
 
 
-def _prepare(group, spec: BuildSpec, device, held: dict):
-    """Load everything, agree with what the output folder already holds; returns ``(lock, manifest, source, model,
-    teachers)``, ``teachers`` the :class:`~destila.cache.extras.TeacherSet` of a mixture or stored hidden states
-    (else None)."""
-    import torch
+# Content fields known only once the teacher is loaded: the layout of the compact encoding depends on its
+# vocabulary, and the extras record its fingerprints and hidden widths.
+_TEACHER_FIELDS = ("compact", "extras")
 
-    output = spec.output
+
+def _plan(group, spec: BuildSpec) -> _Plan:
+    """Tokenise and pack the data (rank 0 first), and decide the content it gives."""
     tokenizer = load_tokenizer(spec.teacher, spec.gguf_file)
     source = as_sequences(spec.data, tokenizer, seq_len=spec.seq_len, max_tokens=spec.max_tokens,
                           text_field=spec.text_field, main_first=lambda: distributed.main_first(group),
                           spans=spec.spans)
-    description, data_fp = describe_data(spec.data, source), source.store.fingerprint
-    fields = _content(spec, tokenizer, source, data_fp, None)
-    context = {"data_source": description, "teacher": str(spec.teacher)}
+    description = describe_data(spec.data, source)
+    return _Plan(tokenizer, source, description, _content(spec, tokenizer, source, source.store.fingerprint),
+                 {"data_source": description, "teacher": str(spec.teacher)})
 
-    # Refuse a mismatched resume before loading the model, which may take minutes.
-    lock, old, error = None, None, None
+
+def _on_main(group, work):
+    """``work()`` on rank 0 (its result, None elsewhere); a refusal there is raised on every rank."""
+    result, error = None, None
     if group.is_main:
         try:
-            lock = lock_folder(output)
-            held["lock"] = lock
-            old = existing_manifest(output)
-            if old is not None:
-                new = _flat_content(fields)
-                new.pop("compact")  # depends on the teacher's vocabulary, compared once it is loaded
-                new.pop("extras")  # its fingerprints and width too
-                refuse_different(old, new, output, context)
+            result = work()
         except (ValueError, OSError) as err:
             error = err
     distributed.share_error(group, error)
+    return result
+
+
+def _claim_folder(group, spec: BuildSpec, plan: _Plan, held: dict) -> Manifest | None:
+    """Lock the output folder (rank 0) and refuse a cache there whose planned content differs; returns the
+    manifest it already holds (None for a new cache, and on the other ranks).
+
+    Called before the teacher loads, which may take minutes.
+    """
+    def claim():
+        held["lock"] = lock_folder(spec.output)
+        old = existing_manifest(spec.output)
+        if old is not None:
+            refuse_different(old, plan.early_content(), spec.output, plan.context)
+        return old
+
+    return _on_main(group, claim)
+
+
+def _prepare(group, spec: BuildSpec, device, held: dict):
+    """Load everything, agree with what the output folder already holds; returns ``(manifest, source, model,
+    teachers)``, ``teachers`` the :class:`~destila.cache.extras.TeacherSet` of a mixture or stored hidden states
+    (else None)."""
+    plan = _plan(group, spec)
+    old = _claim_folder(group, spec, plan, held)
+    model, teachers, manifest = _load_teacher(spec, plan, device)
+    return _open_cache(group, spec, plan, old, manifest, held), plan.source, model, teachers
+
+
+def _load_teacher(spec: BuildSpec, plan: _Plan, device):
+    """The teacher (checked against the data), its :class:`~destila.cache.extras.TeacherSet` or None, and the
+    manifest of the cache it makes."""
+    import torch
 
     torch_dtype = None if spec.dtype == "auto" else getattr(torch, spec.dtype)
     if not spec.progress:
@@ -246,42 +284,52 @@ def _prepare(group, spec: BuildSpec, device, held: dict):
                            device_map=spec.device_map, max_memory=spec.max_memory, offload_folder=spec.offload_folder,
                            tensor_parallel=spec.tensor_parallel)
     check_plain_head(model)
-    _check_fits(model, source, spec)
-    weight, _ = output_head(model)
-    fields = _content(spec, tokenizer, source, data_fp, int(weight.shape[0]))
+    _check_fits(model, plan.source, spec)
+    vocab_size = int(output_head(model)[0].shape[0])
+    fields = dict(plan.fields, compact=encoding_of(spec.encoding).layout_record(vocab_size))
     teachers = None
     if spec.extras.active:  # several teachers, or hidden states: the pass goes through a TeacherSet
-        teachers, fields["extras"] = load_teacher_set(spec, model, tokenizer, device, torch_dtype)
+        teachers, fields["extras"] = load_teacher_set(spec, model, plan.tokenizer, device, torch_dtype)
     path, gguf = resolve_source(spec.teacher, spec.gguf_file)
+    tokenizer, source = plan.tokenizer, plan.source
     manifest = Manifest(
         teacher=str(spec.teacher), teacher_path=path, teacher_gguf_file=gguf,
         teacher_architecture=type(model).__name__, teacher_config_hash=config_hash(model),
         teacher_weight_fingerprint=weight_fingerprint(model),
         teacher_dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
-        tokenizer_size=len(tokenizer), eos_token_id=int(tokenizer.eos_token_id), vocab_size=int(weight.shape[0]),
-        data_source=description, tokens=len(source) * spec.seq_len, destila_version=__version__,
+        tokenizer_size=len(tokenizer), eos_token_id=int(tokenizer.eos_token_id), vocab_size=vocab_size,
+        data_source=plan.description, tokens=len(source) * spec.seq_len, destila_version=__version__,
         data=source.spec.describe() if hasattr(source, "spec") else None, **fields,
     )
     manifest.identity = cache_identity(manifest)  # every shard carries it (a resumed cache keeps its own)
-    error = None
-    if group.is_main:
-        try:
-            if old is None:
-                held["fresh"] = True
-                write_manifest(output, manifest)  # first, so a half-made folder is still recognised as ours
-                old = manifest
-            else:
-                refuse_different(old, manifest.content(), output, context)
-            old.tokenizer_files = copy_tokenizer(tokenizer, output, old.tokenizer_files)
-            recovered = recover(output, old)
-            if old is not manifest and recovered.stored_sequences and not recovered.complete:
-                log.info("resuming %s: %d of %d sequences already stored", output, recovered.stored_sequences,
-                         recovered.sequences)
-        except (ValueError, OSError) as err:
-            error = err
-    distributed.share_error(group, error)
+    return model, teachers, manifest
+
+
+def _open_cache(group, spec: BuildSpec, plan: _Plan, old: Manifest | None, manifest: Manifest, held: dict):
+    """The manifest to write into: ``manifest`` written as a new cache's, or ``old`` (once its teacher-dependent
+    fields agree, the rest compared by :func:`_claim_folder`) recovered from a killed build."""
+    output = spec.output
+
+    def open_on_main():
+        if old is None:
+            held["fresh"] = True
+            write_manifest(output, manifest)  # first, so a half-made folder is still recognised as ours
+            current = manifest
+        else:
+            early = plan.early_content()
+            refuse_different(old, {k: v for k, v in manifest.content().items() if k not in early}, output,
+                             plan.context)
+            current = old
+        current.tokenizer_files = copy_tokenizer(plan.tokenizer, output, current.tokenizer_files)
+        recovered = recover(output, current)
+        if old is not None and recovered.stored_sequences and not recovered.complete:
+            log.info("resuming %s: %d of %d sequences already stored", output, recovered.stored_sequences,
+                     recovered.sequences)
+        return recovered
+
+    opened = _on_main(group, open_on_main)
     distributed.barrier(group)
-    return lock, read_manifest(output), source, model, teachers
+    return opened if group.is_main else read_manifest(output)
 
 
 def _check_ids(model, input_ids) -> None:
