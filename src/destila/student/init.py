@@ -5,6 +5,24 @@ chosen by measured importance), optionally followed by width pruning, or a
 fresh model from config changes. The folder holds the weights, the config,
 the teacher's tokenizer and ``destila_student.json``: how the student was
 made, and every score it was chosen by.
+
+A :class:`~destila.student.spec.StudentInitSpec` asks for ``layers`` (a
+count, spread per ``select``: ``"even"``, ``"importance"`` or
+``"contiguous"``; or a list of teacher layer indices) and/or width targets
+(``hidden_size``, ``intermediate_size``, ``num_attention_heads``,
+``num_key_value_heads``: Minitron-style pruning of the cut, see
+:mod:`destila.student.width`), or ``config`` (a fresh model). ``criterion``
+(``"greedy_kl"``, the default, ``"skip_kl"`` or ``"block_influence"``) ranks
+the layers for ``select="importance"``. Calibration text (``calibration``
+token ids ``[S, L]``, a ``cache`` folder, or a ``data`` source; about
+``calibration_tokens`` tokens) is needed by the measured selections and width
+pruning; when given, the summary holds the starting perplexity of student and
+teacher on its held-out rows. ``tokenizer``: a tokenizer folder with another
+vocabulary than the teacher's; the student gets it, a cut keeps the teacher's
+embedding rows of the tokens both have and builds the others from their
+pieces (:func:`destila.crosstok.transplant_vocabulary`; the summary's
+``vocabulary`` holds the counts), a fresh model is sized to it. No starting
+perplexity is measured then (the calibration text is in the teacher's tokens).
 """
 
 from __future__ import annotations
@@ -99,82 +117,77 @@ def init_student(spec: StudentInitSpec | str, out: str | Path | None = None, *, 
     """Write the student folder ``spec`` describes (weights, config, tokenizer, ``destila_student.json``);
     return a summary dict.
 
-    ``init_student(StudentInitSpec(teacher, out, layers=..., ...))``; the
-    flat form ``init_student(teacher, out, layers=..., ...)`` builds the same
-    spec from its keywords. ``layers`` (a count, spread per ``select``:
-    ``"even"``, ``"importance"`` or ``"contiguous"``; or a list of teacher
-    layer indices) and/or width targets (``hidden_size``,
-    ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``:
-    Minitron-style pruning of the cut, see :mod:`destila.student.width`), or
-    ``config`` (a fresh model). ``criterion`` (``"greedy_kl"``, the default,
-    ``"skip_kl"`` or ``"block_influence"``) ranks the layers for
-    ``select="importance"``. Calibration text (``calibration`` token ids
-    ``[S, L]``, a ``cache`` folder, or a ``data`` source; about
-    ``calibration_tokens`` tokens) is needed by the measured selections and
-    width pruning; when given, the summary holds the starting perplexity of
-    student and teacher on its held-out rows. Summary keys: ``method``,
-    ``kept_layers``, ``student_parameters``, ``teacher_parameters``,
-    ``teacher_layers``, ``student_layers``, ``start_perplexity``,
-    ``teacher_perplexity``, ``out``. Refuses to overwrite a non-empty
-    folder. ``progress`` shows the measurements' progress on stderr.
-    ``tokenizer``: a tokenizer folder with another vocabulary than the
-    teacher's; the student gets it, a cut keeps the teacher's embedding rows
-    of the tokens both have and builds the others from their pieces
-    (:func:`destila.crosstok.transplant_vocabulary`; the summary's
-    ``vocabulary`` holds the counts), a fresh model is sized to it. No
-    starting perplexity is measured then (the calibration text is in the
-    teacher's tokens).
+    ``init_student(StudentInitSpec(teacher, out, layers=..., ...))``; the flat form
+    ``init_student(teacher, out, layers=..., ...)`` builds the same spec from its keywords (the designs
+    and their options: the module docstring). Summary keys: ``method``, ``kept_layers``,
+    ``student_parameters``, ``teacher_parameters``, ``teacher_layers``, ``student_layers``,
+    ``start_perplexity``, ``teacher_perplexity``, ``out``. Refuses to overwrite a non-empty folder.
+    ``progress`` shows the measurements' progress on stderr.
     """
-    if not isinstance(spec, StudentInitSpec):
-        spec = StudentInitSpec(spec, out, **options)
-    elif out is not None or options:
-        raise ValueError("init_student: pass either a StudentInitSpec or (teacher, out, **options), not both")
-    out, width, layers = spec.out, spec.width, spec.layers
-    with _claim(out):  # one writer: a second init into the same folder is refused at once
-        model = load_causal_lm(spec.teacher, gguf_file=spec.gguf_file)
-        if width:  # impossible sizes are refused before any measurement
-            resolve_targets(model.config, **width)
+    spec = _spec_of(spec, out, options)
+    with _claim(spec.out):  # one writer: a second init into the same folder is refused at once
+        teacher = load_causal_lm(spec.teacher, gguf_file=spec.gguf_file)
+        if spec.width:  # impossible sizes are refused before any measurement
+            resolve_targets(teacher.config, **spec.width)
         teacher_tokenizer = load_tokenizer(spec.teacher, gguf_file=spec.gguf_file)
         student_tokenizer = load_student_tokenizer(spec.tokenizer) if spec.tokenizer is not None else None
         calibration = resolve_calibration(teacher_tokenizer, spec)
         selection, held_out = calibration.split() if calibration is not None else (None, None)
-        record: dict = {"teacher": str(spec.teacher)}
-        if not spec.fresh:
-            if layers is None:
-                layers = list(range(model.config.num_hidden_layers))
-            kept, record["layers"] = choose_layers(model, layers, spec.select, selection, spec.criterion, progress)
-            student, kept = cut_student(model, indices=kept)
-            summary = {"method": "cut", "kept_layers": kept, "select": record["layers"]["select"]}
-            if width:
-                student, record["width"] = prune_width(student, selection, **width)
-                summary["method"] = "cut+width" if len(kept) < model.config.num_hidden_layers else "width"
-                summary["width"] = {k: record["width"][k] for k in (*WIDTH_FIELDS, "head_dim")}
-        else:
-            student = fresh_student(model, spec.config, seed=spec.seed or 0, tokenizer=student_tokenizer)
-            summary = {"method": "fresh", "overrides": spec.config}
+        student, summary, record = _design(teacher, spec, selection, student_tokenizer, progress)
         if student_tokenizer is not None:
             summary["vocabulary"] = (vocabulary_of(student, teacher_tokenizer, student_tokenizer, not spec.fresh)
                                      | {"tokenizer": str(spec.tokenizer)})
             held_out = None  # the calibration rows are teacher tokens: no student perplexity on them
-        summary.update(
-            out=str(out),
-            teacher_parameters=_count(model),
-            student_parameters=_count(student),
-            teacher_layers=model.config.num_hidden_layers,
-            student_layers=student.config.num_hidden_layers,
-            start_perplexity=None,
-            teacher_perplexity=None,
-        )
+        summary.update(_sizes(teacher, student, spec.out))
         if held_out is not None:
-            summary.update(start_perplexity=calib.perplexity(student, held_out),
-                           teacher_perplexity=calib.perplexity(model, held_out),
-                           perplexity_tokens=int(held_out.scored[:, :-1].sum()),
-                           perplexity_held_out=held_out is not selection,
-                           calibration=calibration.source, calibration_tokens=calibration.tokens)
+            summary.update(_start_perplexity(teacher, student, calibration, selection, held_out))
         # The record keeps the full width entry.
         record.update({k: v for k, v in summary.items() if k not in ("out", "width")})
-        _write_student(student, student_tokenizer or teacher_tokenizer, out, record)
+        _write_student(student, student_tokenizer or teacher_tokenizer, spec.out, record)
         return summary
+
+
+def _spec_of(spec, out, options: dict) -> StudentInitSpec:
+    """``spec`` itself, or the :class:`StudentInitSpec` of the flat form."""
+    if not isinstance(spec, StudentInitSpec):
+        return StudentInitSpec(spec, out, **options)
+    if out is not None or options:
+        raise ValueError("init_student: pass either a StudentInitSpec or (teacher, out, **options), not both")
+    return spec
+
+
+def _design(teacher, spec: StudentInitSpec, selection, student_tokenizer, progress: bool) -> tuple:
+    """``(student, summary, record)``: the teacher cut (and narrowed), or a fresh model."""
+    record: dict = {"teacher": str(spec.teacher)}
+    if spec.fresh:
+        student = fresh_student(teacher, spec.config, seed=spec.seed or 0, tokenizer=student_tokenizer)
+        return student, {"method": "fresh", "overrides": spec.config}, record
+    total = teacher.config.num_hidden_layers
+    layers = list(range(total)) if spec.layers is None else spec.layers
+    kept, record["layers"] = choose_layers(teacher, layers, spec.select, selection, spec.criterion, progress)
+    student, kept = cut_student(teacher, indices=kept)
+    summary = {"method": "cut", "kept_layers": kept, "select": record["layers"]["select"]}
+    if spec.width:
+        student, record["width"] = prune_width(student, selection, **spec.width)
+        summary["method"] = "cut+width" if len(kept) < total else "width"
+        summary["width"] = {k: record["width"][k] for k in (*WIDTH_FIELDS, "head_dim")}
+    return student, summary, record
+
+
+def _sizes(teacher, student, out: Path) -> dict:
+    """The summary's sizes (the perplexities None until measured)."""
+    return dict(out=str(out), teacher_parameters=_count(teacher), student_parameters=_count(student),
+                teacher_layers=teacher.config.num_hidden_layers, student_layers=student.config.num_hidden_layers,
+                start_perplexity=None, teacher_perplexity=None)
+
+
+def _start_perplexity(teacher, student, calibration, selection, held_out) -> dict:
+    """Student and teacher perplexity on the calibration's held-out rows (all of them when none are held out)."""
+    return dict(start_perplexity=calib.perplexity(student, held_out),
+                teacher_perplexity=calib.perplexity(teacher, held_out),
+                perplexity_tokens=int(held_out.scored[:, :-1].sum()),
+                perplexity_held_out=held_out is not selection,
+                calibration=calibration.source, calibration_tokens=calibration.tokens)
 
 
 def vocabulary_of(student, teacher_tokenizer, student_tokenizer, cut: bool) -> dict:
