@@ -19,6 +19,7 @@ from pathlib import Path
 
 # Imported here, not in the worker: libraries count in the baseline, only the tokenising in the peak.
 from destila.data import DataSpec, build_store  # noqa: E402
+from destila.io.markdown import markdown_table  # noqa: E402
 from destila.models import load_tokenizer  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -62,10 +63,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         rows.append({**run["result"], "seconds": round(run["wall_seconds"], 1), "peak_rss_bytes": run["peak_bytes"],
                      "load_before": round(load_before, 1), "load_after": round(os.getloadavg()[0], 1)})
         print(json.dumps(rows[-1]), flush=True)
-    print("| split | documents | tokens | seconds | peak RSS above baseline |\n|---|---:|---:|---:|---:|")
-    for row in rows:
-        print(f"| `{row['split']}` | {row['documents']:,} | {row['tokens']:,} | {row['seconds']:.1f} | "
-              f"{row['peak_rss_bytes'] / 2**20:,.0f} MB |")
+    print(markdown_table(["split", "documents", "tokens", "seconds", "peak RSS above baseline"],
+                         [(f"`{row['split']}`", f"{row['documents']:,}", f"{row['tokens']:,}", f"{row['seconds']:.1f}",
+                           f"{row['peak_rss_bytes'] / 2**20:,.0f} MB") for row in rows]))
     return rows
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from destila.io.json_lines import read_json_lines
+from destila.io.markdown import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "benchmarks/results"
@@ -81,11 +82,9 @@ def load(path: Path) -> Any:
 
 
 def render_rows(header: list[str], rows: list[list[Any]], align: str | None = None) -> str:
-    """A markdown table; ``align`` is one character per column, ``l`` or ``r`` (default: first left, rest right)."""
-    align = align or "l" + "r" * (len(header) - 1)
-    rule = ["---" if a == "l" else "---:" for a in align]
-    lines = [header, rule] + [[str(cell) for cell in row] for row in rows]
-    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+    """A markdown table; ``align`` is one character per column, ``l`` or ``r`` (default: first left, rest right).
+    The docs' tables keep their spaced rule line (``| --- | ---: |``)."""
+    return markdown_table(header, rows, align, spaced_rule=True)
 
 
 def gib(value: float | None) -> str:

@@ -43,6 +43,7 @@ import destila.generation  # noqa: E402,F401
 import destila.recipes  # noqa: E402,F401
 import destila.training  # noqa: E402,F401
 from destila.io.json_lines import append_json_line, json_lines  # noqa: E402
+from destila.io.markdown import markdown_table  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 WORKER = "on_policy_vs_gkd"  # this file, imported by the measuring child processes
@@ -258,8 +259,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def table(rows: list[dict]) -> str:
     """Markdown: per method, the mean over seeds (and each seed) of the KLs, peak memory and wall time."""
-    lines = ["| method | KL on own answers | KL on teacher answers | peak memory | wall time |",
-             "|---|---|---|---|---|"]
+    lines = []
     for method in ("start", *METHODS):
         mine = [r for r in rows if r["method"] == method]
         if not mine:
@@ -271,9 +271,10 @@ def table(rows: list[dict]) -> str:
                 return "–"
             return fmt.format(statistics.mean(values)) + " (" + ", ".join(fmt.format(v) for v in values) + ")"
 
-        lines.append(f"| {method} | {cell('kl_own_answers', '{:.4f}')} | {cell('kl_teacher_answers', '{:.4f}')} | "
-                     f"{_mib(mine)} | {cell('wall_seconds', '{:.0f} s')} |")
-    return "\n".join(lines)
+        lines.append((method, cell("kl_own_answers", "{:.4f}"), cell("kl_teacher_answers", "{:.4f}"), _mib(mine),
+                      cell("wall_seconds", "{:.0f} s")))
+    return markdown_table(["method", "KL on own answers", "KL on teacher answers", "peak memory", "wall time"], lines,
+                          "lllll")
 
 
 def _mib(rows: list[dict]) -> str:

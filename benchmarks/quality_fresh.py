@@ -54,6 +54,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from destila.io.json_lines import append_json_line, read_json_lines
+from destila.io.markdown import table_lines
 
 SEQ_LEN, BATCH, TOP_K, SAMPLES = 256, 4, 100, 64
 STEP_TOKENS = SEQ_LEN * BATCH
@@ -422,17 +423,18 @@ def task_table(records: list[dict]) -> str:
 
 
 def _one_task_table(records: list[dict]) -> str:
-    lines = ["| row | training tokens | seeds | accuracy (± standard error) |", "|---|---:|---:|---|"]
+    rows = []
     by_row = {row: sorted((r for r in records if r["row"] == row), key=lambda r: r["seed"])
               for row in ["start", *ROWS]}
     for row, group in by_row.items():
         if not group:
-            lines.append(f"| {row} | {max(BUDGETS):,} | 0 of {len(SEEDS)} | not reached |")
+            rows.append((row, f"{max(BUDGETS):,}", f"0 of {len(SEEDS)}", "not reached"))
             continue
         cells = " / ".join(f"{r['acc']:.1%} ± {r['acc_stderr']:.1%}" for r in group)
         seeds = "–" if row == "start" else f"{len(group)} of {len(SEEDS)} ({', '.join(str(r['seed']) for r in group)})"
         name = "untrained student" if row == "start" else row
-        lines.append(f"| {name} | {group[0]['budget_tokens']:,} | {seeds} | {cells} |")
+        rows.append((name, f"{group[0]['budget_tokens']:,}", seeds, cells))
+    lines = table_lines(["row", "training tokens", "seeds", "accuracy (± standard error)"], rows, "lrrl")
     first = next(iter(records), None)
     if first is not None:
         lines += ["", f"Task `{first['task']}`, {first['questions']} questions, chance {first['chance']:.0%}."]
@@ -483,23 +485,21 @@ def status(records: list[dict]) -> dict[str, str]:
 def fresh_table(records: list[dict]) -> str:
     """Mean over seeds (and each seed) per row and budget (every scored budget: the curves' points), the untrained
     student first; a row not run is one line that says so, a budget no seed has reached yet says so. Then each row's data efficiency where the results can measure it, and why not elsewhere."""
-    header = "| row | training tokens | passes | seeds | " + " | ".join(label for _, label, _ in METRICS) + " |"
-    lines = [header, "|---|---:|---:|---:|" + "---:|" * len(METRICS)]
+    rows = []
     start = [r for r in records if r["row"] == "start"]
     if start:
-        cells = " | ".join(fmt.format(start[0][key]) if start[0].get(key) is not None else "–"
-                           for key, _, fmt in METRICS)
-        lines.append(f"| untrained student | 0 | – | – | {cells} |")
-    dashes = " | ".join("–" for _ in METRICS[1:])
+        cells = [fmt.format(start[0][key]) if start[0].get(key) is not None else "–" for key, _, fmt in METRICS]
+        rows.append(("untrained student", 0, "–", "–", *cells))
+    dashes = ["–" for _ in METRICS[1:]]
     for row in ROWS:
         if not any(r["row"] == row for r in records):
-            lines.append(f"| {row} | – | – | 0 of {len(SEEDS)} | not run | {dashes} |")
+            rows.append((row, "–", "–", f"0 of {len(SEEDS)}", "not run", *dashes))
             continue
         for budget in BUDGETS if ROWS[row].per_budget else CURVE_BUDGETS:
             group = sorted((r for r in records if r["row"] == row and r["budget_tokens"] == budget),
                            key=lambda r: r["seed"])
             if not group:
-                lines.append(f"| {row} | {budget:,} | – | 0 of {len(SEEDS)} | not reached | {dashes} |")
+                rows.append((row, f"{budget:,}", "–", f"0 of {len(SEEDS)}", "not reached", *dashes))
                 continue
             cells = []
             for key, _, fmt in METRICS:
@@ -511,8 +511,8 @@ def fresh_table(records: list[dict]) -> str:
                 cells.append(mean if len(values) == 1 else f"{mean} ({' / '.join(fmt.format(v) for v in values)})")
             passes = max(r["passes"] for r in group)
             seeds = ", ".join(str(r["seed"]) for r in group)
-            lines.append(f"| {row} | {budget:,} | {passes:g} | {len(group)} of {len(SEEDS)} ({seeds}) | "
-                         f"{' | '.join(cells)} |")
+            rows.append((row, f"{budget:,}", f"{passes:g}", f"{len(group)} of {len(SEEDS)} ({seeds})", *cells))
+    lines = table_lines(["row", "training tokens", "passes", "seeds", *(label for _, label, _ in METRICS)], rows)
     lines += ["", "Rows: " + "; ".join(f"`{row}` {NAMES[row]} ({state})" for row, state in status(records).items())
               + "."]
     lines += ["", *(f"- {efficiency_line(records, row)}" for row in ROWS if row != "ce")]

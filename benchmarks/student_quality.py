@@ -54,6 +54,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from destila.io.json_lines import append_json_line, read_json_lines
+from destila.io.markdown import table_lines
 
 if __package__ in (None, ""):  # run as a script: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -229,11 +230,11 @@ def table(records: list[dict]) -> str:
             mean = fmt(statistics.mean(values))
             return mean if len(values) == 1 else f"{mean} ({' / '.join(fmt(v) for v in values)})"
 
-        rows.append(f"| {row} | {budget:,} | {group[0]['steps']} | {len(group)} | {cell('perplexity', '{:.1f}'.format)} | "
-                    f"{cell('accuracy', lambda v: f'{100 * v:.1f}%')} | {cell('top1_agreement', lambda v: f'{100 * v:.1f}%')} | "
-                    f"{cell('kl_to_teacher', '{:.3f}'.format)} |")
-    lines = ["| row | training tokens | steps | seeds | held-out ppl | accuracy | agreement | KL (nats/token) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|", *rows]
+        rows.append((row, f"{budget:,}", group[0]["steps"], len(group), cell("perplexity", "{:.1f}".format),
+                     cell("accuracy", lambda v: f"{100 * v:.1f}%"), cell("top1_agreement", lambda v: f"{100 * v:.1f}%"),
+                     cell("kl_to_teacher", "{:.3f}".format)))
+    lines = table_lines(["row", "training tokens", "steps", "seeds", "held-out ppl", "accuracy", "agreement",
+                         "KL (nats/token)"], rows)
     names = {"kd": "KD", "kd+ce": "KD + CE"}
     ce = mean_ppl_points(records, "ce")
     best_tokens, best_ppl = min(ce, key=lambda point: point[1]) if ce else (None, None)

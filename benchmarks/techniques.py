@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 from destila.io.json_lines import append_json_line, json_lines, read_json_lines, write_json_lines
+from destila.io.markdown import markdown_table
 
 ROWS = ("kd", "kd+hidden", "mixture", "generated+real", "progressive", "self")
 
@@ -220,8 +221,6 @@ def evaluate(lab: Lab, a, out: Path, trained: dict[str, list[str]], steps: dict[
     write_json_lines(out / "results.jsonl", ({"row": row, "steps": steps[row], "wall_seconds": round(wall[row], 1),
                                               "runs": runs, "command": shlex.join(sys.argv)}
                                              for row, runs in results.items()))
-    lines = ["| technique | held-out full KL to the teacher | perplexity | top-1 agreement | steps | wall (s) | seeds |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
     for row, runs in results.items():
         def spread(key, scale=1.0, digits=3):
             values = [r[key] * scale for r in runs]
@@ -229,10 +228,12 @@ def evaluate(lab: Lab, a, out: Path, trained: dict[str, list[str]], steps: dict[
             dev = statistics.stdev(values) if len(values) > 1 else 0.0
             return f"{mean:.{digits}f} ± {dev:.{digits}f}"
         # With --teacher, eval's kl_to_teacher and top1_agreement are over the full vocabulary.
-        table.append(f"| {row} | {spread('kl_to_teacher')} | {spread('perplexity', digits=1)} | "
-                     f"{spread('top1_agreement', 100, 1)}% | {steps[row]} | {wall[row]:.0f} | {len(runs)} |")
-    (out / "results.md").write_text("\n".join(lines + table) + "\n")
-    print("\n".join(lines + table))
+        table.append((row, spread("kl_to_teacher"), spread("perplexity", digits=1),
+                      f"{spread('top1_agreement', 100, 1)}%", steps[row], f"{wall[row]:.0f}", len(runs)))
+    text = markdown_table(["technique", "held-out full KL to the teacher", "perplexity", "top-1 agreement", "steps",
+                           "wall (s)", "seeds"], table)
+    (out / "results.md").write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":

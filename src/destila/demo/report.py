@@ -16,6 +16,7 @@ from destila.demo.samples import degenerate, distinct_words
 from destila.demo.settings import TRAININGS
 from destila.eval import markdown_table
 from destila.io import write_report_file
+from destila.io.markdown import table_lines
 from destila.training.callbacks import read_training_log
 
 NOISE_NOTE = (
@@ -229,14 +230,11 @@ def continuation_lines(results: list[dict], names: list[str]) -> list[str]:
 def _tail_sections(stages: dict, cache: dict, settings: dict, intro: str = "") -> list[str]:
     """Markdown: time per stage, the cache, the settings."""
     total = sum(info["seconds"] for info in stages.values())
-    lines = ["## Time per stage", "", *([intro, ""] if intro else []), "| stage | seconds |", "|---|---:|"]
-    lines += [f"| {stage} | {info['seconds']:.1f} |" for stage, info in stages.items()]
-    lines += [f"| **total** | {total:.1f} |", ""]
-    lines += ["## Cache", "", "| | |", "|---|---:|"]
-    lines += [f"| {key} | {value:.1f} |" if isinstance(value, float) else f"| {key} | {value} |"
-              for key, value in cache.items() if key != "seconds"]
-    lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
-    lines += [f"| {key} | {value} |" for key, value in settings.items()]
+    times = [*((stage, f"{info['seconds']:.1f}") for stage, info in stages.items()), ("**total**", f"{total:.1f}")]
+    lines = ["## Time per stage", "", *([intro, ""] if intro else []), *table_lines(["stage", "seconds"], times), ""]
+    lines += ["## Cache", "", *table_lines(None, [(key, f"{value:.1f}" if isinstance(value, float) else value)
+                                                  for key, value in cache.items() if key != "seconds"], "lr")]
+    lines += ["", "## Settings", "", *table_lines(["setting", "value"], settings.items(), "ll")]
     return lines
 
 
@@ -290,9 +288,9 @@ def task_lines(results: list[dict], names: list[str]) -> list[str]:
              f"`{first['task']}` through lm-evaluation-harness, {first['questions']} questions ({first['about']}); chance "
              f"{100 * first['chance']:.0f}%. ± is the harness's standard error; questions of one sentence share "
              "their context, and counted by sentence the error was up to a fifth larger (docs/eval.md).", "",
-             "| model | acc | seconds |", "|---|---:|---:|"]
-    lines += [f"| {name} | {100 * r['acc']:.1f}% ± {100 * r['acc_stderr']:.1f} | {r['seconds']:.0f} |"
-              for name, r in scored]
+             *table_lines(["model", "acc", "seconds"],
+                          [(name, f"{100 * r['acc']:.1f}% ± {100 * r['acc_stderr']:.1f}", f"{r['seconds']:.0f}")
+                           for name, r in scored])]
     return lines + [""]
 
 
@@ -355,15 +353,15 @@ def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: d
              "distributions on documents that training never saw.", "",
              markdown_table(named), "", f"![metrics]({metrics.name})", "",
              *task_lines(results, names),
-             "## Training", "",
-             "| student | loss | precision | steps | training tokens | step targets (at step → target) | seconds |",
-             "|---|---|---|---:|---:|---|---:|"]
+             "## Training", ""]
+    rows = []
     for name, info in trained.items():
         loss = TRAININGS[info["kind"]][0]
         targets = ", ".join(f"{step}→{target}" for step, target in info["step_targets"])
         precision = info.get("precision", "float32")
-        lines.append(f"| {name} | {loss} | {precision} | {info['steps']} | {info['tokens']:,} | {targets} "
-                     f"| {info['seconds']:.0f} |")
+        rows.append((name, loss, precision, info["steps"], f"{info['tokens']:,}", targets, f"{info['seconds']:.0f}"))
+    lines += table_lines(["student", "loss", "precision", "steps", "training tokens",
+                          "step targets (at step → target)", "seconds"], rows, "lllrrlr")
     lines += precision_lines(plan, settings.get("precision", "auto"))
     lines += ["", f"Held-out curves score the first {settings['eval_curve_sequences']} held-out sequences "
               f"({curve_tokens:,} tokens) every {settings['eval_every']} steps; the table above scores all of them.",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from destila.io.markdown import table_lines
+
 METRICS = (  # key, label, format, show the ratio to the first model
     ("tokens", "tokens scored", "{:,.0f}", False),
     ("documents", "documents scored", "{:,.0f}", False),
@@ -84,7 +86,6 @@ def render_table(results: list[dict], title: str = "destila eval"):
 def markdown_table(results: list[dict]) -> str:
     """The same comparison as :func:`render_table`, as a Markdown table."""
     names = [Path(r["model"]).name or r["model"] for r in results]
-    lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
-    lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in comparison_rows(results)]
+    lines = table_lines(["metric", *names], [(label, *cells) for label, cells in comparison_rows(results)])
     note = _notes(results)
     return "\n".join(lines + ([f"\n{note[0].upper() + note[1:]}."] if note else []))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from destila.io.markdown import markdown_table
+
 
 def task_rows(results: list[dict]) -> list[tuple[str, list[str]]]:
     """``(label, cells)`` per task metric (``"task: metric"``), then per task its question count.
@@ -59,6 +61,4 @@ def render_task_table(results: list[dict], title: str = "task accuracy (lm-evalu
 def markdown_task_table(results: list[dict]) -> str:
     """The same comparison as :func:`render_task_table`, as a Markdown table."""
     names = [_name(r) for r in results]
-    lines = ["| task: metric | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
-    lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in task_rows(results)]
-    return "\n".join(lines)
+    return markdown_table(["task: metric", *names], [(label, *cells) for label, cells in task_rows(results)])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from destila.io.markdown import table_lines
+
 # (key, column title, format)
 COLUMNS = [
     ("round", "round", "{}"),
@@ -39,9 +41,8 @@ def markdown(report: dict) -> str:
     lines = [f"# destila {report['title']} report", "", "Held-out metrics are on the student's own answers to "
              "held-out prompts, scored by the teacher: KL to the teacher over its top-K buckets, perplexity of the "
              "answers, top-1 agreement with the teacher. Times are in seconds. Round 0 is the starting student.", "",
-             "| " + " | ".join(name for _, name, _ in COLUMNS) + " |",
-             "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(cells(row)) + " |" for row in report["rounds"]]
+             *table_lines([name for _, name, _ in COLUMNS], [cells(row) for row in report["rounds"]],
+                          "l" * len(COLUMNS))]
     lines += ["", f"Final student: `{report['student']}`", "", "Settings:", "", "```json",
               json.dumps(report["settings"], indent=2), "```", ""]
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from destila.cache.kinds import kind_of
 from destila.io import write_atomic
+from destila.io.markdown import table_lines
 from destila.io.shareable import is_local_path, shareable_name
 
 CARD = "README.md"
@@ -128,7 +129,7 @@ def _held_out(trainer) -> list[str]:
             if key.startswith("eval_") and isinstance(value, (int, float)) and not key.endswith(_SPEED_KEYS)]
     where = (f"{trainer.args.eval_fraction:g} of the training sequences, held out"
              if trainer.args.eval_fraction else "the evaluation set given to the run")
-    table = ["| metric | value |", "|---|---|", *(f"| {name} | {value:.4g} |" for name, value in rows)]
+    table = table_lines(["metric", "value"], [(name, f"{value:.4g}") for name, value in rows], "ll")
     return [f"At step {last.get('step', trainer.state.global_step)}, on {where}:", "", *table]
 
 

@@ -21,6 +21,8 @@ Naive equivalent::
 
 from __future__ import annotations
 
+from destila.io.markdown import table_lines
+
 # Packed rows that never split a sequence: what TRL's `packing: true` does.
 PACKED = "bfd"
 
@@ -204,5 +206,5 @@ def markdown_table() -> str:
                                                "on-policy samples (its loss runs at T 1), and nothing is sampled")]
     rows += [(key, f"refused unless {_shown(harmless)}" if harmless else "refused", why)
              for key, (harmless, why) in REFUSED.items()]
-    lines = ["| TRL key | destila option | meaning |", "|---|---|---|"]
-    return "\n".join(lines + [f"| `{key}` | {target} | {meaning} |" for key, target, meaning in rows])
+    return "\n".join(table_lines(["TRL key", "destila option", "meaning"],
+                                 [(f"`{key}`", target, meaning) for key, target, meaning in rows], "lll"))
