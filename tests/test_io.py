@@ -237,3 +237,63 @@ def test_no_json_lines_writer_is_written_by_hand():
                     and not any(k.arg == "indent" for k in node.left.keywords)):  # a JSON file, not JSON lines
                 found.append(f"{path.relative_to(root)}:{node.lineno}")
     assert found == []
+
+
+def test_markdown_table_lines_and_alignment(tmp_path):
+    from destila.io.markdown import markdown_table, table_lines
+
+    text = markdown_table(["name", "value", "note"], [("a", 1, "x"), ("b", 2.5, "")], "lrl")
+    path = tmp_path / "table.md"
+    path.write_text(text + "\n")
+    assert path.read_text().splitlines() == ["| name | value | note |", "|---|---:|---|", "| a | 1 | x |",
+                                             "| b | 2.5 |  |"]
+    assert table_lines(["model", "acc", "seconds"], [])[1] == "|---|---:|---:|"  # default: the first column left
+    assert table_lines(None, [("tokens", 3)], "lr")[:2] == ["| | |", "|---|---:|"]  # columns without names
+    assert table_lines(["a", "b"], [], "lr", spaced_rule=True)[1] == "| --- | ---: |"
+    with pytest.raises(ValueError, match="align"):
+        table_lines(["a", "b"], [], "l")
+
+
+def test_no_markdown_table_is_written_by_hand():
+    """A table's rule line (``|---|``) outside ``io/markdown.py`` is a second table writer: use the helper."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    found = [f"{path.relative_to(root)}:{number}"
+             for path in [*(root / "src" / "destila").rglob("*.py"), *(root / "benchmarks").rglob("*.py")]
+             if path.name != "markdown.py"
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if "|---" in line or '" | ".join' in line]
+    assert found == []
+
+
+def test_progress_bar_draws_on_stderr_only_when_shown(capsys):
+    from destila.io.progress import progress_bar
+
+    with progress_bar(4, desc="measuring", unit="pass", initial=1) as bar:
+        bar.update(3)
+    drawn = capsys.readouterr()
+    assert drawn.out == "" and "measuring" in drawn.err and "4/4" in drawn.err and "pass" in drawn.err
+    with progress_bar(4, desc="hidden", show=False) as bar:
+        bar.update(4)
+    assert capsys.readouterr().err == ""
+
+
+def test_staging_leftovers_are_removed_and_a_planted_link_is_never_followed(tmp_path):
+    from destila.io import create_staging_dir, remove_staging_leftovers
+
+    out = tmp_path / "export"
+    killed = create_staging_dir(out)
+    (killed / "data").mkdir()
+    (killed / "data" / "part.parquet").write_bytes(b"half")
+    (tmp_path / f".export{'.tmp-'}file").write_text("a temporary file")
+    victim = tmp_path / "victim"
+    (victim / "keep").mkdir(parents=True)
+    (tmp_path / ".export.tmp-link").symlink_to(victim, target_is_directory=True)
+    others = [tmp_path / ".exported.tmp-1", tmp_path / "export.tmp-2", tmp_path / ".other.tmp-3"]
+    for other in others:  # another output's staging folders, and a name without the leading dot
+        other.mkdir()
+    remove_staging_leftovers(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".exported.tmp-1", "export.tmp-2", ".other.tmp-3",
+                                                                 "victim"])
+    assert (victim / "keep").is_dir()

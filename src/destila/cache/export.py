@@ -50,7 +50,15 @@ from destila.cache.encodings import encoding_of
 from destila.cache.format import sha256_file
 from destila.cache.kinds import kind_of
 from destila.cache.reader import TopKCache
-from destila.io import TMP_MARK, create_staging_dir, names_user_path, output_lock, publish_folder, write_atomic
+from destila.io import (
+    create_staging_dir,
+    names_user_path,
+    output_lock,
+    publish_folder,
+    remove_staging_leftovers,
+    write_atomic,
+)
+from destila.io.progress import progress_bar
 from destila.io.shareable import shareable, shareable_name
 
 FORMATS = ("parquet",)
@@ -99,8 +107,6 @@ def shareable_manifest(manifest) -> dict:
 
 def export_cache(spec: ExportSpec) -> ExportReport:
     """Write the cache ``spec.cache`` as the dataset folder ``spec.output`` (see the module docstring)."""
-    from tqdm.auto import tqdm
-
     cache = TopKCache(spec.cache)
     manifest = cache.manifest
     if cache.hidden_layers:
@@ -116,11 +122,7 @@ def export_cache(spec: ExportSpec) -> ExportReport:
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise FileExistsError(f"export: {out} already exists and is not an empty folder; choose a new OUT, "
                                   "or delete it first")
-        for leftover in out.parent.glob(f".{out.name}{TMP_MARK}*"):  # a killed export's; we hold the lock
-            if leftover.is_symlink() or not leftover.is_dir():
-                leftover.unlink()  # a link planted under a staging name: the link only
-            else:
-                shutil.rmtree(leftover, ignore_errors=True)
+        remove_staging_leftovers(out)  # a killed export's; we hold the lock
         staging = None
         try:
             with names_user_path(out):  # a full disk is reported on OUT, not on the staging folder
@@ -128,7 +130,7 @@ def export_cache(spec: ExportSpec) -> ExportReport:
                 staging = create_staging_dir(out)  # a random name, created exclusively: never a planted link
                 (staging / DATA_DIR).mkdir()
                 digest, files = ContentDigest(), []
-                with tqdm(total=rows, unit="seq", desc="export", disable=not spec.progress) as bar:
+                with progress_bar(rows, unit="seq", desc="export", show=spec.progress) as bar:
                     for number in range(count):
                         name = f"{DATA_DIR}/train-{number:05d}-of-{count:05d}.parquet"
                         first, stop = number * per_file, min((number + 1) * per_file, rows)

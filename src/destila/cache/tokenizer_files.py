@@ -23,10 +23,9 @@ import shutil
 from pathlib import Path
 
 from destila.cache.format import TOKENIZER_DIR
-from destila.io import TMP_MARK, create_staging_dir, outside_link, publish_folder, reported_os_error
+from destila.io import create_staging_dir, outside_link, publish_folder, remove_staging_leftovers, reported_os_error
 
 log = logging.getLogger("destila.cache")
-STAGING_PREFIX = f".{TOKENIZER_DIR}{TMP_MARK}"
 
 
 def file_digests(folder: Path) -> dict[str, str]:
@@ -97,11 +96,7 @@ def copy_tokenizer(tokenizer, output: Path, recorded: dict[str, str]) -> dict[st
         target.unlink()
     if recorded and target.is_dir() and not tokenizer_faults(output, recorded):
         return recorded
-    for leftover in output.glob(f"{STAGING_PREFIX}*"):  # from killed or failed builds: ours to delete
-        if leftover.is_symlink() or not leftover.is_dir():
-            leftover.unlink()  # a link planted under a staging name: the link only
-        else:
-            shutil.rmtree(leftover, ignore_errors=True)
+    remove_staging_leftovers(target)  # from killed or failed builds: ours to delete
     staging = None
     try:
         staging = create_staging_dir(target)

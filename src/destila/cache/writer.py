@@ -61,6 +61,7 @@ from destila.cache.spec import BuildSpec
 from destila.cache.tokenizer_files import copy_tokenizer
 from destila.data.sequences import as_sequences, describe_data
 from destila.io import names_user_path
+from destila.io.progress import progress_bar
 from destila.models import (
     check_plain_head,
     config_hash,
@@ -364,17 +365,16 @@ def _teacher_pass(model, teachers, source, groups: list[list[int]], manifest, sp
     ``teachers``: a :class:`~destila.cache.extras.TeacherSet` computing the targets in ``model``'s place, or None.
     """
     import torch
-    from tqdm.auto import tqdm
 
     decoder = decoder_of(model)
     # A device-mapped teacher may keep its head on CPU or disk between uses.
     device, output, seq_len = input_device(model), spec.output, manifest.seq_len
     # Tensor parallel: rank 0 writes as a single process would; the others only take part in the forwards.
     alone, writes = group.world == 1 or spec.tensor_parallel, group.is_main or not spec.tensor_parallel
-    bar = tqdm(
-        total=sum(map(len, groups)) * seq_len, unit="tok", unit_scale=True, dynamic_ncols=True,
+    bar = progress_bar(
+        sum(map(len, groups)) * seq_len, unit="tok", unit_scale=True, dynamic_ncols=True,
         desc="teacher pass" if alone else f"teacher pass (rank 0 of {group.world})",
-        disable=not (spec.progress and group.is_main),
+        show=spec.progress and group.is_main,
     )
     written: list[ShardInfo] = []
     gathered = None

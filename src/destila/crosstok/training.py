@@ -18,6 +18,7 @@ from pathlib import Path
 
 from destila.crosstok.dataset import require_bucket_tail
 from destila.crosstok.rebuild import spans_rebuild_command
+from destila.io.progress import progress_bar
 
 
 def student_tokenizer(student: str):
@@ -117,15 +118,12 @@ def training_items(data, folder: str | Path, model=None, *, main_process_first=N
 
 def _bar(folder):
     """A progress callback for the one-time alignment (a tqdm bar, closed at the last sequence)."""
-    from tqdm.auto import tqdm
-
     bar = None
 
     def progress(done: int, count: int) -> None:
         nonlocal bar
         if bar is None:
-            bar = tqdm(total=count, desc="aligning the cache to the student's tokenizer (once)",
-                       unit="seq")
+            bar = progress_bar(count, desc="aligning the cache to the student's tokenizer (once)", unit="seq")
         bar.update(done - bar.n)
         if done == count:
             bar.close()

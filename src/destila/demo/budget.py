@@ -27,6 +27,7 @@ import time
 
 from transformers import TrainerCallback
 
+from destila.io.progress import progress_bar
 from destila.models import load_causal_lm
 
 
@@ -174,9 +175,7 @@ class StepBudget(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self.history.append((state.global_step, self.target))
         if self.progress and state.is_local_process_zero:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=self.target, initial=state.global_step, desc=self.description, unit="step")
+            self.bar = progress_bar(self.target, initial=state.global_step, desc=self.description, unit="step")
 
     def on_step_end(self, args, state, control, **kwargs):
         step = state.global_step

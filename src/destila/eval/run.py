@@ -24,6 +24,7 @@ from destila.eval.quality import metrics_from_sums, quality_sums
 from destila.eval.spec import DEFAULT_PROMPT, EvalSpec
 from destila.eval.speed import forward_tokens_per_second, generate, size_on_disk
 from destila.generation.prompts import Prompt, load_prompts
+from destila.io.progress import progress_bar
 from destila.models import load_causal_lm, load_tokenizer, resolve_source
 
 def evaluate_model(spec: EvalSpec, model: str | None = None, *, progress_file: str | None = None) -> dict:
@@ -200,8 +201,6 @@ def evaluate_models(spec: EvalSpec, *, isolated: bool = True, timeout: float | N
     import tempfile
     from pathlib import Path
 
-    from tqdm.auto import tqdm
-
     results = []
     shipped = dataclasses.asdict(spec)  # what a worker process rebuilds its spec from
     show = progress and isolated
@@ -216,7 +215,7 @@ def evaluate_models(spec: EvalSpec, *, isolated: bool = True, timeout: float | N
                                           device=spec.device, timeout=timeout)
             label = f"model {number}/{len(spec.models)} {Path(model).name or model}"
             if show:
-                with tqdm(unit="batch", dynamic_ncols=True) as bar:
+                with progress_bar(unit="batch", dynamic_ncols=True) as bar:
                     run = run_with_progress(launch, state, bar, label, succeeded=lambda r: r["status"] == "ok")
             else:
                 run = launch()

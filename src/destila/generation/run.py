@@ -42,6 +42,7 @@ from pathlib import Path
 from destila.generation.prompts import Prompt, load_prompts
 from destila.io import names_user_path, output_lock, write_atomic
 from destila.io.json_lines import json_lines
+from destila.io.progress import progress_bar
 from destila.models import MODEL_HELP, load_causal_lm, load_tokenizer, resolve_source
 from destila.ranges import check_finite_at_least
 
@@ -236,8 +237,6 @@ def generate(spec: GenerateSpec) -> GenerateReport:
 
 def _generate_locked(teacher, items, out: Path, spec: SamplingSpec, gguf_file, batch_size, device,
                      progress) -> GenerateReport:
-    from tqdm.auto import tqdm
-
     tokenizer = load_tokenizer(teacher, gguf_file)
     use_template = use_chat_template(tokenizer, items, spec.chat_template)
     path, gguf = resolve_source(teacher, gguf_file)
@@ -252,7 +251,7 @@ def _generate_locked(teacher, items, out: Path, spec: SamplingSpec, gguf_file, b
     if not todo:
         return report
     model = load_causal_lm(teacher, gguf_file=gguf_file, device=device)
-    bar = tqdm(total=len(items), initial=len(done), unit="prompt", desc="generate", disable=not progress)
+    bar = progress_bar(len(items), initial=len(done), unit="prompt", desc="generate", show=progress)
     with names_user_path(out):  # a full disk: os.write names no file, the user's output is the one to name
         _write_answers(model, tokenizer, items, out, spec, use_template, batch_size, done, report, bar)
     return report

@@ -11,7 +11,12 @@
   :func:`output_lock`: the lock every writing command holds on its output.
 - :func:`create_temporary` / :func:`create_staging_dir` / :func:`open_lock_file`
   (:mod:`destila.io.temporaries`): every temporary name is random and created
-  exclusively, never through a symbolic link another user planted.
+  exclusively, never through a symbolic link another user planted;
+  :func:`remove_staging_leftovers` deletes what killed writers left.
+- :func:`~destila.io.json_lines.append_json_line` and the rest of
+  :mod:`destila.io.json_lines`, :func:`~destila.io.markdown.markdown_table`,
+  :func:`~destila.io.progress.progress_bar`: the JSON-lines files, markdown
+  tables and progress bars of every module.
 - :func:`outside_link` (:mod:`destila.io.contained`): whether a file a
   shared folder names leads outside it through a symbolic link.
 - :func:`names_user_path` (:mod:`destila.io.os_errors`): the one place an OS
@@ -42,6 +47,7 @@ from destila.io.temporaries import (  # noqa: F401  (the package's public names)
     create_staging_dir,
     create_temporary,
     open_lock_file,
+    remove_staging_leftovers,
     temporary_name,
 )
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from pathlib import Path
 
 TMP_MARK = ".tmp-"  # in the name of every file or folder still being written; never a finished one
@@ -61,6 +62,24 @@ def create_staging_dir(path: str | os.PathLike) -> Path:
         except FileExistsError:
             continue
     raise FileExistsError(f"could not create a staging folder beside {path}: every name tried exists")
+
+
+def remove_staging_leftovers(path: str | os.PathLike) -> None:
+    """Delete what killed writers of ``path`` left beside it: every ``.NAME.tmp-*`` folder, file or link.
+
+    Call it only while holding the lock on ``path``'s writers (no live
+    writer's staging folder is then among them). A symbolic link planted
+    under a staging name is removed as a link: the folder it points to is
+    never entered.
+
+    Naive equivalent: ``for p in path.parent.glob(f".{path.name}.tmp-*"): shutil.rmtree(p)``.
+    """
+    path = Path(path)
+    for leftover in path.parent.glob(f".{path.name}{TMP_MARK}*"):
+        if leftover.is_symlink() or not leftover.is_dir():
+            leftover.unlink()
+        else:
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def open_lock_file(path: str | os.PathLike):

@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from destila.io.progress import progress_bar
 from destila.student.calibration import Calibration
 from destila.student.running import STARTS_FROM_EMBEDS, decoder_layers, running_layers
 
@@ -469,8 +470,6 @@ class GreedySearch:
         ``first_round`` (every layer's KL when it alone is skipped) is measured only with ``race=False``
         (None otherwise: racing measures most layers only far enough to rule them out).
         """
-        from tqdm.auto import tqdm
-
         if not 1 <= keep <= self.total:
             raise ValueError(f"layers: expected an integer between 1 and the teacher's {self.total} layers, "
                              f"found {keep}")
@@ -480,8 +479,7 @@ class GreedySearch:
                                            if screening else "")
         threads = torch.get_num_threads()
         with counting_forwards(self.model, self.counts), self._precision(), \
-                tqdm(total=self.total - keep, desc=description, unit="drop", disable=not progress,
-                     mininterval=1.0) as bar:
+                progress_bar(self.total - keep, desc=description, unit="drop", show=progress, mininterval=1.0) as bar:
             self.bar = bar if progress else None
             units = [self._teacher_unit(batch, check=i == 0)
                      for i, batch in enumerate(self.calibration.batches(self.unit_tokens))]

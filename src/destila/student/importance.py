@@ -41,6 +41,7 @@ import math
 
 import torch
 
+from destila.io.progress import progress_bar
 from destila.losses.divergences import kl_terms
 from destila.student.calibration import Calibration
 from destila.student.greedy_search import GreedySearch
@@ -116,8 +117,6 @@ def layer_scores(model, calibration: Calibration, *, skip_kl: bool = True, drop_
     layer ``l`` and the output of layer ``l + drop_block - 1``. ``progress``
     shows a bar on stderr (one step per forward).
     """
-    from tqdm.auto import tqdm
-
     device = next(model.parameters()).device
     total = model.config.num_hidden_layers
     influence = torch.zeros(total, dtype=torch.float64)
@@ -127,8 +126,8 @@ def layer_scores(model, calibration: Calibration, *, skip_kl: bool = True, drop_
     count = 0
     from_embeds = model.config.model_type in STARTS_FROM_EMBEDS
     batches = list(calibration.batches(1024))
-    bar = tqdm(total=len(batches) * (1 + (total if skip_kl else 0)), desc="measuring layers", unit="pass",
-               disable=not progress)
+    bar = progress_bar(len(batches) * (1 + (total if skip_kl else 0)), desc="measuring layers", unit="pass",
+                       show=progress)
     with torch.no_grad(), bar:
         for batch in batches:
             kwargs = {k: v.to(device) for k, v in batch.forward_kwargs().items()}
@@ -205,8 +204,6 @@ def greedy_cut(model, calibration: Calibration, keep: int, progress: bool = Fals
         raise ValueError(f"impl: expected one of {', '.join(GREEDY_IMPLS)}, found {impl!r}")
     if impl == "raced":
         return GreedySearch(model, calibration).run(keep, progress=progress)
-    from tqdm.auto import tqdm
-
     device = next(model.parameters()).device
     total = model.config.num_hidden_layers
     if not 1 <= keep <= total:
@@ -214,8 +211,8 @@ def greedy_cut(model, calibration: Calibration, keep: int, progress: bool = Fals
     from_embeds = model.config.model_type in STARTS_FROM_EMBEDS
     batches = list(calibration.batches(1024))
     rounds = range(keep + 1, total + 1)  # the student's size before each drop
-    bar = tqdm(total=len(batches) * (1 + sum(1 + n for n in rounds)), desc="measuring layers", unit="pass",
-               disable=not progress)
+    bar = progress_bar(len(batches) * (1 + sum(1 + n for n in rounds)), desc="measuring layers", unit="pass",
+                       show=progress)
     kept, dropped, first_round, count = list(range(total)), [], None, 0
     with torch.no_grad(), bar:
         targets = []  # per batch: (forward kwargs, scored mask, teacher probs [n, V], teacher logprobs [n, V])
