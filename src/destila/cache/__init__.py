@@ -7,6 +7,7 @@ from destila.cache.format import FORMAT_VERSION, Manifest, ShardInfo, read_manif
 from destila.cache.checks.rows import VerifyReport
 from destila.cache.checks.shards import CorruptShardError
 from destila.cache.checks.verify import verify_cache
+from destila.cache.read_specs import InspectSpec, VerifySpec
 from destila.cache.reader import TopKCache
 from destila.cache.stats import inspect_cache
 from destila.cache.spec import BuildSpec
@@ -17,10 +18,12 @@ __all__ = [
     "BuildReport",
     "BuildSpec",
     "CorruptShardError",
+    "InspectSpec",
     "Manifest",
     "ShardInfo",
     "TopKCache",
     "VerifyReport",
+    "VerifySpec",
     "build_cache",
     "inspect_cache",
     "read_manifest",

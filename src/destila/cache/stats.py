@@ -26,41 +26,50 @@ from destila.cache.checks.rows import target_value_fault
 from destila.cache.checks.shards import CorruptShardError, open_checked_shard, order_fault
 from destila.cache.encodings import encoding_of
 from destila.cache.format import TOKENIZER_DIR, read_manifest
-from destila.cache.k_prime import DEFAULT_COVERAGE, KCoverage, format_table, suggest_k
+from destila.cache.k_prime import KCoverage, format_table, suggest_k
+from destila.cache.read_specs import InspectSpec
 from destila.cache.kinds import kind_of
 from destila.cache.rows import ShardRows, dense_item
 from destila.cache.tokenizer_files import check_tokenizer_files
 from destila.constants import IGNORE_INDEX
 from destila.losses.divergences import entropy_terms
-from destila.ranges import check_optional_int_at_least
 
 PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 
 
-def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: float = DEFAULT_COVERAGE) -> dict:
-    """A JSON-ready summary of the cache at ``path`` (works on an incomplete cache too).
+def inspect_cache(spec: InspectSpec | str | Path, max_sequences: int | None = None,
+                  coverage: float | None = None) -> dict:
+    """A JSON-ready summary of the cache ``spec`` names (works on an incomplete cache too).
 
-    ``bytes_per_token`` is shard bytes over stored tokens; ``bytes_per_entry``
-    is shard bytes over stored target entries (trained positions × K for
-    top-K, or the distinct ids actually stored for sampled targets), counted
-    over every shard. Every shard read for the statistics is first checked
-    against the manifest (size, SHA-256, tensor shapes): a damaged one raises
-    ``ValueError`` naming it. Top-K caches also get ``stats.k_coverage`` (per
-    K′ ≤ K, see :mod:`destila.cache.k_prime`) and ``stats.k_suggestion``,
-    the smallest K′ whose mean covered mass reaches ``coverage``.
+    ``inspect_cache(InspectSpec(path, max_sequences=…, coverage=…))``, or the
+    path and the same keywords. ``bytes_per_token`` is shard bytes over stored
+    tokens; ``bytes_per_entry`` is shard bytes over stored target entries
+    (trained positions × K for top-K, or the distinct ids actually stored for
+    sampled targets), counted over every shard. Every shard read for the
+    statistics is first checked against the manifest (size, SHA-256, tensor
+    shapes): a damaged one raises ``ValueError`` naming it. Top-K caches also
+    get ``stats.k_coverage`` (per K′ ≤ K, see :mod:`destila.cache.k_prime`)
+    and ``stats.k_suggestion``, the smallest K′ whose mean covered mass
+    reaches ``coverage``.
     """
-    check_optional_int_at_least("max_sequences", max_sequences, 1, "leave it out to read every sequence")
-    if isinstance(coverage, bool) or not isinstance(coverage, (int, float)) or not 0 < coverage <= 1:
-        raise ValueError(f"coverage: expected a fraction of the teacher's mass in (0, 1], found {coverage!r}")
-    path = Path(path).expanduser()
+    spec = InspectSpec.of(spec, max_sequences=max_sequences, coverage=coverage)
+    path = Path(spec.cache).expanduser()
     m = read_manifest(path)
     check_manifest(path, m)
     check_tokenizer_files(path, m.tokenizer_files)
+    summary = _contents(path, m)
+    stats = _distribution_stats(path, m, spec)
+    if stats is not None:
+        summary["stats"] = stats
+    return summary
+
+
+def _contents(path: Path, m) -> dict:
+    """What the cache holds: counts, sizes, the teacher, tokenizer and data it was built from."""
     shard_bytes = sum(s.bytes for s in m.shards)
     stored_tokens = m.stored_sequences * m.seq_len
     entries = _stored_entries(path, m)
     trained_count = _trained_positions(path, m)
-    folder_bytes = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     summary = {
         "path": str(path),
         "complete": m.complete,
@@ -76,7 +85,7 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: 
         "logprob_dtype": m.logprob_dtype,
         "shards": len(m.shards),
         "shard_bytes": shard_bytes,
-        "folder_bytes": folder_bytes,
+        "folder_bytes": sum(p.stat().st_size for p in path.rglob("*") if p.is_file()),
         "bytes_per_token": shard_bytes / stored_tokens if stored_tokens else None,
         "stored_entries": entries,
         "bytes_per_entry": shard_bytes / entries if entries else None,
@@ -100,23 +109,19 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: 
         summary["extras"] = m.extras
     if hidden and stored_tokens:  # teacher_hidden is float16 [P, n, D], P = the trained positions
         summary["hidden_bytes_per_token"] = trained_count * len(hidden["layers"]) * hidden["dim"] * 2 / stored_tokens
+    return summary
+
+
+def _distribution_stats(path: Path, m, spec: InspectSpec) -> dict | None:
+    """The teacher's distribution statistics over the trained positions of the first ``spec.max_sequences``
+    sequences (all when None); None when they hold no trained position."""
     tails, masses, entropy_topk, entropy_bucket, taken = [], [], [], [], 0
     k_table = KCoverage(m.top_k, m.vocab_size) if kind_of(m.target_kind).ranked else None
     for shard in m.shards:
-        if max_sequences is not None and taken >= max_sequences:
+        if spec.max_sequences is not None and taken >= spec.max_sequences:
             break
-        rows = shard.rows if max_sequences is None else min(shard.rows, max_sequences - taken)
-        reader = open_checked_shard(path, m, shard)  # refuses a damaged shard: no statistics from bad data
-        stored = [dense_item(reader.stored(r), m) for r in range(rows)]
-        fault = order_fault(reader.handle, shard) or next(
-            (f"row {r} holds {f}" for r, f in enumerate(target_value_fault(i, m.vocab_size) for i in stored) if f), None)
-        if fault is not None:
-            raise CorruptShardError(f"{path / shard.name}: {fault}; no statistics from damaged data: run "
-                                    f"`destila cache verify {path}` and rebuild the cache")
-        trained = torch.cat([item["labels"] != IGNORE_INDEX for item in stored])
-        lp = torch.cat([item["topk_logprobs"] for item in stored]).float()[trained]
-        tail = torch.cat([item["tail_logmass"] for item in stored])[trained]
-        lp = lp.masked_fill(~torch.isfinite(lp), -torch.inf)  # padding of sampled targets: p = 0
+        rows = shard.rows if spec.max_sequences is None else min(shard.rows, spec.max_sequences - taken)
+        lp, tail = _trained_targets(path, m, shard, rows)
         p = lp.exp()
         h_topk = entropy_terms(p, lp).sum(-1)
         h_tail = entropy_terms(tail.exp(), tail)  # 0 · log 0 = 0 when the tail is empty (K = V)
@@ -127,25 +132,42 @@ def inspect_cache(path: str | Path, max_sequences: int | None = None, coverage: 
         entropy_topk.append(h_topk.double().numpy())
         entropy_bucket.append((h_topk + h_tail).double().numpy())
         taken += rows
-    if taken and sum(len(m) for m in masses):  # sequences with no trained position have no statistics
-        tail_all = np.concatenate(tails)
-        finite = tail_all[np.isfinite(tail_all)]
-        summary["stats"] = {
-            "sequences": taken,
-            "positions": int(len(tail_all)),
-            "topk_mass_mean": float(np.concatenate(masses).mean()),
-            "tail_logmass_percentiles": (
-                {f"p{q}": float(v) for q, v in zip(PERCENTILES, np.percentile(finite, PERCENTILES))}
-                if len(finite) else None
-            ),
-            "tail_logmass_neg_inf": int(len(tail_all) - len(finite)),
-            "entropy_topk_mean": float(np.concatenate(entropy_topk).mean()),
-            "entropy_bucket_mean": float(np.concatenate(entropy_bucket).mean()),
-        }
-        if k_table is not None:
-            summary["stats"]["k_coverage"] = k_table.rows()
-            summary["stats"]["k_suggestion"] = suggest_k(k_table.rows(), coverage)
-    return summary
+    if not (taken and sum(len(m) for m in masses)):  # sequences with no trained position have no statistics
+        return None
+    tail_all = np.concatenate(tails)
+    finite = tail_all[np.isfinite(tail_all)]
+    stats = {
+        "sequences": taken,
+        "positions": int(len(tail_all)),
+        "topk_mass_mean": float(np.concatenate(masses).mean()),
+        "tail_logmass_percentiles": (
+            {f"p{q}": float(v) for q, v in zip(PERCENTILES, np.percentile(finite, PERCENTILES))}
+            if len(finite) else None
+        ),
+        "tail_logmass_neg_inf": int(len(tail_all) - len(finite)),
+        "entropy_topk_mean": float(np.concatenate(entropy_topk).mean()),
+        "entropy_bucket_mean": float(np.concatenate(entropy_bucket).mean()),
+    }
+    if k_table is not None:
+        stats["k_coverage"] = k_table.rows()
+        stats["k_suggestion"] = suggest_k(k_table.rows(), spec.coverage)
+    return stats
+
+
+def _trained_targets(path: Path, m, shard, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log-probs [P, K], tail log-mass [P])`` of the trained positions of ``shard``'s first ``rows`` rows,
+    read from a shard checked first (no statistics from damaged data); padding of sampled targets is ``-inf``."""
+    reader = open_checked_shard(path, m, shard)
+    stored = [dense_item(reader.stored(r), m) for r in range(rows)]
+    fault = order_fault(reader.handle, shard) or next(
+        (f"row {r} holds {f}" for r, f in enumerate(target_value_fault(i, m.vocab_size) for i in stored) if f), None)
+    if fault is not None:
+        raise CorruptShardError(f"{path / shard.name}: {fault}; no statistics from damaged data: run "
+                                f"`destila cache verify {path}` and rebuild the cache")
+    trained = torch.cat([item["labels"] != IGNORE_INDEX for item in stored])
+    lp = torch.cat([item["topk_logprobs"] for item in stored]).float()[trained]
+    tail = torch.cat([item["tail_logmass"] for item in stored])[trained]
+    return lp.masked_fill(~torch.isfinite(lp), -torch.inf), tail  # padding of sampled targets: p = 0
 
 
 def _trained_positions(path: Path, m) -> int:

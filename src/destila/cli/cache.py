@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from destila.cache import build_cache, verify_cache
 from destila.cache.export import ExportSpec, export_cache
 from destila.cache.extras import TeacherExtras
+from destila.cache.read_specs import InspectSpec, VerifySpec
 from destila.cache.spec import BuildSpec
 from destila.cache.stats import format_summary, inspect_cache
 from destila.cli.fields import add_fields, values_of
@@ -20,18 +21,10 @@ _BUILD_DATA_FIELDS = ("source", "text_field", "seq_len", "max_tokens")
 
 
 @dataclass
-class InspectRequest:
-    cache: str = field(metadata={"help": "the cache folder", "metavar": "CACHE"})
+class _Printed:
+    """How ``cache inspect`` prints its summary (the command's own choice, not the library's)."""
+
     json: bool = field(default=False, metadata={"help": "print JSON instead of text"})
-    max_sequences: int | None = field(default=None, metadata={
-        "help": "compute the statistics on the first N sequences only"})
-    coverage: float = field(default=0.95, metadata={
-        "help": "suggest the smallest K′ whose mean covered teacher mass reaches this"})
-
-
-@dataclass
-class VerifyRequest:
-    cache: str = field(metadata={"help": "the cache folder", "metavar": "CACHE"})
 
 
 def register(subparsers) -> None:
@@ -55,11 +48,12 @@ def register(subparsers) -> None:
     build.set_defaults(func=_build)
 
     inspect = verbs.add_parser("inspect", help="counts, sizes and teacher-distribution statistics of a cache")
-    add_fields(inspect, InspectRequest, positional=("cache",))
+    add_fields(inspect, _Printed)
+    add_fields(inspect, InspectSpec, positional=("cache",))
     inspect.set_defaults(func=_inspect)
 
     verify = verbs.add_parser("verify", help="check every shard's checksum, shapes and values; exit 1 if any fault")
-    add_fields(verify, VerifyRequest, positional=("cache",))
+    add_fields(verify, VerifySpec, positional=("cache",))
     verify.set_defaults(func=_verify)
 
     export = verbs.add_parser(
@@ -122,15 +116,13 @@ def dropped_line(dropped: dict) -> str:
 def _inspect(args) -> int:
     import json
 
-    if not 0.0 < args.coverage <= 1.0:
-        raise ValueError(f"--coverage: expected a fraction in (0, 1], found {args.coverage}")
-    summary = inspect_cache(args.cache, max_sequences=args.max_sequences, coverage=args.coverage)
+    summary = inspect_cache(InspectSpec(**values_of(args, InspectSpec)))
     print(json.dumps(summary, indent=1) if args.json else format_summary(summary))
     return 0
 
 
 def _verify(args) -> int:
-    report = verify_cache(args.cache)
+    report = verify_cache(VerifySpec(**values_of(args, VerifySpec)))
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for fault in report.faults:

@@ -40,17 +40,19 @@ from destila.cache.format import (
     read_manifest,
     shard_file_fault,
 )
+from destila.cache.read_specs import VerifySpec
 from destila.cache.rows import ShardRows
 from destila.cache.spans import span_faults, token_width_check
 from destila.cache.tokenizer_files import tokenizer_faults
 from destila.io import is_temporary
 
 
-def verify_cache(path: str | Path) -> VerifyReport:
-    """Check every shard of the cache at ``path``; never raises for a damaged shard, reports it.
+def verify_cache(spec: VerifySpec | str | Path) -> VerifyReport:
+    """Check every shard of the cache ``spec`` names (a :class:`VerifySpec` or the folder); never raises for a
+    damaged shard, reports it.
 
     An export (``destila cache export``) is checked by :func:`~destila.cache.checks.export.verify_export`."""
-    path = Path(path).expanduser()
+    path = Path(VerifySpec.of(spec).cache).expanduser()
     if (path / RECORD).is_file() and not (path / MANIFEST).is_file():
         from destila.cache.checks.export import verify_export  # pyarrow: only for an export
 
