@@ -35,97 +35,99 @@ def evaluate_model(spec: EvalSpec, model: str | None = None, *, progress_file: s
     ``spec.eval_fraction`` holds out, or all of them) or ``spec.data`` (a
     :class:`~destila.data.DataSpec`: a source, or documents given in Python),
     with the model's tokenizer, up to ``spec.max_tokens`` tokens. Metrics
-    cover the positions the loss mask keeps (assistant turns, completions,
-    whole documents); ``tokens`` says how many. ``spec.teacher`` adds the
-    full-vocabulary KL and agreement. ``peak_bytes`` is the model's own peak
-    (weights, forward, generation), taken before any teacher is loaded.
-    ``documents`` counts the packed documents (or pieces of them) the scored
-    tokens come from, and ``scored_positions`` names which positions count
-    (``all``, or only the ``assistant`` turns / ``completion`` a cache or data
-    spec was built to train).
-
+    cover the positions the loss mask keeps; ``tokens`` says how many,
+    ``documents`` from how many packed documents (or pieces of them), and
+    ``scored_positions`` which (``all``, or only the ``assistant`` turns /
+    ``completion`` a cache or data spec was built to train). ``spec.teacher``
+    adds the full-vocabulary KL and agreement. ``peak_bytes`` is the model's
+    own peak (weights, forward, generation), taken before any teacher is loaded.
     Generation samples: ``spec.prompt``, or every prompt of ``spec.prompts``
-    (a ``.txt`` file, one per line; a ``.jsonl`` file with ``messages`` or
-    ``prompt``; or a list), rendered with the model's chat template when it
-    has one. ``progress_file``: where the latest state is written for a
-    watching parent (:mod:`destila.eval.progress`).
+    (:func:`~destila.generation.prompts.load_prompts`), rendered with the
+    model's chat template when it has one. ``progress_file``: where the latest
+    state is written for a watching parent (:mod:`destila.eval.progress`).
     """
+    model = _model_of(spec, model)
+    report = ProgressFile(progress_file)
+    report(0, None, "loading")
+    prompts = load_prompts(spec.prompts) if spec.prompts is not None else [Prompt(text=spec.prompt or DEFAULT_PROMPT)]
+    cached = open_cache(spec.cache) if spec.cache is not None else None  # its files checked before the model loads
+    meter = PeakMeter(spec.device)
+    lm = load_causal_lm(model, device=spec.device)
+    tokenizer = load_tokenizer(model)
+    items, scored, byte_tokenizer = _held_out_items(spec, model, lm, tokenizer, cached)
+    batches = [{k: v.to(spec.device) for k, v in collate(items[i:i + spec.batch_size]).items()}
+               for i in range(0, len(items), spec.batch_size)]
+    report(0, None, "forward speed")
+    forward_speed = forward_tokens_per_second(lm, batches[0]["input_ids"])
+    samples, generate_speed, templated = generation_samples(lm, tokenizer, prompts, spec.new_tokens, report)
+    scoring = lambda done, total: report(done, total, f"scoring {len(items)} sequences")  # noqa: E731
+    sums, peak = _scored_sums(spec, lm, batches, meter, token_byte_lengths(byte_tokenizer), scoring, report)
+    path = resolve_source(model)[0]
+    return {
+        "model": model, "path": path, **metrics_from_sums(sums), "documents": _documents_of(batches),
+        "scored_positions": scored, "parameters": sum(p.numel() for p in lm.parameters()),
+        "size_bytes": size_on_disk(path), "forward_tokens_per_second": forward_speed,
+        "generate_tokens_per_second": generate_speed, "peak_bytes": peak, "sample": samples[0]["text"],
+        "prompt": samples[0]["prompt"], "samples": samples, "chat_template_applied": templated,
+    }
+
+
+def _model_of(spec: EvalSpec, model: str | None) -> str:
+    """``model``, or the spec's only model; refuses a spec without held-out data."""
     if model is None:
         if len(spec.models) != 1:
             raise ValueError(f"eval: the spec names {len(spec.models)} models; say which one to evaluate")
         model = spec.models[0]
     if not spec.held_out:
         raise ValueError("eval: give either a cache or data")
-    report = ProgressFile(progress_file)
-    report(0, None, "loading")
-    samples_prompts = load_prompts(spec.prompts) if spec.prompts is not None else [
-        Prompt(text=spec.prompt or DEFAULT_PROMPT)]
-    meter = PeakMeter(spec.device)
-    lm = load_causal_lm(model, device=spec.device)
-    tokenizer = load_tokenizer(model)
-    if spec.cache is not None:
-        cached = open_cache(spec.cache)
-        source = held_out_source(cached, model, tokenizer, spec.cache)  # another tokenizer: the cache in its tokens
-        if source is not cached and spec.teacher is not None:
-            raise ValueError(f"eval: {model} has another tokenizer than the teacher's, so the teacher's logits are "
-                             f"over other tokens; drop --teacher (the cache's KL and agreement are measured on the "
-                             "aligned one-to-one positions)")
-        rows = lm.get_output_embeddings().weight.shape[0]
-        if source is cached and rows != source.vocab_size:  # the cache's ids would index past the model's head
-            raise ValueError(
-                f"eval: {model} has a vocabulary of {rows} tokens but the cache at {spec.cache} was made with "
-                f"{source.vocab_size}; evaluate on a cache of this model's teacher, or pass --data instead"
-            )
-        scored = (cached.manifest.data or {}).get("loss_on") or "all"
-        chosen = list(range(len(source))) if spec.indices is None else list(spec.indices)
-        if spec.eval_fraction is not None:
-            chosen = split_indices(len(source), spec.eval_fraction)[1]
-        if spec.max_tokens is not None:
-            chosen = chosen[: max(1, spec.max_tokens // cached.seq_len)]
-        items = [with_label_bytes(source[i]) for i in chosen]  # bytes per label, where the cache has spans
-        # Without spans: the bytes each label id spells, in the tokenizer of the ids (the cache's own copy of
-        # the teacher's; the model's when the cache is read in its tokens).
-        byte_tokenizer = (_cache_tokenizer(cached) or tokenizer) if source is cached else tokenizer
-    else:
-        packed = as_sequences(spec.data, tokenizer)
-        scored = spec.data.loss_on
-        items = [packed[i] for i in range(len(packed))]
-        byte_tokenizer = tokenizer
+    return model
 
-    batch_size, device = spec.batch_size, spec.device
-    batches = [{k: v.to(device) for k, v in collate(items[i:i + batch_size]).items()}
-               for i in range(0, len(items), batch_size)]
-    report(0, None, "forward speed")
-    forward_speed = forward_tokens_per_second(lm, batches[0]["input_ids"])
-    samples, generate_speed, templated = generation_samples(lm, tokenizer, samples_prompts, spec.new_tokens, report)
-    scoring = lambda done, total: report(done, total, f"scoring {len(items)} sequences")  # noqa: E731
-    byte_lengths = token_byte_lengths(byte_tokenizer)
+
+def _held_out_items(spec: EvalSpec, model: str, lm, tokenizer, cached) -> tuple[list[dict], str, object]:
+    """``(items, scored positions, tokenizer of the label ids)``: the held-out sequences, from the opened cache
+    ``cached`` (read in the model's tokens when its tokenizer is another) or from ``spec.data``."""
+    if cached is None:
+        packed = as_sequences(spec.data, tokenizer)
+        return [packed[i] for i in range(len(packed))], spec.data.loss_on, tokenizer
+    source = held_out_source(cached, model, tokenizer, spec.cache)  # another tokenizer: the cache in its tokens
+    if source is not cached and spec.teacher is not None:
+        raise ValueError(f"eval: {model} has another tokenizer than the teacher's, so the teacher's logits are "
+                         f"over other tokens; drop --teacher (the cache's KL and agreement are measured on the "
+                         "aligned one-to-one positions)")
+    rows = lm.get_output_embeddings().weight.shape[0]
+    if source is cached and rows != source.vocab_size:  # the cache's ids would index past the model's head
+        raise ValueError(
+            f"eval: {model} has a vocabulary of {rows} tokens but the cache at {spec.cache} was made with "
+            f"{source.vocab_size}; evaluate on a cache of this model's teacher, or pass --data instead"
+        )
+    chosen = list(range(len(source))) if spec.indices is None else list(spec.indices)
+    if spec.eval_fraction is not None:
+        chosen = split_indices(len(source), spec.eval_fraction)[1]
+    if spec.max_tokens is not None:
+        chosen = chosen[: max(1, spec.max_tokens // cached.seq_len)]
+    items = [with_label_bytes(source[i]) for i in chosen]  # bytes per label, where the cache has spans
+    # Without spans: the bytes each label id spells, in the tokenizer of the ids (the cache's own copy of
+    # the teacher's; the model's when the cache is read in its tokens).
+    byte_tokenizer = (_cache_tokenizer(cached) or tokenizer) if source is cached else tokenizer
+    return items, (cached.manifest.data or {}).get("loss_on") or "all", byte_tokenizer
+
+
+def _scored_sums(spec: EvalSpec, lm, batches, meter, byte_lengths, scoring, report) -> tuple:
+    """``(quality sums, the model's peak bytes)``; the peak is taken before a teacher loads."""
     if spec.teacher is None:
         sums = quality_sums(lm, batches, None, spec.chunk_size, on_batch=scoring, byte_lengths=byte_lengths)
-        peak = meter.peak()
-    else:
-        peak = meter.peak()
-        report(0, None, "loading the teacher")
-        sums = quality_sums(lm, batches, load_causal_lm(spec.teacher, device=device), spec.chunk_size,
-                            on_batch=scoring, byte_lengths=byte_lengths)
-    path = resolve_source(model)[0]
-    return {
-        "model": model,
-        "path": path,
-        **metrics_from_sums(sums),
-        "documents": documents_in([{k: v[row] for k, v in batch.items() if k in ("labels", "position_ids")}
-                                   for batch in batches for row in range(batch["labels"].shape[0])]),
-        "scored_positions": scored,
-        "parameters": sum(p.numel() for p in lm.parameters()),
-        "size_bytes": size_on_disk(path),
-        "forward_tokens_per_second": forward_speed,
-        "generate_tokens_per_second": generate_speed,
-        "peak_bytes": peak,
-        "sample": samples[0]["text"],
-        "prompt": samples[0]["prompt"],
-        "samples": samples,
-        "chat_template_applied": templated,
-    }
+        return sums, meter.peak()
+    peak = meter.peak()
+    report(0, None, "loading the teacher")
+    sums = quality_sums(lm, batches, load_causal_lm(spec.teacher, device=spec.device), spec.chunk_size,
+                        on_batch=scoring, byte_lengths=byte_lengths)
+    return sums, peak
+
+
+def _documents_of(batches: list[dict]) -> int:
+    """:func:`documents_in` over the rows of collated ``batches``."""
+    return documents_in([{k: v[row] for k, v in batch.items() if k in ("labels", "position_ids")}
+                         for batch in batches for row in range(batch["labels"].shape[0])])
 
 
 def evaluate_in_worker(spec: dict, model: str, progress_file: str | None = None) -> dict:
