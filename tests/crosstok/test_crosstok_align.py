@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import HARD_TEXTS, conversations, pydoc_texts
 
-from destila.crosstok.align import align, end_keys, group_kinds
+from destila.crosstok.align import align, end_keys, group_alignments
 from destila.data.spans import Speller
 
 
@@ -60,7 +60,7 @@ def texts(tokenizer) -> list[str]:
 def test_groups_equal_the_naive_walk(student_name, request, tiny_chat_tokenizer):
     teacher, student = tiny_chat_tokenizer, request.getfixturevalue(student_name)
     t_speller, s_speller = Speller(teacher), Speller(student)
-    kinds_seen = set()
+    shapes_seen = set()
     for text in texts(teacher):
         t_ids = teacher(text, add_special_tokens=False)["input_ids"]
         s_ids = student(text, add_special_tokens=False)["input_ids"]
@@ -73,14 +73,14 @@ def test_groups_equal_the_naive_walk(student_name, request, tiny_chat_tokenizer)
             assert got[0][1][0] == 0
         assert got == expected
         assert groups.first_valid
-        kinds_seen |= set(group_kinds(groups).tolist())
+        shapes_seen |= set(group_alignments(groups).tolist())
         raw = text.encode()
-        for (t_group, s_group), kind in zip(got, group_kinds(groups)):
+        for (t_group, s_group), shape in zip(got, group_alignments(groups)):
             # a group covers the same bytes on both sides; one-to-one groups are the same token bytes
             assert raw[t_start[t_group[0]] : t_end[t_group[-1]]] == raw[s_start[s_group[0]] : s_end[s_group[-1]]]
-            if kind == 0:
+            if shape == 0:
                 assert t_speller.table[t_ids[t_group[0]]].lstrip(b" ") == s_speller.table[s_ids[s_group[0]]].lstrip(b" ")
-    assert {0, 1, 2} <= kinds_seen  # one-to-one, many-to-one and one-to-many all occur in this text
+    assert {0, 1, 2} <= shapes_seen  # one-to-one, many-to-one and one-to-many all occur in this text
 
 
 def test_zero_width_tokens_form_their_own_group():

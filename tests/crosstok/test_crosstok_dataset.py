@@ -13,7 +13,7 @@ from conftest import make_tiny_model
 from destila import distill_loss
 from destila.cache.reader import TopKCache
 from destila.crosstok.coverage import coverage_report
-from destila.crosstok.dataset import KINDS, CrossTokenizerCache
+from destila.crosstok.dataset import ALIGNMENTS, CrossTokenizerCache
 from destila.data import aligned_labels, collate
 from destila.data.spans import Speller
 
@@ -64,7 +64,7 @@ def test_a_space_mark_student_on_conversations(chat_spans_cache, space_mark_toke
     data = CrossTokenizerCache(cache, space_mark_tokenizer, map_folder=tmp_path)
     table = Speller(space_mark_tokenizer).table
     teacher_table = Speller(tiny_chat_tokenizer).table
-    totals = np.zeros(len(KINDS), np.int64)
+    totals = np.zeros(len(ALIGNMENTS), np.int64)
     for index in range(len(data)):
         item, teacher = data[index], cache[index]
         for (a, b), (ta, tb) in zip(_blocks(item), _blocks(teacher)):
@@ -85,21 +85,21 @@ def test_a_space_mark_student_on_conversations(chat_spans_cache, space_mark_toke
                 assert labels[row] == int(item["input_ids"][a + row + 1])
                 before = text[: starts[row + 1]]
                 assert before.rfind(b"<|im_start|>assistant\n") > before.rfind(b"<|im_start|>user")
-        kinds = item["align_kind"].numpy()
+        shapes = item["align_kind"].numpy()
         labelled = item["labels"].numpy() != -100
-        assert ((kinds > 0) == labelled).all()
-        totals += np.bincount(kinds, minlength=len(KINDS))
+        assert ((shapes > 0) == labelled).all()
+        totals += np.bincount(shapes, minlength=len(ALIGNMENTS))
         # rows with teacher targets: the mapped entries and the rest bucket hold the whole mass
         lp, tail = item["topk_logprobs"].double(), item["tail_logmass"].double()
         with_targets = (lp > -np.inf).any(dim=1)
-        assert set(kinds[with_targets.numpy()].tolist()) <= {1, 2}
+        assert set(shapes[with_targets.numpy()].tolist()) <= {1, 2}
         mass = torch.logsumexp(torch.cat([lp, tail[:, None]], dim=1), dim=1)[with_targets]
         assert mass.abs().max() < 1e-5
         assert (tail[~with_targets] == 0).all()  # no target: the rest bucket holds everything, the divergence is 0
     assert totals[1] > 0 and totals[2] > 0 and totals[3] > 0  # one-to-one, many-to-one, one-to-many all occur
     report = coverage_report(data)
     assert 0 < report.mapped_mass < 1 and 0 < report.one_to_one < 1
-    assert sum(report.student_kinds.values()) == pytest.approx(1.0)
+    assert sum(report.student_alignments.values()) == pytest.approx(1.0)
     assert report.student_rows == totals[1:].sum()
     assert "of the teacher's top-K mass on mapped tokens" in report.line()
 

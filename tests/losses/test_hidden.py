@@ -7,8 +7,8 @@ from destila.losses.hidden_state_loss import HiddenStateLoss, fixed_projection, 
 from destila.training.hidden_distillation import parse_layer_map
 
 
-@pytest.mark.parametrize("kind", ["nmse", "mse", "cosine"])
-def test_gradcheck_float64(kind):
+@pytest.mark.parametrize("distance", ["nmse", "mse", "cosine"])
+def test_gradcheck_float64(distance):
     torch.manual_seed(0)
     student = torch.randn(2, 5, 7, dtype=torch.float64, requires_grad=True)
     teacher = torch.randn(2, 5, 3, dtype=torch.float64)
@@ -16,16 +16,16 @@ def test_gradcheck_float64(kind):
     mask = torch.rand(2, 5) > 0.3
 
     def loss(s, p):
-        return hidden_state_loss(s @ p.T, teacher, kind, mask)
+        return hidden_state_loss(s @ p.T, teacher, distance, mask)
 
     assert torch.autograd.gradcheck(loss, (student, projection), eps=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("kind", ["nmse", "mse", "cosine"])
-def test_module_equals_the_naive_formula(kind):
+@pytest.mark.parametrize("distance", ["nmse", "mse", "cosine"])
+def test_module_equals_the_naive_formula(distance):
     torch.manual_seed(1)
     pairs = [(0, 1), (2, 5)]
-    module = HiddenStateLoss(pairs, student_width=6, target_width=4, kind=kind).double()
+    module = HiddenStateLoss(pairs, student_width=6, target_width=4, distance=distance).double()
     students = [torch.randn(3, 8, 6, dtype=torch.float64) for _ in pairs]
     teachers = [torch.randn(3, 8, 4, dtype=torch.float64) for _ in pairs]
     mask = torch.rand(3, 8) > 0.5
@@ -33,18 +33,18 @@ def test_module_equals_the_naive_formula(kind):
     want = 0.0
     for projection, s, t in zip(module.projections, students, teachers):
         s = s @ projection.weight.T
-        if kind == "nmse":
+        if distance == "nmse":
             kept = t[mask]  # [N, D]: the teacher's variance per dimension over masked-in positions
             variance = ((kept - kept.mean(0)) ** 2).mean(0)
             rows = ((s - t) ** 2 / variance).mean(-1)
-        elif kind == "mse":
+        elif distance == "mse":
             rows = ((s - t) ** 2).mean(-1)
         else:
             rows = 1 - (s * t).sum(-1) / (s.norm(dim=-1) * t.norm(dim=-1))
         want = want + rows[mask].mean()
     assert torch.allclose(got, want / 2, atol=1e-12)
     # Equal widths: no projection to learn; identical states give exactly zero.
-    same = HiddenStateLoss(pairs, 4, 4, kind)
+    same = HiddenStateLoss(pairs, 4, 4, distance)
     assert list(same.parameters()) == []
     assert same(teachers, teachers, mask).item() == pytest.approx(0.0, abs=1e-12)
     # Every position masked out: zero, not NaN.
@@ -87,3 +87,10 @@ def test_nmse_is_scale_free_and_about_one_for_a_student_that_knows_nothing():
         1e6 * hidden_state_loss(student, teacher, "mse").item(), rel=1e-9)
     mean_only = teacher.reshape(-1, 8).mean(0).expand_as(teacher)
     assert hidden_state_loss(mean_only, teacher, "nmse").item() == pytest.approx(1.0, rel=1e-9)
+
+
+def test_the_old_keyword_kind_still_names_the_distance():
+    torch.manual_seed(2)
+    student, teacher = torch.randn(2, 3, 4, dtype=torch.float64), torch.randn(2, 3, 4, dtype=torch.float64)
+    assert hidden_state_loss(student, teacher, kind="mse").item() == hidden_state_loss(student, teacher, "mse").item()
+    assert HiddenStateLoss([(0, 0)], 4, 4, kind="cosine").distance == "cosine"

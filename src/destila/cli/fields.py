@@ -31,9 +31,9 @@ def _scalar_type(cls, name: str):
     """The flag's type from the field's annotation: ``int | None`` → int; anything else not simple → str."""
     hint = typing.get_type_hints(cls)[name]
     options = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
-    for kind in _SIMPLE:
-        if kind in options:
-            return kind
+    for simple in _SIMPLE:
+        if simple in options:
+            return simple
     return str
 
 
@@ -49,7 +49,7 @@ def add_fields(parser, cls, *, positional=(), exclude=(), only=None, prefix: str
     ``defaults``: ``{field: value}`` this command uses instead of the field's default.
     """
     for f in _selected(cls, exclude, only):
-        meta, kind = dict(f.metadata), f.metadata.get("type") or _scalar_type(cls, f.name)
+        meta, value_type = dict(f.metadata), f.metadata.get("type") or _scalar_type(cls, f.name)
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         default = f.default if f.default is not dataclasses.MISSING else None
         if defaults and f.name in defaults:
@@ -66,7 +66,7 @@ def add_fields(parser, cls, *, positional=(), exclude=(), only=None, prefix: str
         if "_" in dest:
             names.append("--" + dest)
         long_aliases = [a for a in meta.get("aliases", []) if a not in names]
-        if kind is bool:
+        if value_type is bool:
             if default:
                 names = ["--no-" + dest.replace("_", "-"), "--no_" + dest, *long_aliases]
                 parser.add_argument(*names, dest=dest, action="store_false", default=True, help=help_text)
@@ -78,7 +78,7 @@ def add_fields(parser, cls, *, positional=(), exclude=(), only=None, prefix: str
         shown = meta.get("default_text", ",".join(map(str, default)) if isinstance(default, tuple) else "%(default)s")
         shown = f" (default: {shown})" if default is not None else ""
         parser.add_argument(
-            *names, *long_aliases, dest=dest, type=kind, default=default, required=not has_default,
+            *names, *long_aliases, dest=dest, type=value_type, default=default, required=not has_default,
             choices=meta.get("choices"), metavar=meta.get("metavar"), help=help_text + shown,
             **{k: meta[k] for k in ("nargs", "const") if k in meta},
         )

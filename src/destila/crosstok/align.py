@@ -78,11 +78,11 @@ def align(t_start, t_end, s_start, s_end) -> Groups:
     return Groups(t_first, t_count.astype(np.int64), s_first, s_count.astype(np.int64), same_start)
 
 
-# The kind of each group, by its token counts (teacher, student).
+# The alignment shape of each group, by its token counts (teacher, student).
 ONE_TO_ONE, MANY_TO_ONE, ONE_TO_MANY, MANY_TO_MANY = "one_to_one", "many_to_one", "one_to_many", "many_to_many"
 
 
-def group_kinds(groups: Groups) -> np.ndarray:
+def group_alignments(groups: Groups) -> np.ndarray:
     """``[G]`` codes 0 one-to-one, 1 many-to-one (several teacher tokens, one student token), 2 one-to-many,
     3 many-to-many."""
     many_t, many_s = groups.t_count > 1, groups.s_count > 1

@@ -11,7 +11,7 @@ Two figures matter most:
   the exact bucket loss applies directly.
 
 The report also counts every labelled student row by the group its next
-token is in (``student_kinds``: one-to-one and many-to-one rows get teacher
+token is in (``student_alignments``: one-to-one and many-to-one rows get teacher
 targets; one-to-many, many-to-many and unaligned rows only their
 cross-entropy), and the bytes per token of each side. A ``mapped_mass``
 below :data:`LOW_COVERAGE` is logged as a warning with the figure.
@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from destila.crosstok.dataset import KINDS
+from destila.crosstok.dataset import ALIGNMENTS
 
 LOW_COVERAGE = 0.2
 DEFAULT_SEQUENCES = 64
@@ -40,8 +40,8 @@ class Coverage:
     student_rows: int
     mapped_mass: float
     one_to_one: float
-    teacher_kinds: dict
-    student_kinds: dict
+    teacher_alignments: dict
+    student_alignments: dict
     distilled_rows: float
     bytes_per_teacher_token: float
     bytes_per_student_token: float
@@ -52,11 +52,18 @@ class Coverage:
         return (f"cross-tokenizer coverage on {self.sequences} sequences: {self.mapped_mass:.1%} of the teacher's "
                 f"top-K mass on mapped tokens, {self.one_to_one:.1%} of its positions one-to-one; "
                 f"{self.distilled_rows:.1%} of the student's trained rows get teacher targets "
-                f"({self.student_kinds['one_to_one']:.1%} one-to-one, {self.student_kinds['many_to_one']:.1%} "
+                f"({self.student_alignments['one_to_one']:.1%} one-to-one, {self.student_alignments['many_to_one']:.1%} "
                 f"many-to-one by the chain rule), the rest cross-entropy only")
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, fields: dict) -> "Coverage":
+        """The coverage :meth:`as_dict` wrote, also from a store written when the alignment shares were named
+        ``teacher_kinds`` / ``student_kinds``."""
+        renamed = {"teacher_kinds": "teacher_alignments", "student_kinds": "student_alignments"}
+        return cls(**{renamed.get(key, key): value for key, value in fields.items()})
 
 
 def coverage_report(dataset, max_sequences: int | None = DEFAULT_SEQUENCES, warn_below: float = LOW_COVERAGE) -> Coverage:
@@ -87,15 +94,15 @@ def summarise(total: dict, sequences: int, vocab: dict) -> dict:
     """:class:`Coverage`'s fields from the summed alignment counts of ``sequences`` sequences
     (:meth:`CrossTokenizerCache.align`'s ``stats``)."""
     positions = max(total["teacher_positions"], 1)
-    labelled = sum(total["student_" + kind] for kind in KINDS[1:])
-    student_kinds = {kind: total["student_" + kind] / max(labelled, 1) for kind in KINDS[1:]}
+    labelled = sum(total["student_" + shape] for shape in ALIGNMENTS[1:])
+    student_alignments = {shape: total["student_" + shape] / max(labelled, 1) for shape in ALIGNMENTS[1:]}
     return dict(
         sequences=sequences, teacher_positions=total["teacher_positions"], student_rows=labelled,
         mapped_mass=total["mapped_mass"] / max(total["topk_mass"], 1e-30),
         one_to_one=total["teacher_one_to_one"] / positions,
-        teacher_kinds={kind: total["teacher_" + kind] / positions for kind in KINDS[1:]},
-        student_kinds=student_kinds,
-        distilled_rows=student_kinds["one_to_one"] + student_kinds["many_to_one"],
+        teacher_alignments={shape: total["teacher_" + shape] / positions for shape in ALIGNMENTS[1:]},
+        student_alignments=student_alignments,
+        distilled_rows=student_alignments["one_to_one"] + student_alignments["many_to_one"],
         bytes_per_teacher_token=total["text_bytes"] / max(total["teacher_tokens"], 1),
         bytes_per_student_token=total["text_bytes"] / max(total["student_rows"], 1),
         vocab=vocab,

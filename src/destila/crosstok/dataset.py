@@ -39,14 +39,15 @@ import torch
 
 from destila.cache.reader import TopKCache
 from destila.constants import IGNORE_INDEX
-from destila.crosstok.align import align, end_keys, group_kinds
+from destila.crosstok.align import align, end_keys, group_alignments
 from destila.crosstok.student_tokenizer import load_student_tokenizer
 from destila.crosstok.targets import NEG_INF, chain, one_to_one, shared_ids
 from destila.crosstok.vocab_map import load_or_build, spell_greedily
 from destila.data.spans import SpanError
 
-# align_kind codes of a student row (its next token's group), and the same names in coverage reports.
-KINDS = ("none", "one_to_one", "many_to_one", "one_to_many", "many_to_many", "unaligned")
+# The alignment shapes: a student row's ``align_kind`` code (the shape of its next token's group) indexes them,
+# and coverage reports use the same names.
+ALIGNMENTS = ("none", "one_to_one", "many_to_one", "one_to_many", "many_to_many", "unaligned")
 NONE, ONE_TO_ONE, MANY_TO_ONE, ONE_TO_MANY, MANY_TO_MANY, UNALIGNED = range(6)
 
 
@@ -201,10 +202,10 @@ class CrossTokenizerCache(torch.utils.data.Dataset):
         s_ids, s_start, s_end = self._student_tokens(pieces, base, ids, t_ids, t_start, t_end)
         n = len(s_ids)
         groups = align(t_start, t_end, s_start, s_end)
-        kinds = group_kinds(groups)
-        # The kind of the group each token is in (what the row before it predicts).
-        s_kind = _token_kinds(groups.s_count, kinds, n, groups.first_valid)
-        t_kind = _token_kinds(groups.t_count, kinds, len(rows), groups.first_valid)
+        shapes = group_alignments(groups)
+        # The shape of the group each token is in (what the row before it predicts).
+        s_shape = _token_alignments(groups.s_count, shapes, n, groups.first_valid)
+        t_shape = _token_alignments(groups.t_count, shapes, len(rows), groups.first_valid)
         # Student labels: trained where the teacher token holding the label's first byte is a trained target.
         t_keys, s_keys = end_keys(t_start, t_end), end_keys(s_start, s_end)
         s_begin = np.concatenate([[int(s_start[0]) * 64 if n else 0], s_keys[:-1]])
@@ -214,8 +215,8 @@ class CrossTokenizerCache(torch.utils.data.Dataset):
         s_target = t_target[np.minimum(holder, len(rows))] & (holder < len(rows))
         labels = np.full(n, IGNORE_INDEX, np.int64)
         labels[:-1] = np.where(s_target[1:], s_ids[1:], IGNORE_INDEX)
-        row_kind = np.zeros(n, np.int64)
-        row_kind[:-1] = np.where(labels[:-1] != IGNORE_INDEX, s_kind[1:], NONE)
+        row_shape = np.zeros(n, np.int64)
+        row_shape[:-1] = np.where(labels[:-1] != IGNORE_INDEX, s_shape[1:], NONE)
         # Rows that take teacher targets: the last student row before a group with one student token.
         chosen = np.flatnonzero(groups.s_count == 1)
         chosen = chosen[chosen >= 1]
@@ -227,18 +228,18 @@ class CrossTokenizerCache(torch.utils.data.Dataset):
                            steps[labelled & ~single].tolist()):
             if not trained[rows[j : j + k]].all() or (t_end[j + 1 : j + k] == t_start[j + 1 : j + k]).any():
                 # the teacher stored no target at a row the chain goes through, or a zero-width token is in it
-                row_kind[i] = UNALIGNED
+                row_shape[i] = UNALIGNED
                 continue
             pairs.append((i, j, k))
         t_rows_trained = trained[rows]
-        t_next_kind = np.full(len(rows), UNALIGNED, np.int64)
-        t_next_kind[:-1] = t_kind[1:]
+        t_next_shape = np.full(len(rows), UNALIGNED, np.int64)
+        t_next_shape[:-1] = t_shape[1:]
         stats["teacher_positions"] += int(t_rows_trained.sum())
         stats["teacher_tokens"] += len(rows)
-        for code in range(1, len(KINDS)):
-            stats["teacher_" + KINDS[code]] += int((t_rows_trained & (t_next_kind == code)).sum())
-            stats["student_" + KINDS[code]] += int((row_kind == code).sum())
-        return dict(ids=s_ids, labels=labels, kind=row_kind, pairs=pairs, rows=rows,
+        for code in range(1, len(ALIGNMENTS)):
+            stats["teacher_" + ALIGNMENTS[code]] += int((t_rows_trained & (t_next_shape == code)).sum())
+            stats["student_" + ALIGNMENTS[code]] += int((row_shape == code).sum())
+        return dict(ids=s_ids, labels=labels, shape=row_shape, pairs=pairs, rows=rows,
                     label_bytes=np.where(labels != IGNORE_INDEX, np.concatenate([(s_end - s_start)[1:], [0]]), 0),
                     text_bytes=int(t_end[-1] - t_start[0]))
 
@@ -286,7 +287,7 @@ class CrossTokenizerCache(torch.utils.data.Dataset):
             "topk_ids": torch.from_numpy(ids),
             "topk_logprobs": torch.from_numpy(logprobs.astype(self._numpy_dtype)),
             "tail_logmass": torch.from_numpy(tail.astype(self._numpy_dtype)),
-            "align_kind": torch.from_numpy(cat("kind").astype(np.int64)),
+            "align_kind": torch.from_numpy(cat("shape").astype(np.int64)),
             "label_bytes": torch.from_numpy(cat("label_bytes").astype(np.int64)),
         }
         if self.uld:
@@ -294,12 +295,12 @@ class CrossTokenizerCache(torch.utils.data.Dataset):
         return out
 
 
-def _token_kinds(count: np.ndarray, kinds: np.ndarray, total: int, first_valid: bool) -> np.ndarray:
-    """``[total]`` codes: each token's group kind + 1 (:data:`KINDS`); :data:`UNALIGNED` after the last group and in
+def _token_alignments(count: np.ndarray, shapes: np.ndarray, total: int, first_valid: bool) -> np.ndarray:
+    """``[total]`` codes: each token's group shape + 1 (:data:`ALIGNMENTS`); :data:`UNALIGNED` after the last group and in
     an invalid first group. Groups are consecutive from token 0."""
     out = np.full(total, UNALIGNED, np.int64)
     covered = int(count.sum())
-    out[:covered] = np.repeat(kinds + 1, count)
+    out[:covered] = np.repeat(shapes + 1, count)
     if not first_valid and len(count):
         out[: count[0]] = UNALIGNED
     return out
@@ -308,7 +309,7 @@ def _token_kinds(count: np.ndarray, kinds: np.ndarray, total: int, first_valid: 
 def _empty_stats() -> dict:
     stats = {"teacher_positions": 0, "teacher_tokens": 0, "topk_mass": 0.0, "mapped_mass": 0.0, "student_rows": 0,
              "text_bytes": 0}
-    for name in KINDS[1:]:
+    for name in ALIGNMENTS[1:]:
         stats["teacher_" + name] = 0
         stats["student_" + name] = 0
     return stats

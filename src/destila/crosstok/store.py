@@ -170,7 +170,7 @@ class StoredItems(torch.utils.data.Dataset):
         self.width, self.uld = int(self.index["width"]), bool(self.index["uld"])
         self.longest = int(self.index["longest"])  # the most student tokens in one sequence
         self._dtype = getattr(torch, self.index["dtype"])
-        self.coverage = Coverage(**self.index["coverage"])
+        self.coverage = Coverage.from_dict(self.index["coverage"])
         self._starts = [shard["first"] for shard in self.index["shards"]]
         self._handles: dict = {}
         self._offsets: dict = {}

@@ -262,7 +262,7 @@ class Demo:
             per_device_eval_batch_size=4, eval_cache=self.out / "cache-heldout",
             eval_sequences=s.eval_curve_sequences, bf16=precision == "bfloat16", **loss,
         )
-        return {**result, "kind": training, "seed": seed, "cap": cap, "planned_seconds": seconds,
+        return {**result, "training": training, "seed": seed, "cap": cap, "planned_seconds": seconds,
                 "precision": precision, "step_targets": budget.history,
                 "tokens": result["steps"] * s.batch_size * s.seq_len}
 

@@ -356,7 +356,7 @@ def write_demo_report(out: str | Path, *, settings: dict, stages: dict, cache: d
              "## Training", ""]
     rows = []
     for name, info in trained.items():
-        loss = TRAININGS[info["kind"]][0]
+        loss = TRAININGS[info.get("training") or info["kind"]][0]  # "kind": a stage finished by an older destila
         targets = ", ".join(f"{step}→{target}" for step, target in info["step_targets"])
         precision = info.get("precision", "float32")
         rows.append((name, loss, precision, info["steps"], f"{info['tokens']:,}", targets, f"{info['seconds']:.0f}"))

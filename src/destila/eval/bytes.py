@@ -49,7 +49,7 @@ def _byte_alphabet() -> frozenset[str]:
     return frozenset(ByteLevel.alphabet())
 
 
-def _decoder_kinds(tokenizer) -> set[str]:
+def _decoder_types(tokenizer) -> set[str]:
     """The types of the fast tokenizer's decoder (``ByteLevel``, ``Metaspace``, ``ByteFallback``, ...)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
@@ -74,8 +74,8 @@ def token_byte_lengths(tokenizer) -> torch.Tensor:
     tokens = tokenizer.convert_ids_to_tokens(list(range(vocab)))
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     added = {index: token for index, token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items()}
-    kinds = _decoder_kinds(tokenizer)
-    alphabet = _byte_alphabet() if "ByteLevel" in kinds else None
+    decoders = _decoder_types(tokenizer)
+    alphabet = _byte_alphabet() if "ByteLevel" in decoders else None
     lengths = torch.zeros(vocab, dtype=torch.int64)
     for index, token in enumerate(tokens):
         if token is None or index in special or getattr(added.get(index), "special", False):
@@ -84,9 +84,9 @@ def token_byte_lengths(tokenizer) -> torch.Tensor:
             lengths[index] = len(str(added[index]).encode("utf-8"))
         elif alphabet is not None:
             lengths[index] = sum(1 if char in alphabet else len(char.encode("utf-8")) for char in token)
-        elif "ByteFallback" in kinds and _BYTE_FALLBACK.match(token):
+        elif "ByteFallback" in decoders and _BYTE_FALLBACK.match(token):
             lengths[index] = 1
-        elif "Metaspace" in kinds or "Replace" in kinds:
+        elif "Metaspace" in decoders or "Replace" in decoders:
             lengths[index] = len(token.replace("\u2581", " ").encode("utf-8"))
         else:
             lengths[index] = len(tokenizer.convert_tokens_to_string([token]).encode("utf-8"))

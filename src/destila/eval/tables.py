@@ -54,8 +54,8 @@ _SCORED = {"all": None, "assistant": "scored: assistant turns only (the position
 
 def scored_note(results: list[dict]) -> str | None:
     """One line saying which positions were scored, when not all of them (assistant turns, completions)."""
-    kinds = {r.get("scored_positions") or "all" for r in results}
-    return "; ".join(_SCORED.get(k) or f"scored: {k}" for k in sorted(kinds) if _SCORED.get(k, k)) or None
+    scored = {r.get("scored_positions") or "all" for r in results}
+    return "; ".join(_SCORED.get(k) or f"scored: {k}" for k in sorted(scored) if _SCORED.get(k, k)) or None
 
 
 def aligned_note(results: list[dict]) -> str | None:

@@ -47,21 +47,23 @@ HIDDEN_LOSSES = tuple(_DISTANCES)
 NMSE_VARIANCE_FLOOR = 1e-6
 
 
-def hidden_state_loss(student: torch.Tensor, teacher: torch.Tensor, kind: str = "nmse",
-                      mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean per-position distance of ``student [..., D]`` to ``teacher [..., D]`` over ``mask [...]`` (bool).
+def hidden_state_loss(student: torch.Tensor, teacher: torch.Tensor, distance: str = "nmse",
+                      mask: torch.Tensor | None = None, *, kind: str | None = None) -> torch.Tensor:
+    """Mean per-position ``distance`` (one of :data:`HIDDEN_LOSSES`) of ``student [..., D]`` to
+    ``teacher [..., D]`` over ``mask [...]`` (bool).
 
     Computed in float32 (float64 stays float64); the teacher is a constant.
-    All positions masked out gives 0.
+    All positions masked out gives 0. ``kind``: the old name of ``distance``, still accepted.
     """
+    distance = kind if kind is not None else distance
     if student.shape != teacher.shape:
         raise ValueError(f"hidden_state_loss: expected equal shapes, found {tuple(student.shape)} and "
                          f"{tuple(teacher.shape)}")
     dtype = torch.float64 if student.dtype == torch.float64 else torch.float32
     s, t = student.to(dtype), teacher.detach().to(dtype)
-    if kind not in _DISTANCES:
-        raise ValueError(f"hidden_loss: expected one of {', '.join(HIDDEN_LOSSES)}, found {kind!r}")
-    per_position = _DISTANCES[kind](s, t, mask)
+    if distance not in _DISTANCES:
+        raise ValueError(f"hidden_loss: expected one of {', '.join(HIDDEN_LOSSES)}, found {distance!r}")
+    per_position = _DISTANCES[distance](s, t, mask)
     if mask is None:
         return per_position.mean()
     mask = mask.to(torch.bool)
@@ -87,17 +89,20 @@ class HiddenStateLoss(nn.Module):
 
     ``forward(student_states, teacher_states, mask)`` takes one ``[B, L, H_s]``
     tensor per pair from the student and one ``[B, L, D]`` per pair from the
-    teacher (in the order of ``pairs``).
+    teacher (in the order of ``pairs``). ``distance``: one of :data:`HIDDEN_LOSSES` (``kind``: its old name,
+    still accepted).
     """
 
-    def __init__(self, pairs: Sequence[tuple[int, int]], student_width: int, target_width: int, kind: str = "nmse"):
+    def __init__(self, pairs: Sequence[tuple[int, int]], student_width: int, target_width: int,
+                 distance: str = "nmse", *, kind: str | None = None):
         super().__init__()
-        if kind not in HIDDEN_LOSSES:
-            raise ValueError(f"hidden_loss: expected one of {', '.join(HIDDEN_LOSSES)}, found {kind!r}")
+        distance = kind if kind is not None else distance
+        if distance not in HIDDEN_LOSSES:
+            raise ValueError(f"hidden_loss: expected one of {', '.join(HIDDEN_LOSSES)}, found {distance!r}")
         if not pairs:
             raise ValueError("layer_map: expected at least one (student layer, teacher layer) pair")
         self.pairs = [tuple(p) for p in pairs]
-        self.kind = kind
+        self.distance = distance
         # Equal widths: compare directly (a projection could only add a free rotation to learn).
         self.projections = nn.ModuleList(
             nn.Identity() if student_width == target_width else nn.Linear(student_width, target_width, bias=False)
@@ -121,7 +126,7 @@ class HiddenStateLoss(nn.Module):
         for projection, student, teacher in zip(self.projections, student_states, teacher_states):
             if isinstance(projection, nn.Linear):
                 student = projection(student.to(projection.weight.dtype))
-            total = total + hidden_state_loss(student, teacher, self.kind, mask)
+            total = total + hidden_state_loss(student, teacher, self.distance, mask)
         return total / len(self.pairs)
 
 

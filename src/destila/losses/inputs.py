@@ -105,13 +105,13 @@ def _shape(t: Tensor) -> str:
 
 
 def _require_tensor(name: str, t, *, floating: bool) -> None:
-    kind = "a floating-point tensor" if floating else "an integer tensor"
+    wanted = "a floating-point tensor" if floating else "an integer tensor"
     if not isinstance(t, Tensor):
-        raise ValueError(f"{name}: expected {kind}, found {type(t).__name__}")
+        raise ValueError(f"{name}: expected {wanted}, found {type(t).__name__}")
     ok = t.dtype.is_floating_point if floating else not (t.dtype.is_floating_point or t.dtype.is_complex
                                                           or t.dtype == torch.bool)
     if not ok:
-        raise ValueError(f"{name}: expected {kind}, found dtype {t.dtype}")
+        raise ValueError(f"{name}: expected {wanted}, found dtype {t.dtype}")
 
 
 def _require_shape(name: str, t: Tensor, expected: tuple, meaning: str) -> None:
