@@ -53,6 +53,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from benchmarks.data_efficiency import data_efficiency
 from destila.io.json_lines import append_json_line, read_json_lines
 from destila.io.markdown import table_lines
 
@@ -522,8 +523,6 @@ def fresh_table(records: list[dict]) -> str:
 def efficiency_line(records: list[dict], row: str) -> str:
     """``row``'s data efficiency: the fraction of CE's tokens it needs to reach CE's final held-out perplexity
     (at the largest budget), over the seeds both rows have; or why the results cannot tell yet."""
-    from benchmarks.student_quality import data_efficiency
-
     final = max(CURVE_BUDGETS)
     label = f"Data efficiency, `{row}`:"
     if not any(r["row"] == row for r in records):

@@ -59,6 +59,7 @@ from destila.io.markdown import table_lines
 if __package__ in (None, ""):  # run as a script: only benchmarks/ is on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import quality_fresh as fresh  # noqa: E402
+from benchmarks.data_efficiency import data_efficiency, mean_ppl_points  # noqa: E402
 
 HAND_CUT = [*range(8), 27, 28, 29]
 ROWS = ("ce", "kd", "kd+ce", "kd+hidden", "even", "contiguous", "importance", "width")
@@ -174,42 +175,6 @@ def run(out: Path, row: str, seed: int, budgets: list[int], learning_rate: float
              for r in read_training_log(folder / "log.jsonl", prefix="eval")]
     (out / "curves").mkdir(exist_ok=True)
     (out / "curves" / f"{row}-seed{seed}.json").write_text(json.dumps(curve))
-
-
-def mean_ppl_points(records: list[dict], row: str) -> list[tuple[int, float]]:
-    """``(budget tokens, mean held-out perplexity over seeds)`` of ``row``, by budget, the untrained start left out."""
-    import statistics
-
-    by_budget: dict[int, list[float]] = {}
-    for r in records:
-        if r["row"] == row and r["budget_tokens"]:
-            by_budget.setdefault(r["budget_tokens"], []).append(r["perplexity"])
-    return sorted((b, statistics.mean(v)) for b, v in by_budget.items())
-
-
-def data_efficiency(records: list[dict], row: str = "kd", against: str = "final") -> dict | None:
-    """Tokens ``row`` (a loss with the teacher) needs to reach CE's final perplexity (``against="best"``: CE's
-    lowest, at whichever budget, which differs once repeated passes over the data make CE worse), as a fraction
-    of CE's tokens (linear in log-tokens between budgets; ``None`` when it never gets there within the budgets)."""
-    import math
-
-    ce, kd = mean_ppl_points(records, "ce"), mean_ppl_points(records, row)
-    if not ce or not kd:
-        return None
-    ce_tokens, target = ce[-1] if against == "final" else min(ce, key=lambda point: point[1])
-    previous = None
-    for budget, ppl in kd:
-        if ppl <= target:
-            if previous is None:
-                return {"ce_tokens": ce_tokens, "ce_ppl": target, "kd_tokens": budget, "fraction": budget / ce_tokens,
-                        "at_most": True}
-            (b0, p0) = previous
-            t = (math.log(p0) - math.log(target)) / (math.log(p0) - math.log(ppl))
-            tokens = math.exp(math.log(b0) + t * (math.log(budget) - math.log(b0)))
-            return {"ce_tokens": ce_tokens, "ce_ppl": target, "kd_tokens": round(tokens), "fraction": tokens / ce_tokens,
-                    "at_most": False}
-        previous = (budget, ppl)
-    return None
 
 
 def table(records: list[dict]) -> str:

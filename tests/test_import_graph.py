@@ -4,7 +4,9 @@ The graph is read from the source with ``ast`` (nothing is imported): an
 edge ``a → b`` for every ``import destila.b`` / ``from destila.b import x``
 in module ``a``, inside functions too (a lazy import is still an import). The
 layers are the ``text`` block under "## Architecture" of docs/development.md,
-lowest last, so the map and the code are checked against each other.
+lowest last, so the map and the code are checked against each other. The
+checkout's other package, ``benchmarks/``, is read the same way: it may
+import destila, destila never imports it, and no circle runs through either.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src" / "destila"
+BENCHMARKS = ROOT / "benchmarks"
 MAP = ROOT / "docs" / "development.md"
 
 
@@ -24,12 +27,15 @@ def module_name(path: Path, src: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph(src: Path) -> dict[str, dict[str, int]]:
-    """``{module: {imported destila module: first line}}`` for every module under ``src`` (the package folder).
+def import_graph(*packages: Path) -> dict[str, dict[str, int]]:
+    """``{module: {imported module: first line}}`` for every module under the package folders ``packages``
+    (edges only between them).
 
-    ``from destila.a import b`` points at ``destila.a.b`` when that is a module, else at ``destila.a``.
+    ``from destila.a import b`` points at ``destila.a.b`` when that is a module, else at ``destila.a``;
+    ``from . import x`` is read from the importing module's package.
     """
-    modules = {module_name(p, src): p for p in src.rglob("*.py")}
+    modules = {module_name(p, src): p for src in packages for p in src.rglob("*.py")}
+    roots = {src.name for src in packages}
 
     def known(name: str) -> str:
         while name not in modules:
@@ -42,13 +48,16 @@ def import_graph(src: Path) -> dict[str, dict[str, int]]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                           for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
+                base = name if path.name == "__init__.py" else name.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                source = ".".join(part for part in (base if node.level else "", node.module or "") if part)
+                targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in modules else source for a in node.names]
             else:
                 continue
             for target in targets:
-                if target.split(".")[0] == src.name:
+                if target.split(".")[0] in roots:
                     edges.setdefault(known(target), node.lineno)
         edges.pop(name, None)
         graph[name] = edges
@@ -133,6 +142,21 @@ def test_no_module_imports_a_higher_layer_or_closes_a_circle():
     assert circles(graph) == []
 
 
+def test_benchmarks_may_import_destila_but_never_the_other_way_and_nothing_closes_a_circle():
+    graph = import_graph(SRC, BENCHMARKS)
+    assert sum(name.startswith("benchmarks.") for name in graph) > 20  # benchmarks/ was read
+    assert any(target.startswith("destila.") for name, edges in graph.items() if name.startswith("benchmarks.")
+               for target in edges)
+    assert backward_imports(graph) == []
+    assert circles(graph) == []
+
+
+def backward_imports(graph: dict) -> list[str]:
+    """One line per import of ``benchmarks`` by a module of ``destila``."""
+    return [f"{module}:{line} imports {target}" for module, edges in sorted(graph.items()) if module.startswith("destila")
+            for target, line in edges.items() if target.split(".")[0] == "benchmarks"]
+
+
 def test_every_package_is_on_the_map():
     rank = layers(MAP.read_text(encoding="utf-8"))
     top = {p.name if p.is_dir() else p.stem for p in SRC.iterdir()
@@ -158,3 +182,19 @@ def test_a_planted_upward_import_and_a_planted_circle_are_found(tmp_path):
     permissions = copy / "io" / "permissions.py"
     permissions.write_text(permissions.read_text() + "\nfrom destila.constants import IGNORE_INDEX\n")
     assert circles(import_graph(copy)) == [["destila.constants", "destila.io.permissions"]]
+
+
+def test_a_planted_benchmark_import_and_a_planted_benchmark_circle_are_found(tmp_path):
+    src, benchmarks = tmp_path / "destila", tmp_path / "benchmarks"
+    shutil.copytree(SRC, src, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(BENCHMARKS, benchmarks, ignore=shutil.ignore_patterns("__pycache__", "results", "gpu"))
+    assert backward_imports(import_graph(src, benchmarks)) == [] and circles(import_graph(src, benchmarks)) == []
+
+    report = src / "demo" / "report.py"
+    report.write_text(report.read_text() + "\n\ndef _late():\n    from benchmarks import make_docs\n")
+    found = backward_imports(import_graph(src, benchmarks))
+    assert len(found) == 1 and found[0].startswith("destila.demo.report:") and "benchmarks.make_docs" in found[0]
+
+    efficiency = benchmarks / "data_efficiency.py"
+    efficiency.write_text(efficiency.read_text() + "\n\ndef _late():\n    from . import quality_fresh\n")
+    assert circles(import_graph(src, benchmarks)) == [["benchmarks.data_efficiency", "benchmarks.quality_fresh"]]

@@ -190,12 +190,6 @@ class Manifest:
     def temperature(self) -> float:
         return float(self.targets["temperature"])
 
-    def layout(self):
-        """The :class:`~destila.cache.encodings.compact_blocks.CompactLayout` of a compact cache."""
-        from destila.cache.encodings.compact_blocks import CompactLayout  # cycle: the encodings import this module
-
-        return CompactLayout(**self.compact)
-
     def content(self) -> dict:
         """The content-defining fields (:data:`CONTENT_FIELDS`), the target spec's flattened as ``targets.NAME``."""
         values = {name: getattr(self, name) for name in CONTENT_FIELDS if name != "targets"}

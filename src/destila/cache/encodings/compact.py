@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from destila.cache.encodings.compact_blocks import (
+    BlockError,
     CompactLayout,
     decode_sampled_row,
     decode_topk_row,
@@ -26,16 +27,21 @@ from destila.cache.format import row_index_schema, schema_faults
 from destila.cache.kinds import KINDS, kind_of
 from destila.cache.spans import compact_schema as span_schema, decode_frame, encode_frame
 
+def layout_of(manifest) -> CompactLayout:
+    """The :class:`CompactLayout` a compact cache's manifest records (``manifest.compact``)."""
+    return CompactLayout(**manifest.compact)
+
+
 # Each kind's block: encode(row fields, computed row, layout) → bytes; decode(block, manifest) → stored row.
 _BLOCKS = {
     "topk": (
         lambda fields, r, layout: encode_topk_row(*fields, r["ids"].numpy(), r["logprobs"].numpy(), r["tail"].numpy(),
                                                   layout),
-        lambda block, m: decode_topk_row(block, m.seq_len, m.top_k, m.layout()),
+        lambda block, m: decode_topk_row(block, m.seq_len, m.top_k, layout_of(m)),
     ),
     "sampled": (
         lambda fields, r, layout: encode_sampled_row(*fields, r["ids"].numpy(), r["counts"].numpy(), layout),
-        lambda block, m: decode_sampled_row(block, m.seq_len, m.top_k, m.layout()),
+        lambda block, m: decode_sampled_row(block, m.seq_len, m.top_k, layout_of(m)),
     ),
 }
 assert set(_BLOCKS) == set(KINDS), "every target kind needs a compact block format"
@@ -60,7 +66,7 @@ class Compact:
     @staticmethod
     def assemble(manifest, rows: list[dict]) -> dict:
         encode, _ = _BLOCKS[manifest.target_kind]
-        layout = manifest.layout()
+        layout = layout_of(manifest)
         blocks = [encode([r["input_ids"].numpy(), r["position_ids"].numpy(), r["loss_mask"].numpy()], r, layout)
                   for r in rows]
         offsets = np.concatenate([[0], np.cumsum([len(b) for b in blocks])]).astype(np.int64)
