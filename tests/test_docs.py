@@ -167,3 +167,44 @@ def test_markers_and_registry_must_agree(tmp_path):
     doc.write_text(text + "\n<!-- table:no-such-table -->\n<!-- /table:no-such-table -->\n", encoding="utf-8")
     with pytest.raises(ValueError, match="no-such-table"):
         make_docs.render_docs(tmp_path)
+
+
+def _table_rows(text: str, heading: str) -> list[list[str]]:
+    """The cells of each row of the first table under ``heading`` (a ``## `` line)."""
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    return [re.split(r"(?<!\\)\|", line.strip("|"))[0:2] for line in rows[1:]]  # the header line left out
+
+
+def cli_verbs() -> list[tuple[str, str | None]]:
+    """``(command, verb)`` for every verb of every command the real parser has (``verb`` None: it has none)."""
+    import argparse
+
+    from destila.cli import main as cli_main
+
+    def verbs(parser) -> dict:
+        return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+    return [(name, verb) for name, sub in verbs(cli_main.build_parser()).items() for verb in (list(verbs(sub)) or [None])]
+
+
+def missing_verbs(readme: str, found: list[tuple[str, str | None]]) -> list[str]:
+    commands = [cells[0] for cells in _table_rows(readme, "Commands")]
+    return [f"destila {name}" + (f" {verb}" if verb else "") for name, verb in found
+            if not any(f"destila {name}" in cell and (verb is None or re.search(rf"(?<![\w-]){verb}(?![\w-])", cell))
+                       for cell in commands)]
+
+
+def test_every_command_and_verb_is_in_the_readme_table():
+    found = cli_verbs()
+    assert ("student", "tokenizer") in found and ("train", None) in found  # the parser was read
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert missing_verbs(readme, found) == []
+    assert missing_verbs(readme, [*found, ("student", "graft")]) == ["destila student graft"]  # a new verb is caught
+
+
+def test_every_docs_page_is_in_the_readme_index():
+    rows = _table_rows((ROOT / "README.md").read_text(encoding="utf-8"), "Documentation")
+    listed = {m for cells in rows for m in re.findall(r"\]\((docs/[\w-]+\.md)\)", cells[0])}
+    pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    assert len(pages) > 10 and pages - listed == set()
