@@ -22,6 +22,8 @@ MAX_BESIDES_SPEC = 6
 ENTRY_POINTS = {
     "build_cache": ("destila.cache", "build_cache", "spec", "destila.cache.spec", "BuildSpec"),
     "export_cache": ("destila.cache.export", "export_cache", "spec", "destila.cache.export", "ExportSpec"),
+    "inspect_cache": ("destila.cache", "inspect_cache", "spec", "destila.cache.read_specs", "InspectSpec"),
+    "verify_cache": ("destila.cache", "verify_cache", "spec", "destila.cache.read_specs", "VerifySpec"),
     "train_tokenizer": ("destila.crosstok", "train_tokenizer", "spec", "destila.crosstok.spec", "TokenizerSpec"),
     "train_student": ("destila.training", "train_student", "spec", "destila.training.spec", "TrainSpec"),
     "DistillationTrainer": ("destila.training", "DistillationTrainer", "args", "destila.training.arguments",
@@ -38,6 +40,37 @@ ENTRY_POINTS = {
                        "OnPolicySettings"),
     "Demo": ("destila.demo", "Demo", "settings", "destila.demo.settings", "DemoSettings"),
 }
+
+
+# An entry point reads as its stages (setup, loop, save): each stage a named function, the entry point
+# itself, docstring included, no longer than a screen.
+MAX_ENTRY_POINT_LINES = 60
+STAGED = ("destila.training.run:train_student", "destila.eval.run:evaluate_model",
+          "destila.cache.stats:inspect_cache", "destila.student.init:init_student")
+
+
+@pytest.mark.parametrize("path", STAGED)
+def test_an_entry_point_reads_as_its_stages(path):
+    module, name = path.split(":")
+    lines = len(inspect.getsource(getattr(importlib.import_module(module), name)).splitlines())
+    assert lines <= MAX_ENTRY_POINT_LINES, (
+        f"{path}: {lines} lines; move a stage into a named function of its module (at most "
+        f"{MAX_ENTRY_POINT_LINES})")
+
+
+def test_inspect_and_verify_take_their_spec_or_a_path(tmp_path):
+    from destila.cache import InspectSpec, VerifySpec
+    from destila.cache.read_specs import InspectSpec as Declared
+
+    assert InspectSpec is Declared and InspectSpec.of(tmp_path) == InspectSpec(tmp_path)
+    assert InspectSpec.of(tmp_path, max_sequences=2, coverage=None) == InspectSpec(tmp_path, max_sequences=2)
+    assert VerifySpec.of(tmp_path) == VerifySpec.of(VerifySpec(tmp_path)) == VerifySpec(tmp_path)
+    with pytest.raises(ValueError, match=r"coverage: expected a fraction of the teacher's mass in \(0, 1\]"):
+        InspectSpec(tmp_path, coverage=1.5)
+    with pytest.raises(ValueError, match="max_sequences: expected an integer ≥ 1, found 0"):
+        InspectSpec(tmp_path, max_sequences=0)
+    with pytest.raises(ValueError, match="pass either an InspectSpec or"):
+        InspectSpec.of(InspectSpec(tmp_path), max_sequences=3)
 
 
 @pytest.mark.parametrize("name", sorted(ENTRY_POINTS))

@@ -16,6 +16,11 @@ from destila.cache.k_prime import DEFAULT_COVERAGE
 from destila.ranges import check_optional_int_at_least
 
 
+def _check_folder(cache) -> None:
+    if not isinstance(cache, (str, Path)):
+        raise ValueError(f"cache: expected the cache folder (a path), found {cache!r}")
+
+
 @dataclass
 class InspectSpec:
     """The cache folder, how many sequences the statistics read, and the mass K′ must cover."""
@@ -27,6 +32,7 @@ class InspectSpec:
         "help": "suggest the smallest K′ whose mean covered teacher mass reaches this"})
 
     def __post_init__(self):
+        _check_folder(self.cache)
         check_optional_int_at_least("max_sequences", self.max_sequences, 1, "leave it out to read every sequence")
         coverage = self.coverage
         if isinstance(coverage, bool) or not isinstance(coverage, (int, float)) or not 0 < coverage <= 1:
@@ -48,6 +54,9 @@ class VerifySpec:
     """The cache folder (or export) whose every shard is checked."""
 
     cache: str | Path = field(metadata={"help": "the cache folder", "metavar": "CACHE"})
+
+    def __post_init__(self):
+        _check_folder(self.cache)
 
     @classmethod
     def of(cls, spec: VerifySpec | str | Path) -> VerifySpec:
