@@ -36,6 +36,8 @@ import numpy as np
 import torch
 
 from destila.cache import axolotl_columns
+from destila.cache.checks.export_files import check_export
+from destila.cache.checks.export_rows import ExportRowCheck
 from destila.cache.checks.rows import target_value_fault
 from destila.cache.dataset_rows import RECORD, RowFormatError, parse_record, stored_row
 from destila.cache.format import FORMAT_VERSION, MANIFEST, Manifest
@@ -69,12 +71,14 @@ class _Layout:
         columns = _columns(dataset)
         self.notes: list[str] = []
         self.vocab_known = True
+        self.row_check = None  # rows with a record: each checked as verify checks it (ExportRowCheck)
         if record is not None:
             self.manifest = Manifest.from_dict(record["manifest"], where)
             self.manifest.complete = True
             kind, width, dtype = record["kind"], int(record["width"]), record.get("logprob_dtype") or "float32"
             self.rounding = record.get("logprob_rounding")
             self.decode = lambda table: stored_row(table, kind, width, dtype)  # noqa: E731
+            self.row_check = ExportRowCheck(self.manifest, self.rounding)
         elif any(c in columns for c in _OWN_TARGETS) and "loss_mask" in columns:
             self._own_columns(dataset, columns, where)
         elif axolotl_columns.is_axolotl(columns):
@@ -161,8 +165,9 @@ def _seq_len(dataset, first) -> int:
 class _CacheRows:
     """What both readers share: the attributes of a TopKCache and the decoding of one row."""
 
-    def _setup(self, dataset, record: dict | None, where: str, tokenizer_path) -> None:
+    def _setup(self, dataset, record: dict | None, where: str, tokenizer_path, ordered: bool = False) -> None:
         self._layout = _Layout(dataset, record, where)
+        self._ordered = ordered  # an export's own files: row i holds sequence i
         self.manifest, self.notes = self._layout.manifest, self._layout.notes
         self.path, self.tokenizer_path = where, Path(tokenizer_path) if tokenizer_path else None
         self.seq_len, self.top_k = self.manifest.seq_len, self.manifest.top_k
@@ -183,11 +188,16 @@ class _CacheRows:
         if self.vocab_size is None:
             self.vocab_size = self.manifest.vocab_size = int(vocab_size)
 
-    def _item(self, table, where: str) -> dict:
+    def _item(self, table, where: str, place: int | None = None) -> dict:
         try:
             stored = self._layout.decode(table)
         except RowFormatError as err:
             raise ValueError(f"{self.path}: {where}: {err}; the dataset is damaged or not a cache's rows") from err
+        if self._layout.row_check is not None:
+            fault = self._layout.row_check.fault(table, stored, place if self._ordered else None)
+            if fault is not None:  # never a loss from a row verify would refuse
+                raise ValueError(f"{self.path}: {where}: {fault}; the dataset is damaged: `destila cache verify` "
+                                 "lists every fault; export the cache again")
         item = dense_item(stored, self.manifest)
         if item["topk_logprobs"].dtype != self.logprob_dtype:  # bfloat16 log-probs travel widened to float32
             item["topk_logprobs"] = item["topk_logprobs"].to(self.logprob_dtype)
@@ -202,10 +212,11 @@ class _CacheRows:
 class DatasetCache(_CacheRows, torch.utils.data.Dataset):
     """A map-style ``datasets.Dataset`` of cache rows, read as :class:`~destila.cache.TopKCache` items."""
 
-    def __init__(self, dataset, *, record: dict | None = None, where: str | None = None, tokenizer_path=None):
+    def __init__(self, dataset, *, record: dict | None = None, where: str | None = None, tokenizer_path=None,
+                 ordered: bool = False):
         record = record if record is not None else parse_record(dataset.info.description, "dataset description")
         self.dataset = dataset.with_format("arrow")
-        self._setup(dataset, record, where or f"<datasets.Dataset {len(dataset)} rows>", tokenizer_path)
+        self._setup(dataset, record, where or f"<datasets.Dataset {len(dataset)} rows>", tokenizer_path, ordered)
         self.manifest.sequences = len(dataset)
 
     def __len__(self) -> int:
@@ -215,20 +226,22 @@ class DatasetCache(_CacheRows, torch.utils.data.Dataset):
         index = int(index)
         if not -len(self) <= index < len(self):
             raise IndexError(f"sequence {index} out of range for {len(self)} rows")
-        return self._item(self.dataset[index % len(self)], f"row {index % len(self)}")
+        index %= len(self)
+        return self._item(self.dataset[index], f"row {index}", index)
 
 
 class StreamedCache(_CacheRows, torch.utils.data.IterableDataset):
     """A ``datasets.IterableDataset`` of cache rows, read as a stream of :class:`~destila.cache.TopKCache` items."""
 
-    def __init__(self, dataset, *, record: dict | None = None, where: str | None = None, tokenizer_path=None):
+    def __init__(self, dataset, *, record: dict | None = None, where: str | None = None, tokenizer_path=None,
+                 ordered: bool = False):
         record = record if record is not None else parse_record(dataset.info.description, "dataset description")
         self.dataset = dataset
-        self._setup(dataset, record, where or "<datasets.IterableDataset>", tokenizer_path)
+        self._setup(dataset, record, where or "<datasets.IterableDataset>", tokenizer_path, ordered)
 
     def __iter__(self):
         for number, table in enumerate(self.dataset.with_format("arrow")):
-            yield self._item(table, f"row {number}")
+            yield self._item(table, f"row {number}", number)
 
 
 def open_cache(source, *, streaming: bool = False, split: str = "train"):
@@ -261,15 +274,35 @@ def open_cache(source, *, streaming: bool = False, split: str = "train"):
 
 
 def _load_export(name: str, folder: Path, streaming: bool, split: str):
+    """An export folder read after its files are checked (:func:`~destila.cache.checks.export_files.check_export`):
+    exactly the files its record lists, never what the card or ``data/`` says besides, through an Arrow cache of
+    ``datasets`` keyed by the files' content (a file restored after a damaged one was read is never served stale)."""
     import datasets
 
     from destila.data.sources import quiet_datasets
 
     record = parse_record((folder / RECORD).read_text(), str(folder / RECORD))
+    if record is None:
+        raise ValueError(f"{folder / RECORD}: not an export record; expected the file `destila cache export` writes: "
+                         "export the cache again")
+    check_export(folder, record)
+    files = [str((folder / entry["name"]).absolute()) for entry in record["files"]]
     with quiet_datasets():
-        dataset = datasets.load_dataset(name, split=split, streaming=streaming)
+        dataset = datasets.load_dataset("parquet", data_files={"train": files}, split=split, streaming=streaming,
+                                        cache_dir=str(_arrow_cache(record)))
     reader = StreamedCache if streaming else DatasetCache
-    return reader(dataset, record=record, where=str(folder), tokenizer_path=folder / "tokenizer")
+    return reader(dataset, record=record, where=str(folder), tokenizer_path=folder / "tokenizer", ordered=True)
+
+
+def _arrow_cache(record: dict) -> Path:
+    """Where ``datasets`` keeps the Arrow copy of an export's files: a folder named by their SHA-256 (checked on
+    open), since its own cache key is their paths and modification times."""
+    import hashlib
+
+    import datasets
+
+    content = hashlib.sha256("".join(f"{e['name']}:{e['sha256']};" for e in record["files"]).encode()).hexdigest()
+    return Path(datasets.config.HF_DATASETS_CACHE) / "destila-exports" / content[:32]
 
 
 def _load_hub(repo: str, streaming: bool, split: str):

@@ -6,7 +6,8 @@ hub upload serves as is)::
     OUT/
       README.md                          dataset card: the files (``configs``) and, in ``dataset_info.description``,
                                          the export record below, so it travels with every loaded Dataset
-      destila_cache.json                 the export record: the cache's manifest, the files' SHA-256, the fingerprint
+      destila_cache.json                 the export record: the cache's manifest, the files' SHA-256, the fingerprint,
+                                         and the identity, a SHA-256 of all of it (destila.cache.checks.export_identity)
       tokenizer/                         the teacher's tokenizer, as in the cache
       data/train-00000-of-00002.parquet  rows of 1,024 sequences, zstd, row groups of 32 rows
       data/train-00001-of-00002.parquet
@@ -35,6 +36,7 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from destila.cache.checks.export_identity import FIELD as IDENTITY, export_identity
 from destila.cache.dataset_rows import (
     ARROW_LOGPROB_DTYPES,
     ContentDigest,
@@ -144,6 +146,7 @@ def export_cache(spec: ExportSpec) -> ExportReport:
                           "logprob_dtype": logprob_dtype if kind_of(kind).has_logprobs else None,
                           "logprob_rounding": rounding, "content_sha256": digest.hexdigest(),
                           "files": files, "manifest": shareable_manifest(manifest)}
+                record[IDENTITY] = export_identity(record)  # last: it covers every field above
                 write_atomic(staging / RECORD, json.dumps(record, indent=1).encode())
                 write_atomic(staging / "README.md", dataset_card(record).encode())
                 if out.is_dir():

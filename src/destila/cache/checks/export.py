@@ -19,14 +19,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from destila.cache.checks.export_files import card_faults, file_fault, name_fault, unlisted_faults
+from destila.cache.checks.export_identity import has_identity, record_identity_fault
 from destila.cache.checks.rows import VerifyReport, row_faults
-from destila.cache.dataset_rows import DATA_DIR, RECORD, ContentDigest, RowFormatError, parse_record, stored_row
+from destila.cache.dataset_rows import RECORD, ContentDigest, RowFormatError, parse_record, stored_row
 from destila.cache.encodings.plain import PLAIN
-from destila.cache.format import Manifest, sha256_file
+from destila.cache.format import Manifest
 from destila.cache.tokenizer_files import tokenizer_faults
-from destila.io import outside_link
-
-_README = "README.md"
 
 
 class _ExportedRows:
@@ -57,17 +56,22 @@ def verify_export(path: str | Path) -> VerifyReport:
         raise ValueError(f"{path / RECORD}: not an export record; expected the file `destila cache export` writes")
     manifest = Manifest.from_dict(record["manifest"], str(path / RECORD))
     report = VerifyReport(path, True, manifest.sequences, 0, unit="files")
-    report.faults.extend(_card_faults(path, record))
+    identity = record_identity_fault(record)
+    if identity is not None:
+        report.faults.append(f"{RECORD}: {identity}")
+    elif not has_identity(record):
+        report.warnings.append(f"{RECORD}: records no identity (exported by an older destila): an edited field of "
+                               "the record cannot be told apart; export the cache again to add it")
+    report.faults.extend(card_faults(path, record))
     report.faults.extend(tokenizer_faults(path, manifest.tokenizer_files))
     listed = {entry["name"]: entry for entry in record["files"]}
-    on_disk = {p.relative_to(path).as_posix() for p in (path / DATA_DIR).glob("*.parquet")}
-    report.faults.extend(f"{name}: not listed in {RECORD}; remove it" for name in sorted(on_disk - set(listed)))
+    report.faults.extend(unlisted_faults(path, listed))
     kind, width = record["kind"], int(record["width"])
     dtype, encoding = record.get("logprob_dtype") or "float32", _ExportedRows(record.get("logprob_rounding"))
     digest, expected = ContentDigest(), 0
     for name, entry in listed.items():
         file = path / name
-        fault = _name_fault(path, name) or _file_fault(file, entry)
+        fault = name_fault(path, name) or file_fault(file, entry)
         report.shards_checked += 1
         if fault is not None:
             report.faults.append(f"{name}: {fault}")
@@ -97,42 +101,3 @@ def verify_export(path: str | Path) -> VerifyReport:
         report.faults.append(f"content sha256 {digest.hexdigest()[:16]}…, the record says "
                              f"{record['content_sha256'][:16]}…: the rows were changed")
     return report
-
-
-def _name_fault(path: Path, name) -> str | None:
-    """A listed name that is not a plain ``data/NAME.parquet`` of the export, or leads outside it through a link:
-    nothing outside the export is read or hashed (see docs/reliability.md, the threat model)."""
-    parts = name.split("/") if isinstance(name, str) else []
-    if len(parts) != 2 or parts[0] != DATA_DIR or not parts[1].endswith(".parquet") or parts[1].startswith("."):
-        return (f"not a plain {DATA_DIR}/NAME.parquet file name inside the export; an export never names a file "
-                "elsewhere: do not use it")
-    link = outside_link(path, path / name)
-    if link is not None:
-        return f"a symbolic link to {link}, outside the export; copy the file in (cp -L) if you trust it"
-    return None
-
-
-def _file_fault(file: Path, entry: dict) -> str | None:
-    if not file.is_file():
-        return "file missing"
-    size = file.stat().st_size
-    if size != entry["bytes"]:
-        return f"size {size} bytes, the record says {entry['bytes']}"
-    digest = sha256_file(file)
-    if digest != entry["sha256"]:
-        return f"checksum mismatch (record sha256 {entry['sha256'][:16]}…, file {digest[:16]}…): the file is damaged"
-    return None
-
-
-def _card_faults(path: Path, record: dict) -> list[str]:
-    """The dataset card must carry the same record: it is what a loaded Dataset keeps."""
-    from huggingface_hub import DatasetCard
-
-    if not (path / _README).is_file():
-        return [f"{_README}: missing; a loaded dataset would not know its record: export the cache again"]
-    try:
-        data = DatasetCard.load(path / _README).data.to_dict()
-        carried = json.loads(data["dataset_info"]["description"])
-    except Exception as err:  # a card edited by hand: YAML, keys or JSON broken
-        return [f"{_README}: its dataset_info.description is not the export record ({type(err).__name__})"]
-    return [] if carried == record else [f"{_README}: its record differs from {RECORD}"]
