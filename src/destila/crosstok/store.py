@@ -25,8 +25,14 @@ not map. Naive equivalent of an item: ``dataset[i]`` of the
 
 The store's name holds a key of everything an item depends on (the cache's
 content and targets, both tokenizers, ULD, the dtype, this layout's
-version); the JSON index is written last (each file atomically), so a killed
-build leaves no index and the next run writes the shards again.
+version): its identity, which every shard carries too. The index records
+each shard's size and SHA-256, checked when the store is opened (once per
+process that opens it), so a value changed in place after the write is
+caught and the store written again. A store is written by one process at a
+time (a lock beside it) into a hidden staging folder
+(``.items-KEY.tmp-RANDOM``) whose shards, then index, are renamed into place:
+a killed build leaves no index, and the next build removes its staging
+folder before writing the store again.
 """
 
 from __future__ import annotations
@@ -35,14 +41,17 @@ import hashlib
 import json
 import logging
 import math
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from destila.io import write_atomic
+from destila.io import exclusive_lock, fsync_dir, write_atomic
+from destila.io.temporaries import create_staging_dir, remove_staging_leftovers
 
-STORE_VERSION = 1
+STORE_VERSION = 2  # 2: the index records each shard's size and SHA-256
 SHARD_SEQUENCES = 256
 log = logging.getLogger("destila.crosstok")
 
@@ -101,14 +110,35 @@ def _ragged(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def write_store(data, folder: Path, key: str, *, progress=None) -> Path:
     """Align every sequence of ``data`` and write the shards, then the index (see the module docstring)."""
     folder.mkdir(parents=True, exist_ok=True)
-    threads = torch.get_num_threads()
-    # Many small operations per sequence: one thread (as in a DataLoader worker) measured several times faster
-    # than a thread pool contending for busy cores.
-    torch.set_num_threads(1)
-    try:
-        return _write_shards(data, folder, key, progress)
-    finally:
-        torch.set_num_threads(threads)
+    target = folder / f"items-{key}"
+    busy = f"alignment: another run is writing the aligned items in {folder}"
+    with exclusive_lock(folder / f".items-{key}.lock", busy, remove_on_release=True, blocking=True):
+        remove_staging_leftovers(target)  # a killed writer's; we hold the lock, so no live one's
+        threads = torch.get_num_threads()
+        # Many small operations per sequence: one thread (as in a DataLoader worker) measured several times faster
+        # than a thread pool contending for busy cores.
+        torch.set_num_threads(1)
+        staging = create_staging_dir(target)
+        try:
+            _write_shards(data, staging, key, progress)
+            return _publish(staging, folder, key)
+        finally:
+            torch.set_num_threads(threads)
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+
+
+def _publish(staging: Path, folder: Path, key: str) -> Path:
+    """Move the finished shards, then the index, from ``staging`` into ``folder``: the index last, so a reader
+    never finds an index whose shards are not there yet."""
+    index = index_path(staging, key)
+    for shard in json.loads(index.read_text())["shards"]:
+        os.replace(staging / shard["name"], folder / shard["name"])
+    fsync_dir(folder)
+    os.replace(index, index_path(folder, key))
+    fsync_dir(folder)
+    staging.rmdir()
+    return index_path(folder, key)
 
 
 def _write_shards(data, folder: Path, key: str, progress) -> Path:
@@ -148,8 +178,10 @@ def _write_shards(data, folder: Path, key: str, progress) -> Path:
         tensors["offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         tensors["entry_offsets"] = np.concatenate([[0], np.cumsum(entry_counts)]).astype(np.int64)
         name = f"items-{key}-{len(shards):05d}.safetensors"
-        write_atomic(folder / name, save(tensors, metadata={"key": key}))
-        shards.append({"name": name, "first": first, "sequences": len(lengths)})
+        payload = save(tensors, metadata={"key": key})
+        write_atomic(folder / name, payload)
+        shards.append({"name": name, "first": first, "sequences": len(lengths), "bytes": len(payload),
+                       "sha256": hashlib.sha256(payload).hexdigest()})
     index = {"version": STORE_VERSION, "key": key, "sequences": total, "width": data.width, "uld": data.uld,
              "longest": longest, "dtype": str(data.dtype).removeprefix("torch."), "shards": shards, "stats": stats,
              "vocab": data.vocab_map.summary(), "coverage": summarise(stats, total, data.vocab_map.summary())}
@@ -174,6 +206,7 @@ class StoredItems(torch.utils.data.Dataset):
         self._starts = [shard["first"] for shard in self.index["shards"]]
         self._handles: dict = {}
         self._offsets: dict = {}
+        self._checked: set = set()  # shards whose size and SHA-256 were checked (kept by DataLoader workers)
         for number in range(len(self._starts)):  # every shard opens (a missing or damaged one is refused now)
             self._open(number)
         if sum(shard["sequences"] for shard in self.index["shards"]) != self.index["sequences"]:
@@ -190,6 +223,9 @@ class StoredItems(torch.utils.data.Dataset):
             from safetensors import safe_open
 
             shard = self.index["shards"][number]
+            if number not in self._checked:
+                _check_shard(self.index_path.parent / shard["name"], shard)
+                self._checked.add(number)
             handle = safe_open(str(self.index_path.parent / shard["name"]), framework="pt")
             if handle.metadata().get("key") != self.index["key"]:
                 raise ValueError(f"shard {shard['name']} belongs to another store")
@@ -222,3 +258,17 @@ class StoredItems(torch.utils.data.Dataset):
                 handle.get_slice("uld_flat")[u0:u1]
             item["uld_logprobs"] = uld
         return item
+
+
+def _check_shard(file: Path, shard: dict) -> None:
+    """Raise ``ValueError`` when ``file`` is not the size and SHA-256 the index recorded for it."""
+    from destila.cache.format import sha256_file
+
+    if not file.is_file():
+        raise ValueError(f"shard {shard['name']} is missing")
+    size = file.stat().st_size
+    if size != shard["bytes"]:
+        raise ValueError(f"shard {shard['name']} has {size} bytes, the index says {shard['bytes']}")
+    if sha256_file(file) != shard["sha256"]:
+        raise ValueError(f"shard {shard['name']} does not match its SHA-256 in the index: changed after it was "
+                         "written")

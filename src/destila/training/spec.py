@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from destila.crosstok.alignment_dir import check_alignment_dir
 from destila.data import DataSpec, as_data_spec
 from destila.models import MODEL_HELP
 from destila.training.arguments import DistillationArguments
@@ -81,6 +82,8 @@ class TrainSpec:
         if self.alignment_dir is not None and self.cache is None:
             raise ValueError("alignment_dir: where a cache aligned to the student's tokenizer is stored; online "
                              "training has no cache: drop --alignment-dir")
+        if self.alignment_dir is not None:  # never a folder that is the cache's, the student's, or another's
+            check_alignment_dir(self.alignment_dir, cache=self.cache, student=self.student)
         if self.eval_cache is not None and (self.args.eval_fraction > 0 or self.cache is None):
             raise ValueError("train: an eval cache goes with offline training (a cache) and eval_fraction 0")
         if self.eval_sequences is not None and (self.eval_cache is None or self.eval_sequences < 1):
