@@ -3,6 +3,7 @@ that loads it, and a run that diverges stops with one line naming the step, savi
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 
@@ -91,3 +92,31 @@ def test_the_finite_check_agrees_with_a_direct_one():
     assert nonfinite_tensors(tensors.items()) == direct == [("b", 1), ("d", 2)]
     big = torch.full((4,), 3e38)  # finite, but its sum overflows float32
     assert nonfinite_tensors([("big", big)]) == []
+
+
+def nan_adapter(student, tmp_path):
+    """A LoRA adapter on ``student`` (saved as `destila train --lora_r` saves one) with one NaN weight."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(student),
+                           LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    with torch.no_grad():
+        next(p for name, p in model.named_parameters() if "lora_B" in name)[0, 0] = float("nan")
+    folder = tmp_path / "nan-adapter"
+    model.save_pretrained(folder)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = str(student)
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_an_adapter_with_nan_weights_is_refused_by_eval_and_loading(student, small_cache, tmp_path):
+    from destila.models import load_causal_lm
+
+    bad = nan_adapter(student, tmp_path)
+    needle = f"model: {bad} (a LoRA adapter) holds non-finite weights (1 NaN or infinite value in "
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        load_causal_lm(str(bad))
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        evaluate_model(EvalSpec([str(bad)], cache=str(small_cache), max_tokens=64))

@@ -258,7 +258,10 @@ def _adapted(folder: str, base: str, **options):
                                 f"loaded ({err}); put the base back there, or set base_model_name_or_path in "
                                 f"{Path(folder) / ADAPTER_CONFIG} to where it is now") from err
     with reading(folder, "adapter"):
-        return PeftModel.from_pretrained(model, folder).merge_and_unload().eval()
+        adapted = PeftModel.from_pretrained(model, folder)
+    # The base was checked as it loaded; merging would spread an adapter's NaN into it unnamed.
+    check_finite_weights(adapted, f"{folder} (a LoRA adapter)")
+    return adapted.merge_and_unload().eval()
 
 
 def load_tokenizer(spec: str, gguf_file: str | None = None):
