@@ -116,7 +116,7 @@ def measure_step(args) -> None:
     from destila.cache import build_cache
     from destila.cache.reader import TopKCache
     from destila.crosstok import CrossTokenizerCache, load_student_tokenizer, stored_items
-    from destila.data import aligned_labels, collate
+    from destila.data import collate
 
     torch.set_num_threads(args.threads)
     cross_cache = TopKCache(args.cache)
@@ -174,7 +174,7 @@ def measure_step(args) -> None:
         began = time.perf_counter()
         hidden = model.model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).last_hidden_state
         loss = distill_loss(hidden, model.lm_head.weight, batch["topk_ids"], batch["topk_logprobs"],
-                            batch["tail_logmass"], aligned_labels(batch["labels"]), hard_weight=0.5, impl="fused")
+                            batch["tail_logmass"], batch["labels"], hard_weight=0.5, impl="fused")
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -227,7 +227,7 @@ def _loader_steps(args, same_cache, data, stored, length: int, batch_size: int, 
     from transformers import AutoModelForCausalLM
 
     from destila import distill_loss
-    from destila.data import aligned_labels, collate
+    from destila.data import collate
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
@@ -244,7 +244,7 @@ def _loader_steps(args, same_cache, data, stored, length: int, batch_size: int, 
             for batch in batches:
                 hidden = model.model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).last_hidden_state
                 loss = distill_loss(hidden, model.lm_head.weight, batch["topk_ids"], batch["topk_logprobs"],
-                                    batch["tail_logmass"], aligned_labels(batch["labels"]), hard_weight=0.5)
+                                    batch["tail_logmass"], batch["labels"], hard_weight=0.5)
                 loss.backward()
                 optimizer.step()
                 optimizer.zero_grad()

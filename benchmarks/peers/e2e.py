@@ -94,7 +94,7 @@ def trl_gkd_worker(student: str, out: str, teacher: str, data: str, seq_len: int
     from datasets import Dataset
     from trl.experimental.gkd import GKDConfig, GKDTrainer
 
-    from destila.data import collate
+    from destila.data import collate, hf_labels
     from destila.models import load_causal_lm
     from destila.training.datasets import split_indices
 
@@ -105,11 +105,11 @@ def trl_gkd_worker(student: str, out: str, teacher: str, data: str, seq_len: int
     dataset.set_format("torch")
 
     def gkd_collate(items: list[dict]) -> dict:
-        batch = collate(items)  # Hugging Face's token-aligned labels, as GKD scores them
+        batch = collate(items)
         # GKD's forward takes no position_ids: within a packed row its models attend across document
         # boundaries, where destila restarts positions per document.
         return {"input_ids": batch["input_ids"], "attention_mask": torch.ones_like(batch["input_ids"]),
-                "labels": batch["labels"]}
+                "labels": hf_labels(batch["labels"])}  # Hugging Face's convention: GKD shifts them itself
 
     args = GKDConfig(
         output_dir=out, max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,

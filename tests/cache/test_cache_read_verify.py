@@ -59,9 +59,9 @@ def test_collate_batches_and_labels(built):
     batch = collate([cache[0], cache[1], cache[2]])
     assert batch["input_ids"].shape == (3, 32) and batch["topk_ids"].shape == (3, 32, 12)
     assert batch["topk_logprobs"].dtype == torch.float16 and batch["tail_logmass"].shape == (3, 32)
-    # Hugging Face convention: a trained token is labelled at its own position.
-    assert torch.equal(batch["labels"][:, 1:], batch["input_ids"][:, 1:])
-    assert (batch["labels"][:, 0] == -100).all()
+    # Position-aligned: position t is labelled with the token t+1 it predicts; the last has no label.
+    assert torch.equal(batch["labels"][:, :-1], batch["input_ids"][:, 1:])
+    assert (batch["labels"][:, -1] == -100).all()
     assert torch.equal(batch["topk_logprobs"][1], cache[1]["topk_logprobs"])
 
 

@@ -14,14 +14,14 @@ from destila import distill_loss
 from destila.cache.reader import TopKCache
 from destila.crosstok.coverage import coverage_report
 from destila.crosstok.dataset import ALIGNMENTS, CrossTokenizerCache
-from destila.data import aligned_labels, collate
+from destila.data import collate
 from destila.data.spans import Speller
 
 
 def _loss(model, batch, labels=None, **options):
     """The loss of a collated batch; ``labels`` position-aligned (default: the batch's)."""
     hidden = model.model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).last_hidden_state
-    labels = aligned_labels(batch["labels"]) if labels is None else labels
+    labels = batch["labels"] if labels is None else labels
     return distill_loss(hidden, model.lm_head.weight, batch["topk_ids"], batch["topk_logprobs"],
                         batch["tail_logmass"], labels, **options)
 
@@ -108,7 +108,7 @@ def test_rows_without_targets_add_only_their_cross_entropy(text_spans_cache, spa
     data = CrossTokenizerCache(text_spans_cache, space_mark_tokenizer)
     batch = collate([data[i] for i in range(6)], pad_token_id=space_mark_tokenizer.pad_token_id)
     model = make_tiny_model("llama", len(space_mark_tokenizer), seed=1)
-    labels = aligned_labels(batch["labels"])
+    labels = batch["labels"]
     with_targets = (batch["topk_logprobs"] > -np.inf).any(dim=-1) & (labels != -100)  # (padding holds zeros)
     kept = int((labels != -100).sum())
     assert 0 < int(with_targets.sum()) < kept

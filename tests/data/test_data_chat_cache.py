@@ -11,7 +11,7 @@ import torch
 
 from destila.cache import TopKCache
 from destila.cli.main import main
-from destila.data import aligned_labels, collate, pydoc_texts
+from destila.data import collate, pydoc_texts
 
 from conftest import make_tiny_model, requires_real_teacher
 
@@ -114,7 +114,7 @@ def test_training_moves_only_assistant_positions(tiny_chat_llama_dir, tiny_chat_
     trainer = DistillationTrainer(model=student, args=args, cache=cache, processing_class=tiny_chat_tokenizer)
     assert trainer.train_dataset is cache
     batch = trainer.data_collator([cache[0], cache[1]])
-    mask = aligned_labels(batch["labels"]) != -100
+    mask = batch["labels"] != -100
     user = (~mask).nonzero()[3]  # a position in a system/user turn
     assistant = mask.nonzero()[3]
 
@@ -128,7 +128,7 @@ def test_training_moves_only_assistant_positions(tiny_chat_llama_dir, tiny_chat_
         perturbed = {k: v.clone() for k, v in batch.items()}
         b, t = position.tolist()
         perturbed["topk_ids"][b, t] = perturbed["topk_ids"][b, t].flip(0)  # another teacher distribution at t
-        assert (aligned_labels(perturbed["labels"])[b, t] != -100) == moves  # and the hard target is there only on assistant turns
+        assert (perturbed["labels"][b, t] != -100) == moves  # and the hard target is there only on assistant turns
         changed = not torch.equal(gradients(perturbed), reference)
         assert changed == moves, f"position {position.tolist()} (assistant: {moves})"
 

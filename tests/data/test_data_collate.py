@@ -2,7 +2,7 @@
 
 import torch
 
-from destila.data import aligned_labels, collate, shift_labels
+from destila.data import collate, hf_labels, shift_labels
 from destila.constants import IGNORE_INDEX
 
 
@@ -10,24 +10,24 @@ def test_user_labels_and_attention_mask_are_honoured():
     # The case that shaped the collate: one user label (7) and two padding positions.
     item = {"input_ids": [5, 6, 7, 2, 2], "labels": [-100, -100, 7, -100, -100], "attention_mask": [1, 1, 1, 0, 0]}
     batch = collate([item])
-    # Position 1 (having read tokens 5, 6) predicts token 2, the 7: the only target. The batch keeps the
-    # Hugging Face convention (the 7 at its own position); the losses read it position-aligned.
-    assert batch["labels"].tolist() == [[-100, -100, 7, -100, -100]]
-    assert aligned_labels(batch["labels"]).tolist() == [[-100, 7, -100, -100, -100]]
+    # Position 1 (having read tokens 5, 6) predicts token 2, the 7: the only target. The batch's labels are
+    # position-aligned; Hugging Face's convention (the 7 at its own position) is hf_labels of them.
+    assert batch["labels"].tolist() == [[-100, 7, -100, -100, -100]]
+    assert hf_labels(batch["labels"]).tolist() == [[-100, -100, 7, -100, -100]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 0, 0]]
 
 
 def test_user_labels_on_padding_are_not_trained():
     item = {"input_ids": [5, 6, 7, 2], "labels": [5, 6, 7, 2], "attention_mask": [1, 1, 1, 0]}
-    assert aligned_labels(collate([item])["labels"]).tolist() == [[6, 7, -100, -100]]
+    assert collate([item])["labels"].tolist() == [[6, 7, -100, -100]]
 
 
 def test_loss_mask_gives_next_tokens_where_trained_and_keeps_positions():
     item = {"input_ids": torch.tensor([3, 4, 5, 6, 7]), "position_ids": torch.tensor([0, 1, 0, 1, 2]),
             "loss_mask": torch.tensor([True, False, True, True, False])}
     batch = collate([item, item])
-    assert aligned_labels(batch["labels"]).tolist() == [[4, -100, 6, 7, -100]] * 2
-    assert batch["labels"].tolist() == [[-100, 4, -100, 6, 7]] * 2
+    assert batch["labels"].tolist() == [[4, -100, 6, 7, -100]] * 2
+    assert hf_labels(batch["labels"]).tolist() == [[-100, 4, -100, 6, 7]] * 2
     assert batch["position_ids"].tolist() == [[0, 1, 0, 1, 2]] * 2
     assert "attention_mask" not in batch and "loss_mask" not in batch  # packed rows: the per-document mask comes from positions
 
@@ -36,7 +36,7 @@ def test_items_of_different_lengths_are_padded_and_padding_never_trained():
     batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}], pad_token_id=9)
     assert batch["input_ids"].tolist() == [[1, 2, 3], [4, 5, 9]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
-    assert aligned_labels(batch["labels"]).tolist() == [[2, 3, -100], [5, -100, -100]]
+    assert batch["labels"].tolist() == [[2, 3, -100], [5, -100, -100]]
 
 
 def test_cache_fields_are_stacked_unchanged():
@@ -45,7 +45,7 @@ def test_cache_fields_are_stacked_unchanged():
             "loss_mask": torch.tensor([True, True, False, False])}
     batch = collate([item, item])
     assert batch["topk_ids"].shape == (2, 4, 3) and batch["topk_logprobs"].dtype == torch.float16
-    assert aligned_labels(batch["labels"]).tolist() == [[1, 2, -100, -100]] * 2
+    assert batch["labels"].tolist() == [[1, 2, -100, -100]] * 2
 
 
 def test_shift_labels_equals_the_naive_loop():

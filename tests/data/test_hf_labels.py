@@ -1,11 +1,11 @@
-"""Batches carry Hugging Face-convention labels: an HF model given a batch computes the right loss."""
+"""Batches carry position-aligned labels; `hf_labels` of them is what an HF model computes the right loss from."""
 
 import torch
 import torch.nn.functional as F
 from conftest import make_tiny_model
 
 from destila.cache import TopKCache, build_cache
-from destila.data import aligned_labels, collate, hf_labels
+from destila.data import collate, hf_labels, shift_labels
 
 
 def test_hf_model_given_a_cache_batch_computes_the_next_token_loss(tiny_llama_dir, tmp_path):
@@ -14,16 +14,16 @@ def test_hf_model_given_a_cache_batch_computes_the_next_token_loss(tiny_llama_di
     batch = collate([cache[i] for i in range(4)])
     model = make_tiny_model("llama", cache.vocab_size, seed=5, layers=2)
     layout = {"position_ids": batch["position_ids"]}
-    hf_loss = model(input_ids=batch["input_ids"], labels=batch["labels"], **layout).loss
+    hf_loss = model(input_ids=batch["input_ids"], labels=hf_labels(batch["labels"]), **layout).loss
     # The loss destila trains on: position t predicts the cache's label at t (the token t+1).
     logits = model(input_ids=batch["input_ids"], **layout).logits
     targets = torch.stack([cache[i]["labels"] for i in range(4)])
     expected = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
     torch.testing.assert_close(hf_loss, expected)
-    assert torch.equal(aligned_labels(batch["labels"]), targets)
+    assert torch.equal(batch["labels"], targets)  # the cache's labels, as they are
 
 
 def test_the_two_conventions_round_trip():
     aligned = torch.tensor([[4, -100, 6, 7, -100]])
     assert hf_labels(aligned).tolist() == [[-100, 4, -100, 6, 7]]
-    assert torch.equal(aligned_labels(hf_labels(aligned)), aligned)
+    assert torch.equal(shift_labels(hf_labels(aligned)), aligned)

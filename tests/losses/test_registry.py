@@ -89,7 +89,7 @@ def test_eval_reports_a_registered_divergence_under_its_metric_name(hellinger):
     gen = torch.Generator().manual_seed(0)
     input_ids = torch.randint(0, 64, (2, 12), generator=gen)
     labels = torch.cat([input_ids[:, 1:], torch.full((2, 1), -100)], 1)  # the next token at each position
-    batch = {"input_ids": input_ids, "labels": input_ids.clone()}  # batches carry unshifted (HF) labels
+    batch = {"input_ids": input_ids, "labels": labels}  # batches carry position-aligned labels
     with torch.no_grad():
         q = torch.softmax(model(input_ids).logits.double(), -1)
         p = torch.softmax(teacher(input_ids).logits.double(), -1)

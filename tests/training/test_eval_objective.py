@@ -6,8 +6,7 @@ import torch
 
 from destila import distill_loss
 from destila.cache import TopKCache
-from destila.data import collate
-from destila.data.collate import aligned_labels
+from destila.data import collate, hf_labels
 from destila.models import final_hidden_states, output_head
 from destila.targets.truncate import with_top_k
 from destila.training import DistillationArguments, DistillationTrainer
@@ -34,7 +33,7 @@ def oracle(trainer, tiny_cache, top_k=None, **options) -> float:
         weight, bias = output_head(model)
         return distill_loss(hidden.flatten(0, 1), weight, batch["topk_ids"].flatten(0, 1),
                             batch["topk_logprobs"].flatten(0, 1), batch["tail_logmass"].flatten(),
-                            aligned_labels(batch["labels"]).flatten(), bias=bias, impl="dense", **options).item()
+                            batch["labels"].flatten(), bias=bias, impl="dense", **options).item()
 
 
 def test_eval_loss_is_the_training_objective_with_the_yardstick_beside_it(tiny_cache, fresh_student, tmp_path):
@@ -66,10 +65,10 @@ def test_compute_metrics_is_called_once_with_the_held_out_logits_and_labels(tiny
     items = [TopKCache(tiny_cache)[i] for i in range(HELD_OUT)]
     batch = collate(items)
     assert prediction.predictions.shape == (HELD_OUT, batch["input_ids"].shape[1], trainer.model.config.vocab_size)
-    assert (prediction.label_ids == batch["labels"].numpy()).all()
+    assert (prediction.label_ids == hf_labels(batch["labels"]).numpy()).all()  # Hugging Face's convention
     with torch.no_grad():
         logits = trainer.model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits
-    expected = aligned_labels(batch["labels"])
+    expected = batch["labels"]
     scored = expected != -100
     accuracy = (logits.argmax(-1)[scored] == expected[scored]).double().mean().item()
     assert metrics["eval_next_token_accuracy"] == pytest.approx(accuracy, abs=1e-12)

@@ -10,7 +10,7 @@ from destila.student import StudentInitSpec, init_student
 from destila.training import DistillationArguments, TrainSpec
 from destila.training.run import train_student
 from destila.training.trainer import DistillationTrainer
-from destila.data import DataSpec, aligned_labels, collate
+from destila.data import DataSpec, collate
 from destila.training.hidden_distillation import HiddenDistillation, PROJECTION_FILE
 from destila.targets.online import OnlineTeacher
 from train_helpers import read_log
@@ -44,10 +44,10 @@ def test_online_hidden_term_equals_the_naive_formula(tiny_llama_dir, tmp_path):
     assert isinstance(trainer.hidden, HiddenDistillation) and trainer.hidden.parameters() == []
     batch = collate([{"input_ids": torch.randint(1, 300, (16,))} for _ in range(2)])
     loss, stats = trainer._distill(student, batch)
-    kd, _ = trainer._kd(student, {**trainer._targets(batch), "labels": aligned_labels(batch["labels"])})
+    kd, _ = trainer._kd(student, trainer._targets(batch))
     s = student(input_ids=batch["input_ids"], output_hidden_states=True).hidden_states
     t = teacher(input_ids=batch["input_ids"], output_hidden_states=True).hidden_states
-    keep = aligned_labels(batch["labels"]) != -100
+    keep = batch["labels"] != -100
     # hidden_states[i + 1] is layer i's output (the layers mapped here are not the last, which is normed).
     want = 0.5 * 0.5 * (((s[1] - t[1]) ** 2).mean(-1)[keep].mean() + ((s[2] - t[3]) ** 2).mean(-1)[keep].mean())
     assert torch.allclose(stats["hidden"], want, atol=1e-5)

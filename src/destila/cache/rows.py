@@ -33,6 +33,7 @@ from destila.cache.encodings.compact_blocks import BlockError
 from destila.cache.format import Manifest, ShardFormatError, ShardInfo
 from destila.cache.kinds import kind_of
 from destila.constants import IGNORE_INDEX
+from destila.data.collate import next_token_labels
 
 
 class ShardRows:
@@ -71,8 +72,7 @@ def dense_item(stored: dict, manifest: Manifest) -> dict[str, torch.Tensor]:
     dense_lp = torch.full((length, width), -math.inf, dtype=logprobs.dtype)
     dense_tail = torch.zeros(length, dtype=torch.float32)
     dense_ids[mask], dense_lp[mask], dense_tail[mask] = ids, logprobs, tail
-    labels = torch.full((length,), IGNORE_INDEX, dtype=torch.int64)
-    labels[:-1] = torch.where(mask[:-1], input_ids[1:], IGNORE_INDEX)
+    labels = next_token_labels(input_ids.long(), mask)
     item = {
         "input_ids": input_ids,
         "position_ids": torch.from_numpy(stored["position_ids"]),

@@ -43,6 +43,7 @@ from destila.crosstok.align import align, end_keys, group_alignments
 from destila.crosstok.student_tokenizer import load_student_tokenizer
 from destila.crosstok.targets import NEG_INF, chain, one_to_one, shared_ids
 from destila.crosstok.vocab_map import load_or_build, spell_greedily
+from destila.data.collate import shift_labels
 from destila.data.spans import SpanError
 
 # The alignment shapes: a student row's ``align_kind`` code (the shape of its next token's group) indexes them,
@@ -213,8 +214,7 @@ class CrossTokenizerCache(torch.utils.data.Dataset):
         t_target = np.zeros(len(rows) + 1, dtype=bool)
         t_target[1 : len(rows)] = trained[rows[:-1]]  # teacher token j is a target when row j-1 is trained
         s_target = t_target[np.minimum(holder, len(rows))] & (holder < len(rows))
-        labels = np.full(n, IGNORE_INDEX, np.int64)
-        labels[:-1] = np.where(s_target[1:], s_ids[1:], IGNORE_INDEX)
+        labels = shift_labels(torch.from_numpy(np.where(s_target, s_ids, IGNORE_INDEX).astype(np.int64))).numpy()
         row_shape = np.zeros(n, np.int64)
         row_shape[:-1] = np.where(labels[:-1] != IGNORE_INDEX, s_shape[1:], NONE)
         # Rows that take teacher targets: the last student row before a group with one student token.

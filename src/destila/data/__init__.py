@@ -3,12 +3,12 @@
     from destila.data import DataSpec, as_sequences, collate
     spec = DataSpec("chat.jsonl", messages_field="messages", seq_len=1024)   # loss on assistant turns
     source = as_sequences(spec, tokenizer)         # source[i]: input_ids, position_ids, loss_mask [L]
-    batch = collate([source[0], source[1]])        # + labels [B, L], Hugging Face convention (unshifted)
+    batch = collate([source[0], source[1]])        # + labels [B, L]: at t the token t+1, where trained
 
 :func:`as_sequences` is the one way user data enters: cache build, training and eval all call it.
 """
 
-from destila.data.collate import aligned_labels, collate, hf_labels, next_token_labels, shift_labels
+from destila.data.collate import collate, hf_labels, next_token_labels, shift_labels
 from destila.data.from_dataset import dataset_source
 from destila.data.loader import packed_source, texts_source
 from destila.data.naive import data_fingerprint, ids_fingerprint, pack_documents
@@ -21,7 +21,7 @@ from destila.data.stdlib import STDLIB, stdlib_texts
 from destila.data.store import TokenStore, build_store
 
 __all__ = [
-    "DataSpec", "aligned_labels", "as_data_spec", "as_sequences", "dataset_source", "describe_data", "hf_labels", "FORMATS", "LOSS_ON", "PACKING", "PYDOC", "PackedSource", "TokenStore", "build_store", "collate",
+    "DataSpec", "as_data_spec", "as_sequences", "dataset_source", "describe_data", "hf_labels", "FORMATS", "LOSS_ON", "PACKING", "PYDOC", "PackedSource", "TokenStore", "build_store", "collate",
     "data_fingerprint", "ids_fingerprint", "load_records", "load_texts", "next_token_labels", "pack_documents",
     "packed_source", "pydoc_texts", "shift_labels", "split_indices", "STDLIB", "stdlib_texts", "texts_source",
 ]

@@ -1,18 +1,17 @@
 """The one collate and the one label shift of the project.
 
 Every batch a model trains or is evaluated on goes through :func:`collate`.
-Its ``labels`` follow the Hugging Face convention: ``labels[b, t]`` is the
-token at t where it is a training target, else ``IGNORE_INDEX``, so
-``model(input_ids=..., labels=batch["labels"])`` computes the right
-cross-entropy (the model shifts them). The teacher's targets are aligned with
-positions (the distribution at t is for token t+1), so the losses read
-:func:`aligned_labels`: ``aligned[t] = labels[t+1]``, the token position t
-must predict. Which tokens are targets, in order (written here position-aligned):
+Its ``labels`` are position-aligned, like the teacher's targets (the
+distribution at t is for token t+1): ``labels[b, t]`` is the token position t
+must predict (token t+1) where it is a training target, else ``IGNORE_INDEX``.
+The loss, the held-out metrics and the cross-tokenizer datasets read them as
+they are; only code of Hugging Face's that shifts labels itself (a model's own
+cross-entropy, ``compute_metrics``) is given :func:`hf_labels` of them. Which
+tokens are targets, in order:
 
 1. ``loss_mask`` (packed sources): ``labels[t] = input_ids[t+1]`` where ``loss_mask[t]``;
 2. cache items (they carry the teacher's ``topk_ids``): their ``labels`` are
-   already position-aligned, like the teacher's targets (the distribution at
-   t is for token t+1), and are kept;
+   already position-aligned, like the teacher's targets, and are kept;
 3. the caller's ``labels`` (Hugging Face convention: ``labels[t]`` is the
    token at t, the shift happens here): ``labels[t] = user_labels[t+1]``;
 4. nothing: every next token.
@@ -51,18 +50,13 @@ def shift_labels(targets: torch.Tensor, valid: torch.Tensor | None = None) -> to
     return labels
 
 
-def aligned_labels(labels: torch.Tensor) -> torch.Tensor:
-    """Hugging Face-convention ``labels [..., T]`` to position-aligned ones: ``out[..., t] = labels[..., t+1]``.
-
-    Naive equivalent: ``[labels[t + 1] if t + 1 < T else -100 for t in range(T)]``.
-    """
-    return shift_labels(labels)
-
-
 def hf_labels(aligned: torch.Tensor) -> torch.Tensor:
-    """Position-aligned labels to the Hugging Face convention: ``out[..., t] = aligned[..., t-1]``, ``out[..., 0] = -100``.
+    """Position-aligned labels (a batch's) to the Hugging Face convention: ``out[..., t] = aligned[..., t-1]``,
+    ``out[..., 0] = -100``: what code that shifts labels itself expects (``model(..., labels=)``,
+    ``compute_metrics``).
 
-    The inverse of :func:`aligned_labels` (the last position never has a target).
+    The inverse of :func:`shift_labels` (the last position never has a target). Naive equivalent:
+    ``[-100] + aligned[:-1]``.
     """
     out = torch.full_like(aligned, IGNORE_INDEX)
     out[..., 1:] = aligned[..., :-1]
@@ -88,7 +82,7 @@ def collate(items: list[dict], pad_token_id: int = 0) -> dict[str, torch.Tensor]
     """Batch ``items`` (dicts of ``[T, ...]`` tensors or lists) into ``[B, T, ...]`` tensors with ``labels``.
 
     Returns the items' fields stacked (right-padded when lengths differ),
-    ``labels [B, T]`` in the Hugging Face convention (see the module docstring), and
+    position-aligned ``labels [B, T]`` (see the module docstring), and
     ``attention_mask [B, T]`` only when an item had one or padding was added:
     packed rows keep ``position_ids`` without an attention mask, which is what
     lets transformers build the per-document (block-diagonal) mask.
@@ -114,13 +108,12 @@ def collate(items: list[dict], pad_token_id: int = 0) -> dict[str, torch.Tensor]
     valid = real.clone()
     valid[..., :-1] &= real[..., 1:]
     if "loss_mask" in batch:
-        aligned = shift_labels(batch["input_ids"], valid & batch.pop("loss_mask").bool())
+        batch["labels"] = shift_labels(batch["input_ids"], valid & batch.pop("loss_mask").bool())
     elif "labels" in batch and "topk_ids" in batch:
-        aligned = batch["labels"].long().masked_fill(~real, IGNORE_INDEX)
+        batch["labels"] = batch["labels"].long().masked_fill(~real, IGNORE_INDEX)
     elif "labels" in batch:
         user = batch["labels"].long()
-        aligned = shift_labels(user, valid & (user != IGNORE_INDEX).roll(-1, dims=-1))
+        batch["labels"] = shift_labels(user, valid & (user != IGNORE_INDEX).roll(-1, dims=-1))
     else:
-        aligned = shift_labels(batch["input_ids"], valid)
-    batch["labels"] = hf_labels(aligned)
+        batch["labels"] = shift_labels(batch["input_ids"], valid)
     return batch

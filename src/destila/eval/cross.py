@@ -21,9 +21,8 @@ Naive equivalent of bits per byte for one text scored whole:
 
 from __future__ import annotations
 
-import torch
-
 from destila.constants import IGNORE_INDEX
+from destila.data.collate import shift_labels
 
 ONE_TO_ONE = 1  # destila.crosstok.dataset's align_kind code
 
@@ -34,9 +33,8 @@ def with_label_bytes(item: dict) -> dict:
     if "span_start" not in item:
         return item
     width = (item["span_end"] - item["span_start"]).clamp(min=0)
-    label_bytes = torch.zeros_like(width)
-    label_bytes[:-1] = width[1:]
-    return {**item, "label_bytes": label_bytes.masked_fill(item["labels"] == IGNORE_INDEX, 0)}
+    # Shifted as the labels are: row t's bytes are token t+1's (IGNORE_INDEX, clamped to 0, where no label).
+    return {**item, "label_bytes": shift_labels(width, item["labels"] != IGNORE_INDEX).clamp(min=0)}
 
 
 def held_out_source(source, model_path: str, tokenizer, cache_path):

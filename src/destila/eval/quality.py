@@ -6,7 +6,6 @@ import math
 
 import torch
 
-from destila.data.collate import aligned_labels
 from destila.eval.bytes import scored_bytes
 from destila.eval.bytes import bits_per_byte
 from destila.eval.cross import ONE_TO_ONE
@@ -19,8 +18,8 @@ from destila.losses.divergences import full_vocab_divergence, get_divergence
 @torch.no_grad()
 def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_CHUNK_SIZE,
                  divergence: str = "forward_kl", on_batch=None, byte_lengths: torch.Tensor | None = None) -> dict:
-    """Sums over the rows with a label, for ``batches`` of ``input_ids [B, L]`` and ``labels [B, L]``
-    (plus the cache's top-K fields when evaluating against a cache).
+    """Sums over the rows with a label, for collated ``batches`` of ``input_ids [B, L]`` and position-aligned
+    ``labels [B, L]`` (plus the cache's top-K fields when evaluating against a cache).
 
     Returns ``rows``, ``nll`` (Σ −log q(label)), ``correct`` (argmax = label)
     and, against a teacher or a cache, the ``divergence``'s sum under its
@@ -43,7 +42,7 @@ def quality_sums(model, batches, teacher=None, chunk_size: int = DEFAULT_CHUNK_S
         sums["aligned_rows"] = 0.0
     for number, batch in enumerate(batches, start=1):
         input_ids = batch["input_ids"]
-        labels = aligned_labels(batch["labels"]).flatten()  # next tokens; IGNORE_INDEX where nothing is scored
+        labels = batch["labels"].flatten()  # next tokens (collate's labels, as they are); IGNORE_INDEX: not scored
         # Position ids restart per packed document; an attention mask marks padding.
         layout = {k: batch[k] for k in ("position_ids", "attention_mask") if k in batch}
         hidden = decoder_of(model)(input_ids=input_ids, use_cache=False, **layout).last_hidden_state.flatten(0, 1)

@@ -99,6 +99,17 @@ def distill_loss(
                 return_stats)
 
 
+def distill_loss_with(options: LossOptions, hidden: Tensor, weight: Tensor, topk_ids: Tensor, topk_logprobs: Tensor,
+                      tail_logmass: Tensor | None = None, labels: Tensor | None = None, *, bias: Tensor | None = None,
+                      num_items: int | Tensor | None = None, return_stats: bool = False):
+    """:func:`distill_loss` with its options as one :class:`LossOptions` (validated once, where it was made).
+
+    Naive equivalent: ``distill_loss(hidden, weight, ..., **dataclasses.asdict(options))``.
+    """
+    return _run(options, hidden, weight, topk_ids, topk_logprobs, tail_logmass, labels, bias, num_items,
+                return_stats)
+
+
 class DistillLoss(nn.Module):
     """:func:`distill_loss` as a module: the options are fixed (and validated) at construction.
 

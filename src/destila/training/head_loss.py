@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 import torch
 
-from destila.losses import LossOptions, describe_path, distill_loss
+from destila.losses import LossOptions, describe_path, distill_loss_with
 
 
 def unwrap(model):
@@ -54,12 +54,12 @@ def head_module(model) -> torch.nn.Module:
 
 
 @contextmanager
-def loss_in_head(model, targets: dict, options: dict, num_items=None, describe: bool = False):
+def loss_in_head(model, targets: dict, options: LossOptions, num_items=None, describe: bool = False):
     """While active, ``head(hidden [B, T, H])`` returns the distillation loss (0-dim) instead of logits.
 
     ``targets`` holds ``topk_ids [B, T, K]``, ``topk_logprobs [B, T, K]``,
-    ``tail_logmass [B, T]`` (optional) and ``labels [B, T]``; ``options`` the
-    keyword options of :func:`destila.distill_loss`. Yields a dict that
+    ``tail_logmass [B, T]`` (optional) and position-aligned ``labels [B, T]`` (a collated batch's); ``options``
+    the loss's :class:`~destila.losses.LossOptions`. Yields a dict that
     receives ``stats`` (detached sums) once the head has run, and with
     ``describe`` also ``path``: which way the loss ran on these very tensors
     (:func:`destila.losses.describe_path`).
@@ -77,14 +77,14 @@ def loss_in_head(model, targets: dict, options: dict, num_items=None, describe: 
         # The loss accumulates in float32 itself; autocast would round its
         # logits to bf16 before the softmax.
         with torch.autocast(device_type=hidden.device.type, enabled=False):
-            loss, stats = distill_loss(
-                hidden, head.weight, targets["topk_ids"], targets["topk_logprobs"], targets.get("tail_logmass"),
-                targets["labels"], bias=getattr(head, "bias", None), num_items=num_items, return_stats=True,
-                **options,
+            loss, stats = distill_loss_with(
+                options, hidden, head.weight, targets["topk_ids"], targets["topk_logprobs"],
+                targets.get("tail_logmass"), targets["labels"], bias=getattr(head, "bias", None), num_items=num_items,
+                return_stats=True,
             )
         result["stats"] = stats
         if describe:
-            result["path"] = describe_path(LossOptions(**options), hidden, head.weight, getattr(head, "bias", None))
+            result["path"] = describe_path(options, hidden, head.weight, getattr(head, "bias", None))
         return loss
 
     head.forward = distill_forward
@@ -94,7 +94,7 @@ def loss_in_head(model, targets: dict, options: dict, num_items=None, describe: 
         del head.forward
 
 
-def distill_through_forward(model, inputs: dict, options: dict, num_items=None, path: dict | None = None,
+def distill_through_forward(model, inputs: dict, options: LossOptions, num_items=None, path: dict | None = None,
                             **model_inputs):
     """``(loss, stats)``: one ordinary forward of ``model`` (with ``model_inputs`` such as
     ``position_ids``) whose head computes the loss; a ``path`` dict receives ``path["path"]``, the line of

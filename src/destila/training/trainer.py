@@ -25,7 +25,7 @@ from transformers import Trainer
 from destila.cache.dataset import is_cache_dataset, open_cache
 from destila.constants import IGNORE_INDEX
 from destila.data import collate, dataset_source
-from destila.data.collate import aligned_labels
+from destila.data.collate import hf_labels
 from destila.data.sources import in_memory_records
 from destila.losses.divergences import get_divergence
 from destila.models import check_plain_head
@@ -205,9 +205,9 @@ class DistillationTrainer(Trainer):
         self.hidden = hidden.to(self.args.device) if hidden is not None else None
         self._hidden_window = torch.zeros(2, dtype=torch.float64)
         # Count valid labels for num_items_in_batch (the Trainer only does so
-        # for models that "accept loss kwargs"); the labels are unshifted, as a causal LM's.
+        # for models that "accept loss kwargs"); collate's labels are position-aligned already, counted as they are.
         self.model_accepts_loss_kwargs = True
-        self._loss_shifts_labels = True
+        self._loss_shifts_labels = False
         self._window = torch.zeros(len(_STATS), dtype=torch.float64)
         self.loss_path: str | None = None  # how the loss runs, once a training step has run it
         self._schedule_checked = False  # whether the run's length was checked against the weight schedule
@@ -241,8 +241,7 @@ class DistillationTrainer(Trainer):
 
     def _distill(self, model, inputs: dict, num_items=None, **overrides):
         """``(loss, stats)`` for one batch, plus the hidden-state term when training with one."""
-        # Batches carry Hugging Face-convention labels; the targets at t are for token t+1.
-        inputs = {**self._targets(inputs), "labels": aligned_labels(inputs["labels"])}
+        inputs = self._targets(inputs)  # labels at t are for token t+1, as the teacher's targets
         if self.hidden is None or overrides:  # evaluation measures the KL alone
             return self._kd(model, inputs, num_items, **overrides)
         with self.hidden.capture(model) as captured:
@@ -253,12 +252,13 @@ class DistillationTrainer(Trainer):
 
     def _kd(self, model, inputs: dict, num_items=None, **overrides):
         """``(loss, stats)`` of the distillation loss, with the args' loss options updated by ``overrides``."""
-        options = dataclasses.asdict(self.args.loss_options())
-        options = {**options, **self._scheduled_weights(options), **overrides}
+        options = self.args.loss_options()
+        options = dataclasses.replace(options, **{**self._scheduled_weights(options), **overrides})
         labels = inputs["labels"]
         if "teacher_logits" in inputs:  # online dense: the paper's full-vocabulary baseline
             logits = model(input_ids=inputs["input_ids"], use_cache=False, **_layout(inputs)).logits
-            keep = {k: options[k] for k in ("divergence", "beta", "temperature", "soft_weight", "hard_weight")}
+            keep = {k: getattr(options, k) for k in ("divergence", "beta", "temperature", "soft_weight",
+                                                     "hard_weight")}
             self.loss_path = "dense: the online teacher's full-vocabulary logits beside the student's"
             return full_vocab_loss(
                 logits.flatten(0, 1), inputs["teacher_logits"].flatten(0, 1), labels.flatten(),
@@ -277,16 +277,16 @@ class DistillationTrainer(Trainer):
         check_loss(loss, self.state, self.args)  # the Trainer would leave a NaN out of its logs and go on
         return loss
 
-    def _scheduled_weights(self, options: dict) -> dict:
+    def _scheduled_weights(self, options) -> dict:
         """This step's ``soft_weight`` / ``hard_weight`` under ``--soft_weight_schedule`` (``{}``: constant); at
         the first training step, a warning when the run is too short for the schedule to reach its weight."""
         schedule = self.args.weight_schedule()
         if self.model.training and not self._schedule_checked:
             self._schedule_checked = True
-            note = schedule.shortfall(options["soft_weight"], self.state.max_steps)
+            note = schedule.shortfall(options.soft_weight, self.state.max_steps)
             if note and self.is_world_process_zero():
                 print(note, flush=True)
-        return schedule.weights(options["soft_weight"], options["hard_weight"], self.state.global_step,
+        return schedule.weights(options.soft_weight, options.hard_weight, self.state.global_step,
                                 self.state.max_steps)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -391,18 +391,19 @@ class DistillationTrainer(Trainer):
             inputs = self._targets(self._prepare_inputs(inputs))  # an online teacher runs once per batch
             _, stats = self._distill(model, inputs, **_YARDSTICK)
             sums += torch.stack([stats[k].double().cpu() for k in _STATS])
-            rows = float((aligned_labels(inputs["labels"]) != IGNORE_INDEX).sum())
+            rows = float((inputs["labels"] != IGNORE_INDEX).sum())
             if same:
                 loss = stats["soft"].double().cpu()
             else:
                 truncated = with_top_p(with_top_k(inputs, self.args.top_k), self.args.top_p)
                 loss = self._distill(model, truncated)[0].double().cpu() * rows
             objective += torch.tensor([float(loss), rows], dtype=torch.float64)
-            if with_metrics:
+            if with_metrics:  # Hugging Face's convention there: labels[t] is token t, the metrics shift them
                 logits = model(input_ids=inputs["input_ids"], use_cache=False, **_layout(inputs)).logits
+                labels = hf_labels(inputs["labels"])
                 if self.preprocess_logits_for_metrics is not None:
-                    logits = self.preprocess_logits_for_metrics(logits, inputs["labels"])
-                gathered = self.accelerator.gather_for_metrics((logits, inputs["labels"]))
+                    logits = self.preprocess_logits_for_metrics(logits, labels)
+                gathered = self.accelerator.gather_for_metrics((logits, labels))
                 logits, labels = _cpu(gathered[0]), _cpu(gathered[1])
                 predictions = logits if predictions is None else nested_concat(predictions, logits, padding_index=-100)
                 label_ids = labels if label_ids is None else nested_concat(label_ids, labels, padding_index=-100)
