@@ -62,6 +62,7 @@ from destila.io import (
 )
 from destila.io.progress import progress_bar
 from destila.io.shareable import shareable, shareable_name
+from destila.ranges import check_int_at_least
 
 FORMATS = ("parquet",)
 ROW_GROUP_ROWS = 32  # rows per Parquet row group: what a streaming reader holds decoded at once
@@ -82,8 +83,7 @@ class ExportSpec:
     def __post_init__(self):
         if self.format not in FORMATS:
             raise ValueError(f"format: expected one of {', '.join(FORMATS)}, found {self.format!r}")
-        if isinstance(self.rows_per_file, bool) or not isinstance(self.rows_per_file, int) or self.rows_per_file < 1:
-            raise ValueError(f"rows_per_file: expected an integer ≥ 1, found {self.rows_per_file!r}")
+        check_int_at_least("rows_per_file", self.rows_per_file, 1)
 
 
 @dataclass

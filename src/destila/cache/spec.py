@@ -20,6 +20,7 @@ from destila.cache.format import LOGPROB_DTYPES
 from destila.cache.kinds import check_target_fields, kind_of
 from destila.data.spec import DataSpec
 from destila.models.placement import PlacementSpec
+from destila.ranges import check_int_at_least
 from destila.targets.spec import TargetSpec
 
 TEACHER_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -83,9 +84,7 @@ class BuildSpec(PlacementSpec):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name}: expected one of {', '.join(choices)}, found {getattr(self, name)!r}")
         for name in ("seq_len", "batch_size", "shard_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected an integer ≥ 1, found {value!r}")
+            check_int_at_least(name, getattr(self, name), 1)
         if self.seq_len < 2:
             raise ValueError(f"seq_len: expected at least 2 tokens (one input and one label), found {self.seq_len}")
         if self.logprob_dtype != "float16":  # the default: a chosen dtype that nothing stores is refused

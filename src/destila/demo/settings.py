@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from destila.models import EMBEDDED
+from destila.ranges import check_int_at_least
 from destila.targets.spec import TARGET_KINDS
 
 PRECISIONS = ("auto", "float32", "bfloat16")
@@ -24,9 +25,7 @@ DEMO_PROMPTS = (
 
 def _positive_integers(settings, names) -> None:
     for name in names:
-        value = getattr(settings, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: expected an integer ≥ 1, found {value!r}")
+        check_int_at_least(name, getattr(settings, name), 1)
 
 
 @dataclass
@@ -46,8 +45,7 @@ class StageSettings:
         _positive_integers(self, ("seq_len", "top_k", "batch_size", "cache_batch_size"))
         if self.seq_len < 2:
             raise ValueError(f"seq_len: expected at least 2 tokens, found {self.seq_len}")
-        if self.holdout_every < 2:
-            raise ValueError(f"holdout_every: expected an integer ≥ 2, found {self.holdout_every}")
+        check_int_at_least("holdout_every", self.holdout_every, 2)
         if not 0 < self.learning_rate < math.inf:  # NaN fails this too
             raise ValueError(f"learning_rate: expected a positive finite number, found {self.learning_rate}")
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from destila.data.spec import DataSpec
 from destila.losses.options import DEFAULT_CHUNK_SIZE
 from destila.models import check_source
-from destila.ranges import check_fraction
+from destila.ranges import check_fraction, check_int_at_least
 
 SOURCES = ("cache", "data")
 """The held-out text comes from one of these (a mutually exclusive pair of flags)."""
@@ -84,9 +84,7 @@ class EvalSpec:
         if self.held_out and self.prompt is not None and self.prompts is not None:
             raise ValueError("eval: --prompt and --prompts: give one of them")
         for name in ("batch_size", "new_tokens", "chunk_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected an integer ≥ 1, found {value!r}")
+            check_int_at_least(name, getattr(self, name), 1)
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens: expected a positive number of tokens, found {self.max_tokens}")
 

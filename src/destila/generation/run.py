@@ -44,7 +44,7 @@ from destila.io import names_user_path, output_lock, write_atomic
 from destila.io.json_lines import json_lines
 from destila.io.progress import progress_bar
 from destila.models import MODEL_HELP, load_causal_lm, load_tokenizer, resolve_source
-from destila.ranges import check_finite_at_least
+from destila.ranges import check_finite_at_least, check_int_at_least
 
 
 @dataclass(frozen=True)
@@ -63,13 +63,11 @@ class SamplingSpec:
                 "(text prompts are continued as raw text)"})
 
     def __post_init__(self):
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens: expected an integer ≥ 1, found {self.max_new_tokens}")
+        check_int_at_least("max_new_tokens", self.max_new_tokens, 1)
         check_finite_at_least("temperature", self.temperature, 0, hint="0 means greedy decoding")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p: expected a number in (0, 1], found {self.top_p}")
-        if self.num_return_sequences < 1:
-            raise ValueError(f"num_return_sequences: expected an integer ≥ 1, found {self.num_return_sequences}")
+        check_int_at_least("num_return_sequences", self.num_return_sequences, 1)
         if self.temperature == 0 and self.num_return_sequences > 1:
             raise ValueError("num_return_sequences: greedy decoding (temperature 0) gives one answer per prompt; "
                              "pass --temperature > 0 or --num-return-sequences 1")
@@ -107,8 +105,7 @@ class GenerateSpec:
     def __post_init__(self):
         if not isinstance(self.sampling, SamplingSpec):
             raise ValueError(f"sampling: expected a SamplingSpec, found {type(self.sampling).__name__}")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch_size: expected an integer ≥ 1, found {self.batch_size}")
+        check_int_at_least("batch_size", self.batch_size, 1)
         object.__setattr__(self, "output", Path(self.output).expanduser())
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from destila.demo.settings import CachedStageSettings
 from destila.demo.stages import StageLog, train_from_cache
 from destila.models import resolve_source
+from destila.ranges import check_int_at_least
 from destila.student.spec import StudentInitSpec
 
 
@@ -28,8 +29,7 @@ class RecipeSettings(CachedStageSettings):
 
     def __post_init__(self):
         super().__post_init__()
-        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
-            raise ValueError(f"max_steps: expected an integer ≥ 1, found {self.max_steps!r}")
+        check_int_at_least("max_steps", self.max_steps, 1)
 
 
 PROMPT = "To open a file for reading in Python,"

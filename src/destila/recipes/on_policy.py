@@ -45,6 +45,7 @@ from destila.generation.prompts import load_prompts
 from destila.io import write_atomic, write_report_file
 from destila.losses.options import LossOptions
 from destila.models import load_tokenizer, resolve_source, tokenizer_fingerprint
+from destila.ranges import check_int_at_least, check_optional_int_at_least
 from destila.recipes.on_policy_report import markdown, table
 from destila.targets.spec import TargetSpec
 from destila.recipes.on_policy_data import (MixedCache, answer_tokens, check_mixable, round_window, split_prompts,
@@ -91,11 +92,8 @@ class OnPolicySettings(StageSettings):
         super().__post_init__()
         for name in ("rounds", "samples_per_prompt", "steps_per_round", "max_new_tokens", "save_steps",
                      "generate_batch_size", "shard_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected an integer ≥ 1, found {value!r}")
-        if self.prompts_per_round is not None and self.prompts_per_round < 1:
-            raise ValueError(f"prompts_per_round: expected an integer ≥ 1, found {self.prompts_per_round}")
+            check_int_at_least(name, getattr(self, name), 1)
+        check_optional_int_at_least("prompts_per_round", self.prompts_per_round, 1)
         if not 0 < self.temperature < math.inf:
             raise ValueError(f"temperature: expected a finite number > 0 (on-policy rounds sample), found "
                              f"{self.temperature}")
