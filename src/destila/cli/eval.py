@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from destila.cli.fields import add_fields, values_of
+from destila.cli.fields import add_fields, given_flags, values_of
 from destila.data.spec import DataSpec
+from destila.draft.spec import DraftEvalSpec
 from destila.eval import evaluate_models, render_table
 from destila.eval.harness import TaskEvalSpec, evaluate_tasks, prepare_tasks
 from destila.eval.spec import SOURCES, EvalSpec
@@ -31,12 +32,20 @@ def register(subparsers) -> None:
     add_fields(evaluate.add_argument_group("data (with --data)"), DataSpec, exclude=_NOT_FLAGS)
     add_fields(evaluate, EvalSpec, exclude=("models", *SOURCES, "teacher", "eval_fraction", "max_tokens"))
     add_fields(evaluate.add_argument_group("tasks (lm-evaluation-harness, extra destila[eval])"), TaskEvalSpec)
+    add_fields(evaluate.add_argument_group("draft (speculative decoding: MODEL is the teacher)"), DraftEvalSpec)
     evaluate.set_defaults(func=run)
 
 
 def run(args) -> int:
     from rich.console import Console
 
+    if args.draft is not None:
+        from destila.cli.eval_draft import measure
+
+        return measure(args)
+    given = given_flags(args, DraftEvalSpec, exclude=("draft",))
+    if given:
+        raise ValueError(f"eval: {', '.join(given)} would be ignored here; they go with --draft DRAFT")
     values = values_of(args, EvalSpec)
     if values["data"] is not None:
         values["data"] = DataSpec(values["data"], **values_of(args, DataSpec, exclude=_NOT_FLAGS))

@@ -49,7 +49,8 @@ class TaskEvalSpec:
     limit: float | None = field(default=None, metadata={
         "help": "at most this many questions per task (below 1: that fraction of them)"})
     seed: int | None = field(default=None, metadata={
-        "help": "seed for every random choice of the harness (default: the harness's own seeds)"})
+        "help": "seed for every random choice of the harness (default: the harness's own seeds); with --draft "
+                "and --temperature > 0, the sampling seed (default 0)"})
     apply_chat_template: bool = field(default=False, metadata={
         "help": "with --tasks: render questions with each model's chat template (models that have one)"})
 

@@ -53,7 +53,8 @@ class OwnStreamSampler(LogitsProcessor):
         return one_hot
 
 
-def _stop_ids(model, tokenizer) -> list[int]:
+def stop_ids(model, tokenizer) -> list[int]:
+    """The token ids that end an answer: the model's generation config's, plus its tokenizer's end-of-sequence."""
     ids = model.generation_config.eos_token_id
     ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
@@ -83,7 +84,7 @@ def answer_batch(model, tokenizer, prompts, indices: list[int], spec, use_templa
     texts = [render(p, tokenizer, use_template) for p in prompts]
     # The chat template already wrote any special tokens; raw text is read as the cache packs it (none added).
     encoded = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    stop = _stop_ids(model, tokenizer)
+    stop = stop_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
     width = max(len(ids) for ids in encoded)
     device = next(model.parameters()).device

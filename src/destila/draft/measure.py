@@ -1,0 +1,179 @@
+"""The teacher alone, with a draft, and with prompt lookup: speed, acceptance and exactness on the same prompts.
+
+Every prompt is answered three ways with ``transformers``' ``generate``, in
+turn, with one generation config (KV cache, the teacher's dtype and thread
+count, greedy or seeded sampling, the same stop tokens and length):
+
+- ``teacher``: the teacher alone, plain decoding (the baseline);
+- ``draft``: assisted generation, ``generate(assistant_model=draft)``
+  (transformers' universal assisted generation when the draft's tokenizer
+  differs from the teacher's);
+- ``prompt_lookup``: ``generate(prompt_lookup_num_tokens=N)``, which
+  proposes tokens by copying n-grams of the prompt and needs no draft.
+
+Per way: new tokens per second, acceptance (proposed tokens the teacher
+kept), new tokens per teacher forward, and for greedy decoding how many
+answers are token for token the teacher's own. Greedy speculative decoding
+must reproduce the teacher's text exactly; an answer that differs is
+reported as an error, never averaged into the speed. Naive equivalent of one
+way on one prompt::
+
+    start = time.perf_counter()
+    out = teacher.generate(ids, assistant_model=draft, do_sample=False, max_new_tokens=N)
+    tokens_per_second = (out.shape[1] - ids.shape[1]) / (time.perf_counter() - start)
+
+A one-token cached forward of the teacher is timed too: plain ``generate``
+should cost about that per token, and the report says so when it does not
+(a slow baseline would flatter every ratio).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from destila.draft.counting import counting
+from destila.draft.spec import WAYS, DraftEvalSpec
+
+# Plain generate within this factor of the bare forward cost per token counts as a fair baseline.
+_BASELINE_SLACK = 1.5
+
+
+def _generation_config(spec: DraftEvalSpec, stop: list[int], pad: int):
+    from transformers import GenerationConfig
+
+    sampling = {"do_sample": True, "temperature": spec.temperature, "top_k": 0, "top_p": 1.0} if not spec.greedy \
+        else {"do_sample": False}
+    return GenerationConfig(max_new_tokens=spec.max_new_tokens, pad_token_id=pad, eos_token_id=stop,
+                            num_beams=1, use_cache=True, **sampling)
+
+
+def _way_options(way: str, draft, tokenizers: dict | None) -> dict:
+    """``generate``'s keywords beside the config: the draft (and both tokenizers when they differ)."""
+    return {"assistant_model": draft, **(tokenizers or {})} if way == "draft" else {}
+
+
+def _way_config(config, way: str, spec: DraftEvalSpec, max_new_tokens: int | None = None):
+    changes = {"prompt_lookup_num_tokens": spec.prompt_lookup_tokens} if way == "prompt_lookup" else {}
+    if max_new_tokens is not None:
+        changes["max_new_tokens"] = max_new_tokens
+    return config.__class__.from_dict({**config.to_dict(), **changes}) if changes else config
+
+
+@torch.no_grad()
+def _answer(teacher, ids, config, options: dict, draft, seed: int | None) -> dict:
+    """One ``generate`` call, timed and counted: ``{"tokens": [...], "seconds", "counts"}``."""
+    if seed is not None:
+        torch.manual_seed(seed)  # speculative sampling draws from torch's global generator
+    with counting(teacher, ids.shape[1], draft if "assistant_model" in options else None) as counts:
+        start = time.perf_counter()
+        out = teacher.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config,
+                               **options)
+        seconds = time.perf_counter() - start
+    return {"tokens": out[0, ids.shape[1]:].tolist(), "seconds": seconds, "counts": counts}
+
+
+@torch.no_grad()
+def forward_seconds(model, ids, repeats: int = 8) -> float:
+    """Median seconds of one cached one-token forward after ``ids`` (what plain decoding pays per token)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    out = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+    step = out.logits[:, -1:].argmax(-1)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        model(input_ids=step, cache=cache, use_cache=True)
+        times.append(time.perf_counter() - start)
+        cache.crop(-1)
+    return statistics.median(times)
+
+
+def _summary(way: str, answers: list[dict], reference: list[dict] | None) -> dict:
+    tokens = sum(len(a["tokens"]) for a in answers)
+    seconds = sum(a["seconds"] for a in answers)
+    forwards = sum(a["counts"].teacher_forwards for a in answers)
+    proposed = sum(a["counts"].proposed for a in answers)
+    accepted = sum(a["counts"].accepted(len(a["tokens"])) for a in answers)
+    row = {"way": way, "new_tokens": tokens, "seconds": round(seconds, 4),
+           "tokens_per_second": round(tokens / seconds, 3) if seconds else None,
+           "teacher_forwards": forwards, "tokens_per_forward": round(tokens / forwards, 4) if forwards else None,
+           "proposed": proposed, "accepted": accepted,
+           "acceptance": round(accepted / proposed, 4) if proposed else None,
+           "draft_forwards": sum(a["counts"].draft_forwards for a in answers)}
+    if reference is not None:
+        differing = [i for i, (a, r) in enumerate(zip(answers, reference)) if a["tokens"] != r["tokens"]]
+        row.update(identical=len(answers) - len(differing), differing_prompts=differing)
+    return row
+
+
+def measure_draft(spec: DraftEvalSpec, *, progress: bool = True, models: tuple | None = None) -> dict:
+    """Answer every prompt of ``spec.prompts`` three ways; the report of :mod:`destila.draft.measure`.
+
+    ``models`` = ``(teacher, tokenizer, draft, draft_tokenizer)`` already loaded skips loading (the recipe
+    measures the draft it has just trained). Returns ``{"settings", "ways": [row per way], "errors": [...]}``;
+    each row has ``speedup`` (tokens/s against the teacher alone).
+    """
+    from destila.draft.loading import load_pair, tokenizer_options
+    from destila.generation.prompts import load_prompts
+    from destila.generation.run import use_chat_template
+    from destila.generation.sampling import render, stop_ids
+    from tqdm.auto import tqdm
+
+    teacher, tokenizer, draft, draft_tokenizer = models or load_pair(spec)
+    prompts = load_prompts(spec.prompts)
+    use_template = use_chat_template(tokenizer, prompts, "auto")
+    encoded = [tokenizer(render(p, tokenizer, use_template), add_special_tokens=False, return_tensors="pt")
+               ["input_ids"].to(teacher.device) for p in prompts]
+    stop = stop_ids(teacher, tokenizer)
+    config = _generation_config(spec, stop, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0])
+    options = {way: _way_options(way, draft, tokenizer_options(tokenizer, draft_tokenizer)) for way in WAYS}
+    configs = {way: _way_config(config, way, spec) for way in WAYS}
+    for way in WAYS:  # first calls pay one-time costs (allocator, kernels) that are no part of the comparison
+        _answer(teacher, encoded[0], _way_config(config, way, spec, min(4, spec.max_new_tokens)), options[way],
+                draft, None)
+    answers = {way: [] for way in WAYS}
+    bar = tqdm(total=len(encoded) * len(WAYS), unit="answer", desc="draft", disable=not progress)
+    with bar:
+        for number, ids in enumerate(encoded):
+            for way in WAYS:  # in turn per prompt: a load that comes and goes falls on all three alike
+                seed = None if spec.greedy else spec.seed + number
+                answers[way].append(_answer(teacher, ids, configs[way], options[way], draft, seed))
+                bar.update(1)
+    reference = answers["teacher"] if spec.greedy else None
+    rows = [_summary(way, answers[way], reference) for way in WAYS]
+    base = rows[0]["tokens_per_second"]
+    for row in rows:
+        row["speedup"] = round(row["tokens_per_second"] / base, 4) if base and row["tokens_per_second"] else None
+    forward = forward_seconds(teacher, encoded[0])
+    return {"settings": _settings(spec, len(prompts), use_template, forward, rows[0]),
+            "ways": rows, "errors": _errors(rows, spec), "texts": _texts(tokenizer, answers, len(prompts))}
+
+
+def _settings(spec: DraftEvalSpec, prompts: int, use_template: bool, forward: float, baseline: dict) -> dict:
+    per_token = baseline["seconds"] / baseline["new_tokens"] if baseline["new_tokens"] else None
+    return {"teacher": spec.teacher, "draft": spec.draft, "prompts": prompts, "max_new_tokens": spec.max_new_tokens,
+            "temperature": spec.temperature, "seed": spec.seed if not spec.greedy else None,
+            "prompt_lookup_tokens": spec.prompt_lookup_tokens, "draft_vocab": spec.draft_vocab,
+            "chat_template_applied": use_template, "threads": torch.get_num_threads(),
+            "teacher_forward_ms": round(forward * 1000, 3),
+            "teacher_alone_ms_per_token": round(per_token * 1000, 3) if per_token else None,
+            "baseline_fair": per_token is not None and per_token <= _BASELINE_SLACK * forward}
+
+
+def _errors(rows: list[dict], spec: DraftEvalSpec) -> list[str]:
+    errors = []
+    for row in rows:
+        if row.get("differing_prompts"):
+            errors.append(f"{row['way']}: greedy answers to prompts {row['differing_prompts']} differ from the "
+                          "teacher's own; speculative decoding must reproduce them token for token")
+    return errors
+
+
+def _texts(tokenizer, answers: dict, prompts: int) -> list[dict]:
+    """Each prompt's answers, decoded, for the report's file (a reader can see any difference)."""
+    return [{way: tokenizer.decode(answers[way][i]["tokens"], skip_special_tokens=True) for way in WAYS}
+            for i in range(prompts)]

@@ -1,0 +1,37 @@
+"""The draft measurement as a table: one row per way (the teacher alone, with the draft, with prompt lookup)."""
+
+from __future__ import annotations
+
+_NAMES = {"teacher": "teacher alone", "draft": "teacher + draft", "prompt_lookup": "prompt lookup"}
+
+
+def _cell(value, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def render_draft_table(report: dict):
+    """A rich table of ``report["ways"]`` (see :func:`destila.draft.measure.measure_draft`)."""
+    from rich.table import Table
+
+    settings = report["settings"]
+    greedy = settings["temperature"] == 0
+    table = Table(title=f"speculative decoding: {settings['prompts']} prompts, ≤{settings['max_new_tokens']} new "
+                        f"tokens, {'greedy' if greedy else 'sampling T=' + str(settings['temperature'])}, "
+                        f"{settings['threads']} threads")
+    for header in ("way", "new tok/s", "speedup", "acceptance", "tokens/forward",
+                   "identical" if greedy else "seed"):
+        table.add_column(header, justify="left" if header == "way" else "right")
+    for row in report["ways"]:
+        last = f"{row['identical']}/{settings['prompts']}" if greedy else str(settings["seed"])
+        table.add_row(_NAMES[row["way"]], _cell(row["tokens_per_second"]), _cell(row["speedup"]) + "×",
+                      _cell(row["acceptance"], 3), _cell(row["tokens_per_forward"]), last)
+    return table
+
+
+def baseline_note(settings: dict) -> str | None:
+    """A line when plain decoding was slower per token than the teacher's bare forward suggests."""
+    if settings["baseline_fair"]:
+        return None
+    return (f"note: the teacher alone took {settings['teacher_alone_ms_per_token']} ms per token, its bare cached "
+            f"forward {settings['teacher_forward_ms']} ms; another load on this machine slows the baseline and "
+            "flatters every ratio: measure again on quiet cores")

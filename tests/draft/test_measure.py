@@ -1,0 +1,145 @@
+"""`destila eval TEACHER --draft DRAFT`: three ways of decoding, counted and compared token for token.
+
+Tiny random Llamas stand in for teacher and draft; the draft is cut from the
+teacher by `destila student init`, as a user would make one.
+"""
+
+import json
+
+import pytest
+import torch
+from conftest import pydoc_texts, save_tiny_model
+
+from destila.cli.main import main
+from destila.draft import measure as measure_module
+from destila.draft.head import NarrowHead, frequent_tokens, write_ranking
+from destila.draft.measure import measure_draft
+from destila.draft.spec import DraftEvalSpec
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory, tiny_tokenizer):
+    return save_tiny_model(tmp_path_factory.mktemp("draft-teacher"), tiny_tokenizer, layers=4, hidden=64)
+
+
+@pytest.fixture(scope="module")
+def cut_draft(teacher, tmp_path_factory):
+    out = tmp_path_factory.mktemp("draft-cut") / "draft"
+    assert _run(["student", "init", str(teacher), "-o", str(out), "--layers", "2"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    lines = [line.strip()[:50] for line in pydoc_texts(3)[2].splitlines() if len(line.strip()) > 30][:3]
+    path = tmp_path_factory.mktemp("draft-prompts") / "prompts.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _run(argv: list[str]) -> int:
+    """``destila ARGV`` in this process; its exit code."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    return stop.value.code or 0
+
+
+def _ways(report: dict) -> dict:
+    return {row["way"]: row for row in report["ways"]}
+
+
+def test_the_cli_reports_three_ways_and_greedy_text_identical_to_the_teacher(teacher, cut_draft, prompts, tmp_path,
+                                                                            capsys):
+    out = tmp_path / "r.json"
+    code = _run(["eval", str(teacher), "--draft", str(cut_draft), "--prompts", str(prompts),
+                 "--max-new-tokens", "12", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    report = json.loads(out.read_text())
+    ways = _ways(report)
+    assert set(ways) == {"teacher", "draft", "prompt_lookup"}
+    assert report["errors"] == []
+    for row in ways.values():
+        assert row["identical"] == 3 and row["differing_prompts"] == []
+        assert row["new_tokens"] > 0 and row["tokens_per_second"] > 0
+        assert row["tokens_per_forward"] == pytest.approx(row["new_tokens"] / row["teacher_forwards"], abs=1e-3)
+        assert 0 <= row["accepted"] <= row["proposed"]
+    alone = ways["teacher"]
+    assert alone["proposed"] == 0 and alone["teacher_forwards"] == alone["new_tokens"] and alone["speedup"] == 1
+    # Same tokenizer: every draft forward proposes one token.
+    assert ways["draft"]["proposed"] == ways["draft"]["draft_forwards"] > 0
+    for text in report["texts"]:
+        assert text["draft"] == text["teacher"] == text["prompt_lookup"]
+    assert "speculative decoding: 3 prompts" in printed
+
+
+def test_the_teacher_as_its_own_draft_has_every_proposal_accepted(teacher, prompts):
+    report = measure_draft(DraftEvalSpec(str(teacher), str(teacher), str(prompts), max_new_tokens=16), progress=False)
+    draft = _ways(report)["draft"]
+    # Proposals past an end-of-sequence token or the length limit are the only ones the teacher can drop.
+    assert draft["acceptance"] > 0.8
+    assert draft["tokens_per_forward"] > 2
+    assert draft["identical"] == 3
+
+
+def test_an_assisted_answer_that_differs_is_an_error_and_the_command_fails(teacher, cut_draft, prompts, monkeypatch,
+                                                                           capsys):
+    answer = measure_module._answer
+
+    def wrong_when_assisted(teacher_model, ids, config, options, draft, seed):
+        result = answer(teacher_model, ids, config, options, draft, seed)
+        if "assistant_model" in options and result["tokens"]:
+            result["tokens"][-1] = (result["tokens"][-1] + 1) % 300
+        return result
+
+    monkeypatch.setattr(measure_module, "_answer", wrong_when_assisted)
+    code = _run(["eval", str(teacher), "--draft", str(cut_draft), "--prompts", str(prompts),
+                 "--max-new-tokens", "6"])
+    printed = capsys.readouterr().out
+    assert code == 1
+    assert "draft: greedy answers to prompts [0, 1, 2] differ from the teacher's own" in printed
+
+
+def test_sampling_is_seeded_and_reports_no_identity(teacher, cut_draft, prompts):
+    spec = DraftEvalSpec(str(teacher), str(cut_draft), str(prompts), max_new_tokens=8, temperature=0.8, seed=3)
+    first, second = (measure_draft(spec, progress=False) for _ in range(2))
+    assert first["texts"] == second["texts"]
+    assert all("identical" not in row for row in first["ways"])
+    assert first["settings"]["seed"] == 3
+
+
+def test_a_narrow_head_equals_the_full_head_on_its_tokens_and_is_minus_infinity_elsewhere():
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 50, bias=True).double()
+    ids = [7, 3, 41, 0]
+    hidden = torch.randn(2, 5, 16, dtype=torch.float64)
+    narrow = NarrowHead(head, ids)(hidden)
+    full = head(hidden)
+    torch.testing.assert_close(narrow[..., ids], full[..., ids].detach(), rtol=1e-12, atol=1e-12)
+    rest = [i for i in range(50) if i not in ids]
+    assert torch.isneginf(narrow[..., rest]).all()
+
+
+def test_a_ranked_narrow_draft_keeps_the_teachers_greedy_text(teacher, cut_draft, prompts, tmp_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(teacher)
+    ranking = frequent_tokens([tokenizer(t)["input_ids"] for t in pydoc_texts(5)], len(tokenizer))
+    assert sorted(ranking["token_ids"]) == list(range(len(tokenizer)))
+    draft = tmp_path / "draft"
+    import shutil
+
+    shutil.copytree(cut_draft, draft)
+    write_ranking(draft, ranking)
+    report = measure_draft(DraftEvalSpec(str(teacher), str(draft), str(prompts), max_new_tokens=12, draft_vocab=64),
+                           progress=False)
+    assert report["errors"] == [] and _ways(report)["draft"]["identical"] == 3
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--max-new-tokens", "8", "--data", "pydoc"], "--max-new-tokens would be ignored here; they go with --draft"),
+    (["--draft", "D", "--prompts", "P", "--cache", "C"], "--draft measures generation only; --cache go in a run"),
+])
+def test_draft_flags_out_of_place_are_refused_in_one_line(teacher, argv, expected, capsys):
+    assert _run(["eval", str(teacher), *argv]) != 0
+    assert expected in capsys.readouterr().err
