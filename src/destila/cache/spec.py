@@ -18,7 +18,7 @@ from destila.cache.encodings import ENCODINGS, encoding_of
 from destila.cache.extras import TeacherExtras
 from destila.cache.format import LOGPROB_DTYPES
 from destila.cache.kinds import check_target_fields, kind_of
-from destila.data.spec import DataSpec
+from destila.data.spec import DataSpec, as_data_spec, rows_given
 from destila.models.placement import PlacementSpec
 from destila.ranges import check_int_at_least
 from destila.targets.spec import TargetSpec
@@ -99,6 +99,9 @@ class BuildSpec(PlacementSpec):
             raise ValueError(f"max_tokens: expected at least one sequence of {self.seq_len} tokens, found "
                              f"{self.max_tokens!r}; raise --max-tokens or lower --seq-len")
         self.output = Path(self.output).expanduser()
+        if not rows_given(self.data):  # rows given in Python are read by their columns
+            self.data = as_data_spec(self.data, text_field=self.text_field, seq_len=self.seq_len,
+                                     max_tokens=self.max_tokens)
         if not isinstance(self.extras, TeacherExtras):
             raise ValueError(f"extras: expected a TeacherExtras, found {type(self.extras).__name__}")
         if self.extras.mixture and not kind_of(self.targets.kind).supports_mixture:

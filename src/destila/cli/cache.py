@@ -72,9 +72,10 @@ def _build(args) -> int:
     values = values_of(args, BuildSpec, exclude=("targets", "extras"))
     first, *others = values.pop("teacher")
     extras = TeacherExtras(mixture_teachers=tuple(others), **values_of(args, TeacherExtras, exclude=("mixture_teachers",)))
-    spec = BuildSpec(teacher=first, **values, targets=TargetSpec(**values_of(args, TargetSpec)), extras=extras)
-    spec.data = DataSpec(args.data, text_field=spec.text_field, seq_len=spec.seq_len, max_tokens=spec.max_tokens,
-                         **values_of(args, DataSpec, exclude=_BUILD_DATA_FIELDS))
+    data = DataSpec(values.pop("data"), **{name: values[name] for name in _BUILD_DATA_FIELDS[1:]},
+                    **values_of(args, DataSpec, exclude=_BUILD_DATA_FIELDS))
+    spec = BuildSpec(teacher=first, data=data, **values, targets=TargetSpec(**values_of(args, TargetSpec)),
+                     extras=extras)
     with names_user_path(args.output):  # a full disk reported by a Rust writer names no file: name the cache folder
         report = build_cache(spec)
     if report.rank != 0:

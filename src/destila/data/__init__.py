@@ -13,7 +13,8 @@ from destila.data.from_dataset import dataset_source
 from destila.data.loader import packed_source, texts_source
 from destila.data.naive import data_fingerprint, ids_fingerprint, pack_documents
 from destila.data.packed import PackedSource
-from destila.data.sequences import as_data_spec, as_sequences, describe_data
+from destila.data.sequences import as_sequences, describe_data
+from destila.data.spec import as_data_spec
 from destila.data.sources import PYDOC, load_records, load_texts, pydoc_texts
 from destila.data.spec import FORMATS, LOSS_ON, PACKING, DataSpec
 from destila.data.split import split_indices

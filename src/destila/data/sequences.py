@@ -23,26 +23,10 @@ Naive equivalent::
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from destila.data.from_dataset import dataset_source
 from destila.data.loader import packed_source, texts_source
 from destila.data.packed import PackedSource
-from destila.data.spec import TEXTS, DataSpec
-
-
-def _is_dataset(data) -> bool:
-    """A ``datasets.Dataset`` or ``IterableDataset`` (checked without importing datasets when it is not loaded)."""
-    import sys
-
-    datasets = sys.modules.get("datasets")
-    return datasets is not None and isinstance(data, (datasets.Dataset, datasets.IterableDataset))
-
-
-def _rows_given(data) -> bool:
-    """Rows given in Python: a ``datasets.Dataset``, or a list of dicts (text, messages, prompt/completion)."""
-    return _is_dataset(data) or (isinstance(data, (list, tuple)) and bool(data)
-                                 and all(isinstance(row, dict) for row in data))
+from destila.data.spec import TEXTS, DataSpec, as_data_spec, rows_given
 
 
 def as_sequences(data, tokenizer, *, main_first=None, spans: bool = False, **options) -> PackedSource:
@@ -60,7 +44,7 @@ def as_sequences(data, tokenizer, *, main_first=None, spans: bool = False, **opt
     the others map its store (``torchrun``). ``spans``: the items carry each
     token's byte span in its document (:mod:`destila.data.spans`).
     """
-    if _rows_given(data):
+    if rows_given(data):
         from destila.data.from_dataset import spec_for
         from destila.data.sources import in_memory_records
 
@@ -78,29 +62,11 @@ def as_sequences(data, tokenizer, *, main_first=None, spans: bool = False, **opt
     return packed_source(spec, tokenizer, main_first=main_first, spans=spans)
 
 
-def as_data_spec(data, **options) -> DataSpec:
-    """The :class:`DataSpec` of ``data`` (a spec, a source name or path, or a list of documents) with ``options``.
-
-    Beside a ``DataSpec`` an option must repeat the spec's value: two
-    different row lengths for one run are refused, not chosen between.
-    """
-    if isinstance(data, DataSpec):
-        differ = {k: (getattr(data, k), v) for k, v in options.items() if getattr(data, k) != v}
-        if differ:
-            raise ValueError("data: the DataSpec and the options given beside it disagree on " + ", ".join(
-                f"{k} ({a!r} vs {b!r})" for k, (a, b) in differ.items()) + "; give the same values to both")
-        return data
-    if isinstance(data, (str, Path, list, tuple)):
-        return DataSpec(str(data) if isinstance(data, Path) else data, **options)
-    raise ValueError(f"data: expected a DataSpec, a source name or path, a list of documents or a datasets.Dataset, "
-                     f"found {type(data).__name__}")
-
-
 def describe_data(data, source: PackedSource | None = None) -> str:
     """Where ``data`` came from, in words, as a cache manifest records it (``data_source``); ``source``:
     :func:`as_sequences`'s result for it, whose spec names the format of rows given in Python (read from their
     columns when left out)."""
-    if _rows_given(data):
+    if rows_given(data):
         if source is None:
             from destila.data.from_dataset import spec_for
             from destila.data.sources import in_memory_records

@@ -13,6 +13,7 @@ the object directly::
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 
 FORMATS = ("text", "messages", "prompt_completion")
 """The data formats a source is read as (``DataSpec.format``); a target kind is another thing (``TargetSpec.kind``)."""
@@ -155,3 +156,36 @@ class DataSpec:
         if self.documents is not None:
             described["source"] = TEXTS
         return described
+
+
+def rows_given(data) -> bool:
+    """Rows given in Python: a ``datasets.Dataset``, or a list of dicts (text, messages, prompt/completion); they
+    are read by their columns (:func:`~destila.data.sequences.as_sequences`), not through a :class:`DataSpec`."""
+    import sys
+
+    datasets = sys.modules.get("datasets")  # checked without importing datasets when it is not loaded
+    if datasets is not None and isinstance(data, (datasets.Dataset, datasets.IterableDataset)):
+        return True
+    return isinstance(data, (list, tuple)) and bool(data) and all(isinstance(row, dict) for row in data)
+
+
+def as_data_spec(data, **options) -> DataSpec:
+    """The :class:`DataSpec` of ``data`` (a spec, its fields as a dict, a source name or path, or a list of
+    documents) with ``options``: the one way user data becomes a spec, in every spec that takes data.
+
+    Beside a ``DataSpec`` an option must repeat the spec's value: two
+    different row lengths for one run are refused, not chosen between.
+    Naive equivalent: ``data if isinstance(data, DataSpec) else DataSpec(data, **options)``.
+    """
+    if isinstance(data, dict):  # its fields, as dataclasses.asdict gives them (a spec shipped to a worker)
+        data = DataSpec(**data)
+    if isinstance(data, DataSpec):
+        differ = {k: (getattr(data, k), v) for k, v in options.items() if getattr(data, k) != v}
+        if differ:
+            raise ValueError("data: the DataSpec and the options given beside it disagree on " + ", ".join(
+                f"{k} ({a!r} vs {b!r})" for k, (a, b) in differ.items()) + "; give the same values to both")
+        return data
+    if isinstance(data, (str, Path, list, tuple)):
+        return DataSpec(str(data) if isinstance(data, Path) else data, **options)
+    raise ValueError(f"data: expected a DataSpec, a source name or path, a list of documents or a datasets.Dataset, "
+                     f"found {type(data).__name__}")

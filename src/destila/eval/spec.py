@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from destila.data.spec import DataSpec
+from destila.data.spec import DataSpec, as_data_spec
 from destila.losses.options import DEFAULT_CHUNK_SIZE
 from destila.models import check_source
 from destila.ranges import check_fraction, check_int_at_least
@@ -70,8 +70,7 @@ class EvalSpec:
             raise ValueError("eval: give either a cache or data (the held-out text), not both")
         self.cache = None if self.cache is None else str(self.cache)
         if self.data is not None:
-            data = DataSpec(**self.data) if isinstance(self.data, dict) else self.data
-            data = data if isinstance(data, DataSpec) else DataSpec(data if isinstance(data, (list, tuple)) else str(data))
+            data = as_data_spec(self.data)
             self.data = data.replace(max_tokens=self.max_tokens or data.max_tokens)
         if self.eval_fraction is not None:
             check_fraction("eval_fraction", self.eval_fraction,
