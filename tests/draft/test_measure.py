@@ -143,3 +143,21 @@ def test_a_ranked_narrow_draft_keeps_the_teachers_greedy_text(teacher, cut_draft
 def test_draft_flags_out_of_place_are_refused_in_one_line(teacher, argv, expected, capsys):
     assert _run(["eval", str(teacher), *argv]) != 0
     assert expected in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def draft_on_another_tokenizer(tmp_path_factory):
+    from conftest import train_tiny_tokenizer
+
+    return save_tiny_model(tmp_path_factory.mktemp("draft-other-tokenizer"), train_tiny_tokenizer(280), layers=1,
+                           hidden=32)
+
+
+@pytest.mark.parametrize("temperature", ["0", "0.7"])
+def test_a_draft_on_another_tokenizer_is_refused_in_one_line(teacher, draft_on_another_tokenizer, prompts,
+                                                             temperature, capsys):
+    assert _run(["eval", str(teacher), "--draft", str(draft_on_another_tokenizer), "--prompts", str(prompts),
+                 "--temperature", temperature]) != 0
+    err = capsys.readouterr().err
+    assert "tokenizer differs from the teacher's; expected a draft on the teacher's tokenizer" in err
+    assert "Traceback" not in err

@@ -1,10 +1,11 @@
-"""`destila recipe progressive|self|on-policy`: multi-stage distillation recipes, resumable, with a report."""
+"""`destila recipe progressive|self|on-policy|draft`: multi-stage distillation recipes, resumable, with a report."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from destila.cli.fields import MODEL_HELP, add_fields, values_of
+from destila.draft.recipe import DraftSettings
 from destila.losses.options import LossOptions
 from destila.recipes import ProgressiveRecipe, RecipeSettings, SelfRecipe
 from destila.recipes.on_policy import LOSS_FIELDS_LEFT_OUT, OnPolicyRecipe, OnPolicySettings
@@ -67,6 +68,7 @@ def register(subparsers) -> None:
         add_fields(verb, RecipeOutput)
         add_fields(verb, RecipeSettings)
     _register_on_policy(verbs)
+    _register_draft(verbs)
 
 
 def _register_on_policy(verbs) -> None:
@@ -82,6 +84,33 @@ def _register_on_policy(verbs) -> None:
     add_fields(on_policy, OnPolicySettings)
     add_fields(on_policy.add_argument_group("loss (as for destila train)"), LossOptions, exclude=LOSS_FIELDS_LEFT_OUT)
     on_policy.set_defaults(func=_on_policy)
+
+
+@dataclass
+class DraftRequest:
+    teacher: str = field(metadata={"help": MODEL_HELP, "metavar": "TEACHER"})
+
+
+def _register_draft(verbs) -> None:
+    draft = verbs.add_parser(
+        "draft", help="a draft model for speculative decoding: sized by measured cost, distilled on the teacher's "
+                      "own answers, measured with assisted generation",
+        description="Measures how much a draft cut from TEACHER costs per token, has the teacher answer the "
+        "prompts, caches its top-K on those answers, distils the draft from that cache, and measures it on "
+        "held-out prompts: the teacher alone, with the draft and with prompt lookup (destila eval --draft). "
+        "OUT ends as a model folder for generate(assistant_model=...). Rerun to resume.",
+    )
+    add_fields(draft, DraftRequest, positional=("teacher",))
+    add_fields(draft, RecipeOutput)
+    add_fields(draft, DraftSettings)
+    draft.set_defaults(func=_draft)
+
+
+def _draft(args) -> int:
+    from destila.draft.recipe import DraftRecipe
+
+    DraftRecipe(args.teacher, args.out, DraftSettings(**values_of(args, DraftSettings))).run()
+    return 0
 
 
 def _progressive(args) -> int:

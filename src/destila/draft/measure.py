@@ -5,9 +5,8 @@ turn, with one generation config (KV cache, the teacher's dtype and thread
 count, greedy or seeded sampling, the same stop tokens and length):
 
 - ``teacher``: the teacher alone, plain decoding (the baseline);
-- ``draft``: assisted generation, ``generate(assistant_model=draft)``
-  (transformers' universal assisted generation when the draft's tokenizer
-  differs from the teacher's);
+- ``draft``: assisted generation, ``generate(assistant_model=draft)`` (the
+  draft on the teacher's tokenizer);
 - ``prompt_lookup``: ``generate(prompt_lookup_num_tokens=N)``, which
   proposes tokens by copying n-grams of the prompt and needs no draft.
 
@@ -50,9 +49,9 @@ def _generation_config(spec: DraftEvalSpec, stop: list[int], pad: int):
                             num_beams=1, use_cache=True, **sampling)
 
 
-def _way_options(way: str, draft, tokenizers: dict | None) -> dict:
-    """``generate``'s keywords beside the config: the draft (and both tokenizers when they differ)."""
-    return {"assistant_model": draft, **(tokenizers or {})} if way == "draft" else {}
+def _way_options(way: str, draft) -> dict:
+    """``generate``'s keywords beside the config: the draft for assisted generation."""
+    return {"assistant_model": draft} if way == "draft" else {}
 
 
 def _way_config(config, way: str, spec: DraftEvalSpec, max_new_tokens: int | None = None):
@@ -110,41 +109,43 @@ def _summary(way: str, answers: list[dict], reference: list[dict] | None) -> dic
     return row
 
 
-def measure_draft(spec: DraftEvalSpec, *, progress: bool = True, models: tuple | None = None) -> dict:
+def measure_draft(spec: DraftEvalSpec, *, progress: bool = True, teacher: tuple | None = None) -> dict:
     """Answer every prompt of ``spec.prompts`` three ways; the report of :mod:`destila.draft.measure`.
 
-    ``models`` = ``(teacher, tokenizer, draft, draft_tokenizer)`` already loaded skips loading (the recipe
-    measures the draft it has just trained). Returns ``{"settings", "ways": [row per way], "errors": [...]}``;
+    ``teacher`` = ``(model, tokenizer)`` already loaded skips loading it (a benchmark measures many drafts
+    against one teacher). Returns ``{"settings", "ways": [row per way], "errors": [...]}``;
     each row has ``speedup`` (tokens/s against the teacher alone).
     """
-    from destila.draft.loading import load_pair, tokenizer_options
+    from destila.draft.loading import load_draft, load_teacher
     from destila.generation.prompts import load_prompts
     from destila.generation.run import use_chat_template
     from destila.generation.sampling import render, stop_ids
-    from tqdm.auto import tqdm
+    from destila.io.progress import progress_bar
 
-    teacher, tokenizer, draft, draft_tokenizer = models or load_pair(spec)
+    teacher, tokenizer = teacher or load_teacher(spec)
+    draft = load_draft(spec, teacher, tokenizer) if "draft" in spec.ways else None
     prompts = load_prompts(spec.prompts)
     use_template = use_chat_template(tokenizer, prompts, "auto")
     encoded = [tokenizer(render(p, tokenizer, use_template), add_special_tokens=False, return_tensors="pt")
                ["input_ids"].to(teacher.device) for p in prompts]
     stop = stop_ids(teacher, tokenizer)
     config = _generation_config(spec, stop, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0])
-    options = {way: _way_options(way, draft, tokenizer_options(tokenizer, draft_tokenizer)) for way in WAYS}
-    configs = {way: _way_config(config, way, spec) for way in WAYS}
-    for way in WAYS:  # first calls pay one-time costs (allocator, kernels) that are no part of the comparison
+    ways = [way for way in WAYS if way in spec.ways]
+    options = {way: _way_options(way, draft) for way in ways}
+    configs = {way: _way_config(config, way, spec) for way in ways}
+    for way in ways:  # first calls pay one-time costs (allocator, kernels) that are no part of the comparison
         _answer(teacher, encoded[0], _way_config(config, way, spec, min(4, spec.max_new_tokens)), options[way],
                 draft, None)
-    answers = {way: [] for way in WAYS}
-    bar = tqdm(total=len(encoded) * len(WAYS), unit="answer", desc="draft", disable=not progress)
+    answers = {way: [] for way in ways}
+    bar = progress_bar(total=len(encoded) * len(ways), unit="answer", desc="draft", show=progress)
     with bar:
         for number, ids in enumerate(encoded):
-            for way in WAYS:  # in turn per prompt: a load that comes and goes falls on all three alike
+            for way in ways:  # in turn per prompt: a load that comes and goes falls on all three alike
                 seed = None if spec.greedy else spec.seed + number
                 answers[way].append(_answer(teacher, ids, configs[way], options[way], draft, seed))
                 bar.update(1)
     reference = answers["teacher"] if spec.greedy else None
-    rows = [_summary(way, answers[way], reference) for way in WAYS]
+    rows = [_summary(way, answers[way], reference) for way in ways]
     base = rows[0]["tokens_per_second"]
     for row in rows:
         row["speedup"] = round(row["tokens_per_second"] / base, 4) if base and row["tokens_per_second"] else None
@@ -175,5 +176,5 @@ def _errors(rows: list[dict], spec: DraftEvalSpec) -> list[str]:
 
 def _texts(tokenizer, answers: dict, prompts: int) -> list[dict]:
     """Each prompt's answers, decoded, for the report's file (a reader can see any difference)."""
-    return [{way: tokenizer.decode(answers[way][i]["tokens"], skip_special_tokens=True) for way in WAYS}
+    return [{way: tokenizer.decode(answers[way][i]["tokens"], skip_special_tokens=True) for way in answers}
             for i in range(prompts)]

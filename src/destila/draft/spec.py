@@ -38,6 +38,8 @@ class DraftEvalSpec:
         "help": "with --draft: the draft proposes only from its head's first N rows of the teacher's most frequent "
                 "tokens (the draft's draft_vocab.json, written by `destila recipe draft`); the output stays exact"})
     device: str = field(default="cpu", metadata={"flag": False, "help": "eval's --device"})
+    ways: tuple[str, ...] = field(default=WAYS, metadata={
+        "flag": False, "help": "which ways to run (the teacher alone always: it is the baseline and the reference)"})
 
     def __post_init__(self):
         if self.prompts is None:
@@ -49,6 +51,9 @@ class DraftEvalSpec:
         check_int_at_least("prompt_lookup_tokens", self.prompt_lookup_tokens, 1)
         check_finite_at_least("temperature", self.temperature, 0, hint="0 means greedy decoding")
         check_optional_int_at_least("draft_vocab", self.draft_vocab, 1)
+        unknown = [way for way in self.ways if way not in WAYS]
+        if unknown or "teacher" not in self.ways:
+            raise ValueError(f"ways: expected 'teacher' and any of {', '.join(WAYS[1:])}, found {list(self.ways)}")
 
     @property
     def greedy(self) -> bool:

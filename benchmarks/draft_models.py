@@ -1,0 +1,251 @@
+"""Distilled drafts for speculative decoding: which training makes the embedded teacher write fastest.
+
+Teacher: the embedded SmolLM2-135M-Instruct, greedy decoding, float32 on the CPU. Prompts:
+``destila.draft.prompts.pydoc_prompts`` (questions on sentences of Python's documentation; held-out
+topics never trained on). Drafts: cut from the teacher with ``--sizes`` layers (evenly spaced), then
+
+- ``cut``: untrained;
+- ``ce-pydoc``: cross-entropy on Python's documentation (the demo's text), no teacher;
+- ``kd-pydoc``: forward KL to the teacher's cached top-100 on that same text (offline KD);
+- ``ce-answers``: cross-entropy on the teacher's own greedy answers to the training prompts
+  (sequence-level KD);
+- ``kd-answers``: forward KL to the teacher's cached top-100 on those answers (KD on teacher-written text);
+- ``kd-answers-tvd``, ``kd-answers-rkl``: the same with total variation / reverse KL (largest size only).
+
+Every trained row trains on the same number of trained tokens (``--tokens``; answers train on their
+answer tokens only), batch 4 × 256, learning rate 5e-4 after 5 warm-up steps, with each ``--seeds``.
+Each draft is then measured by ``destila eval``'s measurement (:func:`destila.draft.measure.measure_draft`)
+in one process against one loaded teacher: per held-out prompt the teacher alone and the teacher with the
+draft in turn (the draft proposes from the teacher's 8,192 most frequent answer tokens, ``--draft-vocab``),
+and prompt lookup once per run. One JSON line per measurement is appended as soon as it is taken; a rerun
+skips what is done (trainings resume from their checkpoints).
+
+    python -m benchmarks.draft_models train WORK            # answers, caches, cuts, every training
+    python -m benchmarks.draft_models measure WORK --out benchmarks/results/draft_models.jsonl
+    python -m benchmarks.draft_models table benchmarks/results/draft_models.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from destila.io.json_lines import append_json_line, read_json_lines
+from destila.io.markdown import table_lines
+
+TEACHER = "smollm2"
+ROWS = {  # name: (training data, loss weights and divergence)
+    "ce-pydoc": ("pydoc", {"soft_weight": 0.0, "hard_weight": 1.0}),
+    "kd-pydoc": ("pydoc", {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "forward_kl"}),
+    "ce-answers": ("answers", {"soft_weight": 0.0, "hard_weight": 1.0}),
+    "kd-answers": ("answers", {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "forward_kl"}),
+}
+DIVERGENCE_ROWS = {
+    "kd-answers-tvd": ("answers", {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "tvd"}),
+    "kd-answers-rkl": ("answers", {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "reverse_kl"}),
+}
+SEQ_LEN, BATCH, TOP_K, LEARNING_RATE = 256, 4, 100, 5e-4
+
+
+def _recipe(work: Path, teacher: str, tokens: int, train_prompts: int, answer_tokens: int):
+    from destila.draft.recipe import DraftRecipe, DraftSettings
+
+    settings = DraftSettings(layers=1, tokens=tokens, seq_len=SEQ_LEN, top_k=TOP_K, batch_size=BATCH,
+                             learning_rate=LEARNING_RATE, generate_batch_size=48, train_prompts=train_prompts,
+                             answer_tokens=answer_tokens)
+    return DraftRecipe(teacher, work / "recipe", settings)
+
+
+def _runs(sizes: list[int], seeds: list[int]) -> list[tuple[str, int, int]]:
+    runs = [(row, size, seed) for seed in seeds for size in sizes for row in ROWS]
+    runs += [(row, max(sizes), seeds[0]) for row in DIVERGENCE_ROWS]
+    return runs
+
+
+def train(work: Path, sizes: list[int], seeds: list[int], tokens: int, teacher: str = TEACHER,
+          train_prompts: int = 400, answer_tokens: int = 96) -> None:
+    """The teacher's answers and both caches, the cut drafts, then every training not done yet."""
+    from destila.cache import build_cache, inspect_cache
+    from destila.data import DataSpec
+    from destila.demo.stages import train_from_cache
+
+    recipe = _recipe(work, teacher, tokens, train_prompts, answer_tokens)
+    log = recipe.log
+    train_prompts, _ = recipe.prompts()
+    answers = log.run("answers", "the teacher's answers", lambda: recipe.answers(train_prompts))
+    caches = {"answers": log.run("cache", "cache of the answers", lambda: recipe.cache(answers["path"]))}
+
+    def pydoc_cache() -> dict:
+        folder = work / "pydoc-cache"
+        build_cache(teacher, DataSpec("pydoc", seq_len=SEQ_LEN, max_tokens=tokens), folder, top_k=TOP_K)
+        summary = inspect_cache(folder)
+        return {"path": str(folder), "sequences": summary["sequences"],
+                "trained_positions": summary["trained_positions"]}
+
+    caches["pydoc"] = log.run("pydoc-cache", "cache of Python's documentation", pydoc_cache)
+    log.run("ranking", "the teacher's tokens by frequency", lambda: recipe.ranking(answers["path"]))
+    for size in sizes:
+        log.run(f"init-{size}", f"{size} layers cut", lambda: _init(work, teacher, size))
+    for row, size, seed in _runs(sizes, seeds):
+        data, loss = {**ROWS, **DIVERGENCE_ROWS}[row]
+        cache = caches[data]
+        per_sequence = cache["trained_positions"] / cache["sequences"]
+        steps = max(1, round(tokens / (BATCH * per_sequence)))
+
+        def run(cache=cache, loss=loss, steps=steps, per_sequence=per_sequence, name=_name(row, size, seed)):
+            result = train_from_cache(str(work / f"init-{size}"), work / "train" / name, cache["path"],
+                                      max_steps=steps, batch_size=BATCH, learning_rate=LEARNING_RATE, seed=seed,
+                                      **loss)
+            _copy_ranking(work, Path(result["path"]))
+            return {**result, "trained_tokens": round(result["steps"] * BATCH * per_sequence)}
+
+        log.run(f"train-{_name(row, size, seed)}", f"train {row}, {size} layers, seed {seed}", run)
+
+
+def _name(row: str, size: int, seed: int) -> str:
+    return f"{row}-{size}L-s{seed}"
+
+
+def _init(work: Path, teacher: str, size: int) -> dict:
+    from destila.student import init_student
+    from destila.student.spec import StudentInitSpec
+
+    path = work / f"init-{size}"
+    if not (path / "config.json").exists():
+        init_student(StudentInitSpec(teacher, path, layers=size))
+    _copy_ranking(work, path)
+    return {"path": str(path)}
+
+
+def _copy_ranking(work: Path, folder: Path) -> None:
+    from destila.draft.head import VOCAB_FILE
+    from destila.io import write_atomic
+
+    write_atomic(folder / VOCAB_FILE, (work / "recipe" / "work" / VOCAB_FILE).read_bytes())
+
+
+def measure(work: Path, out: Path, sizes: list[int], seeds: list[int], prompts: int, new_tokens: int,
+            draft_vocab: int, teacher_name: str = TEACHER) -> None:
+    """Every draft against the teacher alone, one JSON line each; prompt lookup once; full head for the best."""
+    import os
+
+    import torch
+
+    from destila.draft.loading import load_teacher
+    from destila.draft.measure import measure_draft
+    from destila.draft.prompts import pydoc_prompts
+    from destila.draft.spec import DraftEvalSpec
+
+    held = pydoc_prompts()[1][:prompts]
+    done = {(r["row"], r["layers"], r["seed"], r["draft_vocab"]) for r in read_json_lines(out)} if out.exists() else set()
+    first = DraftEvalSpec(teacher_name, None, held, max_new_tokens=new_tokens, ways=("teacher", "prompt_lookup"))
+    teacher = load_teacher(first)
+    load = {"threads": torch.get_num_threads(), "load_average_start": os.getloadavg()[0]}
+    todo = [("prompt_lookup", 0, 0, None, None)]
+    todo += [("cut", size, 0, draft_vocab, work / f"init-{size}") for size in sizes]
+    todo += [(row, size, seed, draft_vocab, work / "train" / _name(row, size, seed))
+             for row, size, seed in _runs(sizes, seeds)]
+    for row, size, seed, vocab, folder in todo:
+        if (row, size, seed, vocab) in done:
+            continue
+        ways = ("teacher", "prompt_lookup") if folder is None else ("teacher", "draft")
+        spec = DraftEvalSpec(teacher_name, None if folder is None else str(folder), held, max_new_tokens=new_tokens,
+                             draft_vocab=vocab, ways=ways)
+        report = measure_draft(spec, teacher=teacher)
+        _append(out, row, size, seed, vocab, report, load)
+    best = _best(out, "kd-answers")
+    if best is not None and (best["row"], best["layers"], best["seed"], None) not in done:
+        folder = work / "train" / _name(best["row"], best["layers"], best["seed"])
+        report = measure_draft(DraftEvalSpec(teacher_name, str(folder), held, max_new_tokens=new_tokens,
+                                             ways=("teacher", "draft")), teacher=teacher)
+        _append(out, best["row"], best["layers"], best["seed"], None, report, load)
+
+
+def _append(out: Path, row: str, size: int, seed: int, vocab, report: dict, load: dict) -> None:
+    import os
+
+    ways = {w["way"]: w for w in report["ways"]}
+    other = ways.get("draft") or ways.get("prompt_lookup")
+    record = {"row": row, "layers": size, "seed": seed, "draft_vocab": vocab,
+              "teacher_tokens_per_second": ways["teacher"]["tokens_per_second"],
+              "tokens_per_second": other["tokens_per_second"], "speedup": other["speedup"],
+              "acceptance": other["acceptance"], "tokens_per_forward": other["tokens_per_forward"],
+              "identical": other["identical"], "prompts": report["settings"]["prompts"],
+              "max_new_tokens": report["settings"]["max_new_tokens"],
+              "teacher_forward_ms": report["settings"]["teacher_forward_ms"],
+              "teacher_alone_ms_per_token": report["settings"]["teacher_alone_ms_per_token"],
+              "errors": report["errors"], **load, "load_average_end": os.getloadavg()[0]}
+    append_json_line(out, record)
+    print(json.dumps(record))
+
+
+def _best(out: Path, prefix: str) -> dict | None:
+    rows = [r for r in read_json_lines(out) if r["row"].startswith(prefix) and r["draft_vocab"] is not None]
+    return max(rows, key=lambda r: r["speedup"]) if rows else None
+
+
+def table(path: Path) -> str:
+    """Mean over seeds per (row, layers, head): acceptance, tokens per forward, speedup; ± half the seeds' spread."""
+    records = read_json_lines(path)
+    lookup = [r for r in records if r["row"] == "prompt_lookup"]
+    groups: dict = {}
+    for r in records:
+        if r["row"] != "prompt_lookup":
+            groups.setdefault((r["layers"], r["row"], r["draft_vocab"]), []).append(r)
+
+    def cell(values, digits):
+        mean = statistics.mean(values)
+        return f"{mean:.{digits}f}" + (f" ± {(max(values) - min(values)) / 2:.{digits}f}" if len(values) > 1 else "")
+
+    lines = []
+    for (layers, row, vocab), group in sorted(groups.items(), key=lambda kv: (kv[0][0], list(_ORDER).index(kv[0][1]),
+                                                                               kv[0][2] is None)):
+        lines.append([f"{layers}", row, "whole" if vocab is None else f"{vocab:,}", str(len(group)),
+                      cell([g["acceptance"] for g in group], 3), cell([g["tokens_per_forward"] for g in group], 2),
+                      cell([g["speedup"] for g in group], 2) + "×",
+                      f"{sum(g['identical'] for g in group)}/{sum(g['prompts'] for g in group)}"])
+    for r in lookup:
+        lines.append(["–", "prompt lookup", "–", "1", f"{r['acceptance']:.3f}", f"{r['tokens_per_forward']:.2f}",
+                      f"{r['speedup']:.2f}×", f"{r['identical']}/{r['prompts']}"])
+    header = ["layers", "draft", "head", "seeds", "acceptance", "tokens/forward", "speedup", "identical"]
+    return "\n".join(table_lines(header, lines))
+
+
+_ORDER = ("cut", "ce-pydoc", "kd-pydoc", "ce-answers", "kd-answers", "kd-answers-tvd", "kd-answers-rkl")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    for verb in ("train", "measure"):
+        one = verbs.add_parser(verb)
+        one.add_argument("work", type=Path)
+        one.add_argument("--sizes", default="2,4")
+        one.add_argument("--seeds", default="0,1")
+        one.add_argument("--tokens", type=int, default=24576, help="trained tokens per row")
+        one.add_argument("--teacher", default=TEACHER)
+        if verb == "train":
+            one.add_argument("--train-prompts", type=int, default=400, help="training prompts the teacher answers")
+            one.add_argument("--answer-tokens", type=int, default=96, help="tokens per answer at most")
+        if verb == "measure":
+            one.add_argument("--out", type=Path, default=Path("benchmarks/results/draft_models.jsonl"))
+            one.add_argument("--prompts", type=int, default=12, help="held-out prompts")
+            one.add_argument("--new-tokens", type=int, default=64)
+            one.add_argument("--draft-vocab", type=int, default=8192)
+    shown = verbs.add_parser("table")
+    shown.add_argument("path", type=Path, nargs="?", default=Path("benchmarks/results/draft_models.jsonl"))
+    args = parser.parse_args(argv)
+    if args.verb == "table":
+        print(table(args.path))
+        return
+    sizes, seeds = [int(x) for x in args.sizes.split(",")], [int(x) for x in args.seeds.split(",")]
+    if args.verb == "train":
+        train(args.work, sizes, seeds, args.tokens, args.teacher, args.train_prompts, args.answer_tokens)
+    else:
+        measure(args.work, args.out, sizes, seeds, args.prompts, args.new_tokens, args.draft_vocab, args.teacher)
+
+
+if __name__ == "__main__":
+    main()

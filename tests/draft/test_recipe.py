@@ -1,0 +1,82 @@
+"""`destila recipe draft`: size by measured cost, the teacher's answers, one teacher pass, KD, the measurement.
+
+Run end to end on a tiny random Llama as a user would run it on the real one; the output folder must load as a
+plain model and serve as transformers' assistant model.
+"""
+
+import json
+
+import pytest
+import torch
+from conftest import pydoc_texts, save_tiny_model
+
+from destila.cli.main import main
+from destila.draft.head import VOCAB_FILE
+from destila.draft.size import choose_layers
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory, tiny_tokenizer):
+    return save_tiny_model(tmp_path_factory.mktemp("recipe-teacher"), tiny_tokenizer, layers=4, hidden=64)
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    lines = [line.strip()[:40] for line in pydoc_texts(6)[5].splitlines() if len(line.strip()) > 30][:10]
+    assert len(lines) == 10
+    path = tmp_path_factory.mktemp("recipe-prompts") / "prompts.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _run(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    return stop.value.code or 0
+
+
+SMALL = ["--tokens", "96", "--answer-tokens", "8", "--eval-prompts", "2", "--eval-new-tokens", "6", "--seq-len", "32",
+         "--top-k", "8", "--draft-vocab", "64", "--generate-batch-size", "4", "--batch-size", "2"]
+
+
+def test_the_recipe_ends_with_a_loadable_draft_and_its_measurement(teacher, prompts, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "draft"
+    assert _run(["recipe", "draft", str(teacher), "-o", str(out), "--prompts", str(prompts), *SMALL]) == 0
+    stages = json.loads((out / "stages.json").read_text())
+    assert list(stages) == ["size", "answers", "cache", "init", "train", "ranking", "measure"]
+    assert 1 <= stages["size"]["layers"] < 4 and len(stages["size"]["drafts"]) == 3  # 1, 2, 3 of 4 layers
+    assert stages["answers"]["answers"] == 8  # 10 prompts, every 5th held out
+    assert stages["train"]["trained_tokens"] >= 96
+    ways = {row["way"]: row for row in stages["measure"]["ways"]}
+    assert ways["draft"]["identical"] == 2 and stages["measure"]["errors"] == []
+    assert stages["measure"]["settings"]["draft_vocab"] == 64
+    assert len(json.loads((out / VOCAB_FILE).read_text())["token_ids"]) == 320
+    # DRAFT is a plain model folder: transformers' assisted generation takes it as it is.
+    draft = AutoModelForCausalLM.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(teacher)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    ids = tokenizer("The for statement", return_tensors="pt")["input_ids"]
+    alone = model.generate(ids, max_new_tokens=6, do_sample=False)
+    assisted = model.generate(ids, max_new_tokens=6, do_sample=False, assistant_model=draft)
+    assert torch.equal(alone, assisted)
+    assert "speculative decoding" in capsys.readouterr().out
+    # Rerun: every stage done before, nothing trained again.
+    before = (out / "model.safetensors").read_bytes()
+    assert _run(["recipe", "draft", str(teacher), "-o", str(out), "--prompts", str(prompts), *SMALL]) == 0
+    assert "done before" in capsys.readouterr().out and (out / "model.safetensors").read_bytes() == before
+
+
+def test_the_deepest_draft_within_the_cost_ratio_is_chosen():
+    costs = {"teacher_ms": 50, "drafts": [{"layers": 1, "ms": 4, "ratio": 0.08}, {"layers": 2, "ms": 6, "ratio": 0.12},
+                                          {"layers": 4, "ms": 11, "ratio": 0.22}]}
+    assert choose_layers(costs, 0.15) == 2
+    assert choose_layers(costs, 0.05) == 1  # none affordable: the cheapest
+    assert choose_layers(costs, 1.0) == 4
+
+
+def test_a_draft_as_deep_as_the_teacher_is_refused_in_one_line(teacher, prompts, tmp_path, capsys):
+    assert _run(["recipe", "draft", str(teacher), "-o", str(tmp_path / "d"), "--prompts", str(prompts),
+                 "--layers", "4", *SMALL]) != 0
+    assert "layers: the draft must have fewer layers than the teacher's 4, found 4" in capsys.readouterr().err
