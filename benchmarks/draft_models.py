@@ -20,9 +20,9 @@ draft in turn (the draft proposes from the teacher's 8,192 most frequent answer 
 and prompt lookup once per run. One JSON line per measurement is appended as soon as it is taken; a rerun
 skips what is done (trainings resume from their checkpoints).
 
-    python -m benchmarks.draft_models train WORK            # answers, caches, cuts, every training
-    python -m benchmarks.draft_models measure WORK --out benchmarks/results/draft_models.jsonl
-    python -m benchmarks.draft_models table benchmarks/results/draft_models.jsonl
+    python benchmarks/draft_models.py train WORK            # answers, caches, cuts, every training
+    python benchmarks/draft_models.py measure WORK --out benchmarks/results/draft_models.jsonl
+    python benchmarks/draft_models.py table benchmarks/results/draft_models.jsonl
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def table(path: Path) -> str:
 _ORDER = ("cut", "ce-pydoc", "kd-pydoc", "ce-answers", "kd-answers", "kd-answers-tvd", "kd-answers-rkl")
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     verbs = parser.add_subparsers(dest="verb", required=True)
     for verb in ("train", "measure"):
@@ -236,7 +236,11 @@ def main(argv=None) -> None:
             one.add_argument("--draft-vocab", type=int, default=8192)
     shown = verbs.add_parser("table")
     shown.add_argument("path", type=Path, nargs="?", default=Path("benchmarks/results/draft_models.jsonl"))
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
     if args.verb == "table":
         print(table(args.path))
         return

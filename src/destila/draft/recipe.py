@@ -169,8 +169,9 @@ class DraftRecipe:
         del teacher
         gc.collect()
         layers = choose_layers(costs, s.cost_ratio)
-        self.console.print(f"teacher {costs['teacher_ms']} ms per token; drafts: " + ", ".join(
-            f"{row['layers']} layers {row['ms']} ms ({row['ratio']:.2f})" for row in costs["drafts"]))
+        self.console.print(f"teacher {costs['teacher_ms']:.1f} ms per token; a draft {costs['fixed_ms']:.1f} ms + "
+                           f"{costs['per_layer_ms']:.2f} ms per layer (measured: " + ", ".join(
+                               f"{row['layers']} layers {row['ms']:.1f}" for row in costs["drafts"]) + ")")
         return {"layers": layers, "chosen_by": f"cost ratio ≤ {s.cost_ratio}", **costs}
 
     def answers(self, train: list) -> dict:

@@ -69,11 +69,21 @@ def test_the_recipe_ends_with_a_loadable_draft_and_its_measurement(teacher, prom
 
 
 def test_the_deepest_draft_within_the_cost_ratio_is_chosen():
-    costs = {"teacher_ms": 50, "drafts": [{"layers": 1, "ms": 4, "ratio": 0.08}, {"layers": 2, "ms": 6, "ratio": 0.12},
-                                          {"layers": 4, "ms": 11, "ratio": 0.22}]}
+    costs = {"teacher_ms": 50, "drafts": [{"layers": 1, "ratio": 0.08}, {"layers": 2, "ratio": 0.12},
+                                          {"layers": 4, "ratio": 0.22}]}
     assert choose_layers(costs, 0.15) == 2
     assert choose_layers(costs, 0.05) == 1  # none affordable: the cheapest
     assert choose_layers(costs, 1.0) == 4
+
+
+def test_costs_are_read_through_a_line_so_one_disturbed_candidate_does_not_decide(monkeypatch):
+    from destila.draft import size
+
+    # Candidate 4 measured twice as slow as its neighbours (another program's load): the fit still ranks by depth.
+    slow = {1: 6.0, 2: 7.0, 3: 8.0, 4: 18.0, 6: 11.0, 8: 13.0}
+    fixed, per_layer = size._line(list(slow.items()))
+    fitted = {n: fixed + per_layer * n for n in slow}
+    assert all(fitted[a] < fitted[b] for a, b in zip(sorted(slow), sorted(slow)[1:]))
 
 
 def test_a_draft_as_deep_as_the_teacher_is_refused_in_one_line(teacher, prompts, tmp_path, capsys):
