@@ -102,7 +102,8 @@ def apply_config(parser: argparse.ArgumentParser, values: dict, path: str) -> di
         raise ValueError(f"--config {path}: {'; '.join(problems)}. Expected names of `destila train --help` "
                          "options (e.g. learning_rate) or TRL config keys such as max_length")
     parser.set_defaults(**normalised)
-    return {MAPPED[k][0] if k in MAPPED else k: k for k in values}
+    spelt = {MAPPED[k][0] if k in MAPPED else k: k for k in values}
+    return {option: key for option, key in spelt.items() if option in normalised}  # not a key read as "not set"
 
 
 def parse(argv: list[str]):
@@ -111,6 +112,7 @@ def parse(argv: list[str]):
     from destila.training.objective import recorded_defaults  # heavy: transformers
     from destila.training.output_dir import read_run_record  # heavy: transformers
     from destila.training.trl_defaults import gkd_defaults
+    from destila.training.trl_keys import unchosen_data_options
 
     parser = build_parser()
     # A first look at the flags that decide the defaults (the config file, a resumed run's record), from the same
@@ -134,7 +136,7 @@ def parse(argv: list[str]):
     spelt.update({dest: "--" + dest.replace("_", "-") for dest in given_on_command_line(parser, argv)})
     spelt.update(apply_trl_flags(namespace, parser))
     check_trl_temperature(namespace, spelt, in_trl_terms)
-    check_against_cache(namespace, spelt)
+    check_against_cache(namespace, spelt, unchosen_data_options(config))
     _beta_selects_divergence(namespace, argv)
     if namespace.student is None:
         parser.error("the following arguments are required: student")

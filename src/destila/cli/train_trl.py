@@ -121,19 +121,21 @@ def check_trl_temperature(namespace: argparse.Namespace, spelt: dict, trl_terms:
         raise ValueError(problem)
 
 
-def check_against_cache(namespace: argparse.Namespace, spelt: dict) -> None:
+def check_against_cache(namespace: argparse.Namespace, spelt: dict, unchosen: dict | None = None) -> None:
     """Beside ``--cache``: the data options given (``spelt``: ``{option: the name the user wrote}``) must equal the
-    cache's settings, and are then reset to their defaults (they say nothing new)."""
-    given = {o: (name, getattr(namespace, o)) for o, name in spelt.items() if o in _DATA_OPTIONS}
-    if namespace.cache is None or not given:
+    cache's settings, and are then reset to their defaults (they say nothing new). ``unchosen`` (``{option: TRL
+    key}``) names the config's TRL data keys at TRL's own default: they ask for nothing and are only reset."""
+    data = {o: name for o, name in spelt.items() if o in _DATA_OPTIONS}
+    if namespace.cache is None or not data:
         return
+    given = {o: (name, getattr(namespace, o)) for o, name in data.items() if (unchosen or {}).get(o) != name}
     from destila.cache.dataset import open_cache  # heavy: torch
     from destila.cache.settings_match import settings_problems
 
-    problems = settings_problems(given, open_cache(namespace.cache).manifest, str(namespace.cache))
+    problems = settings_problems(given, open_cache(namespace.cache).manifest, str(namespace.cache)) if given else []
     if problems:
         raise ValueError(f"--cache {namespace.cache}: {'; '.join(problems)}. A cache already holds its rows: data "
                          "options beside it must equal its settings")
     defaults = {f.name: f.default for f in dataclasses.fields(DataSpec)}
-    for option in given:  # back to the field's default, as if not given (the config's value is a parser default)
+    for option in data:  # back to the field's default, as if not given (the config's value is a parser default)
         setattr(namespace, option, defaults.get(option))

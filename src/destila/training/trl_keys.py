@@ -14,6 +14,12 @@ JSD with that β (mixture ``m = βp + (1 − β)q``, p the teacher), which is
 destila's ``jsd``. A ``divergence`` given beside it wins, and must be ``jsd``
 when β is strictly between 0 and 1.
 
+A config TRL wrote out in full (``to_dict()`` as YAML: every
+``TrainingArguments`` field present, :func:`written_in_full`) holds every
+default TRL has: GKD's ``lmbda 0.5``, ``temperature 0.9`` and
+``disable_dropout true`` (:data:`GKD_DUMP_DEFAULTS`) are accepted there, and
+``to_dict()``'s ``<EOS_TOKEN>``-style masks are read as not set everywhere.
+
 Naive equivalent::
 
     options = {MAPPED[k][0]: MAPPED[k][1](v) if k in MAPPED else v for k, v in yaml.items()}
@@ -101,7 +107,42 @@ REFUSED = {
     "activation_offloading": ((False,), "activations are not offloaded; use --gradient_checkpointing"),
     "router_aux_loss_coef": ((), "a mixture-of-experts router's auxiliary loss is not added"),
     "ignore_bias_buffers": ((False,), "DDP's bias buffers are left as the Trainer keeps them"),
+    "datasets": ((), "TRL's dataset mixture is not read; give one dataset as --data (a file, a folder or a hub "
+                     "name, with --subset and --split), or build a cache from each and train on it"),
+    "test_split_size": ((), "held-out data is --eval-fraction of the training data, or an eval cache"),
 }
+
+# What TrainingArguments.to_dict() writes for a field named *_token (eos_token, pad_token, hub_token), whatever
+# its value: the mask says nothing, so the key is read as not set (the tokenizer's own tokens, no hub token).
+def masked_token(name: str, value) -> bool:
+    """Whether ``value`` is ``to_dict()``'s mask of the field ``name`` (``eos_token: <EOS_TOKEN>``)."""
+    return name.endswith("_token") and value == f"<{name.upper()}>"
+
+
+# GKDConfig's defaults (TRL 1.16) of keys otherwise refused, accepted in a config written out in full (every
+# TrainingArguments field present, as to_dict() writes it), where they are what TRL wrote, not what the user chose:
+# the run stays off-policy at T 1 with the student's own dropout, and its first line says so.
+GKD_DUMP_DEFAULTS = {"lmbda": 0.5, "temperature": 0.9, "disable_dropout": True}
+# SFTConfig's defaults (TRL 1.16) of its data keys: what a config says when no data option was chosen, so beside a
+# cache (whose rows are made) they ask for nothing and are accepted whatever the cache's settings.
+TRL_DATA_DEFAULTS = {"max_length": 1024, "packing": False, "dataset_text_field": "text", "assistant_only_loss": False}
+
+
+def written_in_full(values) -> bool:
+    """Whether ``values`` holds every ``TrainingArguments`` field: a TRL config's ``to_dict()`` written out."""
+    import dataclasses
+
+    from transformers import TrainingArguments  # heavy: transformers
+
+    names = {str(key) for key in values}
+    return all(f.name in names for f in dataclasses.fields(TrainingArguments) if f.init)
+
+
+def unchosen_data_options(values) -> dict:
+    """``{destila option: TRL key}`` for the TRL data keys of ``values`` at TRL's default (see
+    :data:`TRL_DATA_DEFAULTS`)."""
+    return {MAPPED[key][0]: key for key, value in values.items()
+            if key in TRL_DATA_DEFAULTS and value == TRL_DATA_DEFAULTS[key]}
 
 # TRL's ModelConfig LoRA defaults, taken with `use_peft: true` when not given.
 PEFT_DEFAULTS = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05}
@@ -146,8 +187,15 @@ def map_trl_keys(values: dict, known) -> tuple[dict, list[str]]:
     """``(options, problems)``: ``values`` with TRL keys mapped; one problem line per key refused or unknown
     (with the nearest name). ``known`` holds destila's option names (they pass through unchanged)."""
     options, problems = {}, []
+    in_full = written_in_full(values)
     for key, value in values.items():
         name = str(key).lstrip("-").replace("-", "_")
+        if masked_token(name, value):
+            continue
+        if in_full and name in GKD_DUMP_DEFAULTS and value == GKD_DUMP_DEFAULTS[name]:
+            continue  # TRL's default, written out with every other field
+        if name == "remove_unused_columns" and value is True:
+            continue  # the Trainer's and TRL's default: destila keeps the columns, which carry the targets
         if name == "use_peft":
             if value is None:  # TRL's "not set"
                 continue
@@ -171,6 +219,9 @@ def map_trl_keys(values: dict, known) -> tuple[dict, list[str]]:
                 problems.append(f"{name} (sets {target}, which another key sets to {options[target]!r})")
             options[target] = convert(value)
         elif name in known:
+            problem = name == "temperature" and in_trl_terms(values) and trl_temperature_problem(value)
+            if problem:  # GKD's sampling temperature, named with the other refusals
+                problems.append(problem)
             options[name] = value
         else:
             problems.append(f"unknown option {key!r}{did_you_mean(name, known)}")

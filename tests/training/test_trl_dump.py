@@ -1,0 +1,102 @@
+"""A TRL config written out in full (``to_dict()`` dumped to YAML, as TRL users keep them) on `destila train`."""
+
+import pytest
+import yaml
+
+from destila.cli.main import main as cli
+from destila.cli.train import parse
+
+
+def dump(tmp_path, config, name="trl.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(config.to_dict()))
+    return str(path)
+
+
+def small(out, **changes):
+    """A TRL config's changes for a short CPU run (the rest at TRL's defaults)."""
+    return dict(output_dir=str(out), use_cpu=True, max_steps=2, per_device_train_batch_size=2, save_strategy="no",
+                logging_steps=1, **changes)
+
+
+def gkd_config(out, **changes):
+    from trl.experimental.gkd import GKDConfig
+
+    return GKDConfig(**small(out, **changes))
+
+
+def sft_config(out, **changes):
+    from trl import SFTConfig
+
+    return SFTConfig(**small(out, **changes))
+
+
+@pytest.mark.parametrize("make", [gkd_config, sft_config], ids=["GKDConfig", "SFTConfig"])
+def test_a_trl_config_written_out_in_full_trains_from_a_cache(make, tiny_cache, fresh_student, tmp_path, capsys):
+    out = tmp_path / "out"
+    config = dump(tmp_path, make(out))
+    with pytest.raises(SystemExit) as exit_:
+        cli(["train", str(fresh_student), "--cache", str(tiny_cache), "--config", config])
+    assert exit_.value.code == 0, capsys.readouterr().err
+    assert (out / "model.safetensors").exists()
+    printed = capsys.readouterr().out
+    assert "objective: jsd β 0.5, T 1, soft 1 + hard 0" in printed and "Off-policy" in printed
+
+
+def test_the_masked_tokens_of_a_dump_are_read_as_not_set(tiny_cache, tmp_path):
+    config = dump(tmp_path, sft_config(tmp_path / "out"))
+    text = open(config).read()
+    assert "<EOS_TOKEN>" in text and "<PAD_TOKEN>" in text and "<HUB_TOKEN>" in text
+    _, args = parse(["s", "--cache", str(tiny_cache), "--config", config])
+    assert args.hub_token is None and args.remove_unused_columns is False
+
+
+def test_every_refusal_of_a_dump_comes_in_one_line(tiny_cache, tmp_path, capsys):
+    config = dump(tmp_path, gkd_config(tmp_path / "out", lmbda=0.7, seq_kd=True, temperature=0.5, max_length=64,
+                                       use_liger_kernel=False))
+    with pytest.raises(SystemExit) as exit_:
+        cli(["train", "s", "--cache", str(tiny_cache), "--config", config])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    for part in ("lmbda 0.7 (on-policy", "seq_kd True (sequence-level", "temperature 0.5 (in TRL's GKD"):
+        assert part in err, part
+    assert "disable_dropout" not in err and "EOS_TOKEN" not in err and "remove_unused_columns" not in err
+
+
+def test_the_objective_line_of_a_gkd_dump_says_it_runs_off_policy(tiny_cache, tmp_path):
+    _, args = parse(["s", "--cache", str(tiny_cache), "--config", dump(tmp_path, gkd_config(tmp_path / "out"))])
+    assert (args.divergence, args.beta, args.temperature, args.hard_weight) == ("jsd", 0.5, 1.0, 0.0)
+
+
+def test_gkds_defaults_outside_a_full_dump_are_still_refused(tmp_path, capsys):
+    path = tmp_path / "short.yaml"
+    path.write_text("lmbda: 0.5\ndisable_dropout: true\n")
+    with pytest.raises(SystemExit) as exit_:
+        cli(["train", "s", "--cache", "c", "-o", str(tmp_path / "o"), "--config", str(path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "lmbda 0.5" in err and "disable_dropout True" in err
+
+
+@pytest.mark.parametrize("text", ["dataset_num_proc: null\n", "completion_only_loss: null\n", "packing: false\n",
+                                  "max_length: 1024\n", "remove_unused_columns: true\n",
+                                  "eos_token: <EOS_TOKEN>\npad_token: <PAD_TOKEN>\n"])
+def test_a_trl_default_beside_a_cache_is_accepted(text, tiny_cache, tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("model_name_or_path: s\n" + text)
+    namespace, args = parse(["--cache", str(tiny_cache), "-o", str(tmp_path / "o"), "--config", str(path)])
+    assert namespace.seq_len is None or namespace.seq_len != 1024
+    assert args.remove_unused_columns is False
+
+
+def test_trls_dataset_mixture_gets_one_line_with_destilas_data_flags(tmp_path, capsys):
+    path = tmp_path / "mix.yaml"
+    path.write_text("datasets:\n  - path: a.jsonl\n  - path: b.jsonl\ntest_split_size: 0.1\n")
+    with pytest.raises(SystemExit) as exit_:
+        cli(["train", "s", "--cache", "c", "-o", str(tmp_path / "o"), "--config", str(path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "did you mean" not in err
+    assert "TRL's dataset mixture is not read; give one dataset as --data" in err
+    assert "test_split_size 0.1 (held-out data is --eval-fraction" in err
