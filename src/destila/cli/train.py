@@ -153,19 +153,20 @@ def _given(argv: list[str], flag: str) -> bool:
 
 def _beta_selects_divergence(namespace, argv: list[str]) -> None:
     """``--beta`` alone selects the divergence as GKD's β does; beside a divergence without a β it is refused."""
-    from destila.losses.divergences import REGISTRY, get_divergence  # heavy: torch
-    from destila.training.trl_keys import gkd_divergence  # heavy: transformers
+    from destila.losses.divergences import get_divergence  # heavy: torch
+    from destila.training import DistillationArguments  # heavy: transformers
+    from destila.training.trl_keys import beta_problem, gkd_divergence  # heavy: transformers
 
     if not _given(argv, "--beta"):
+        if _given(argv, "--divergence") and not get_divergence(namespace.divergence).uses_beta:
+            namespace.beta = DistillationArguments.__dataclass_fields__["beta"].default  # a recorded or config β
         return
     if not _given(argv, "--divergence"):
         namespace.__dict__.update(gkd_divergence(namespace.beta))
         if not get_divergence(namespace.divergence).uses_beta:
             namespace.beta = 0.5  # β at 0 or 1 is the divergence itself, not a JSD weight
-    elif not get_divergence(namespace.divergence).uses_beta:
-        with_beta = " or ".join(f"--divergence {d.name}" for d in REGISTRY.values() if d.uses_beta)
-        raise ValueError(f"--beta {namespace.beta}: only {with_beta} has a β, and --divergence "
-                         f"{namespace.divergence} is given; drop one of them")
+    elif problem := beta_problem(namespace.beta, namespace.divergence, flag="--"):
+        raise ValueError(problem)
 
 
 def run(argv: list[str]) -> int:

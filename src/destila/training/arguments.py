@@ -24,6 +24,7 @@ work for distillation from a student cut out of its teacher (see
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 from dataclasses import dataclass, field
 
@@ -38,6 +39,7 @@ from destila.training.argument_ranges import check_argument_ranges
 from destila.training.finite import check_finite_arguments
 from destila.training.hidden_distillation import HiddenLossOptions
 from destila.training.peft_student import LoraArguments
+from destila.training.trl_keys import beta_problem, gkd_divergence
 from destila.training.weight_schedule import SoftWeightSchedule
 
 ONLINE_LOSSES = ("dense", "topk")
@@ -186,6 +188,7 @@ class DistillationArguments(TrainingArguments):
             raise ValueError(f"eval_fraction: expected a number in [0, 1), found {self.eval_fraction}")
         if self.remove_unused_columns:
             raise ValueError("remove_unused_columns: must stay False, the batches carry the teacher's targets")
+        self._beta_selects_divergence()
         self.loss_options()  # validates every loss option, with LossOptions' messages
         self.weight_schedule().check(self.soft_weight, self.hard_weight, TRAIN_LOSS_DEFAULTS["hard_weight"])
         check_top_p(self.top_p)
@@ -196,6 +199,19 @@ class DistillationArguments(TrainingArguments):
         choose_device(self)  # CPU-only machines: use_cpu, so torchrun gives DDP over gloo and bf16 is accepted
         super().__post_init__()
         check_engine(self)
+
+    def _beta_selects_divergence(self) -> None:
+        """``beta`` means GKD's β, as in TRL and on the command line: given without ``divergence`` it selects the
+        divergence (0 forward KL, 1 reverse KL, between them the JSD with that β); beside a divergence it must
+        agree with it (one line from :func:`~destila.training.trl_keys.beta_problem` otherwise)."""
+        given, default = getattr(self, "_given", frozenset()), LossOptions.__dataclass_fields__["beta"].default
+        if "beta" in given and "divergence" not in given:
+            chosen = gkd_divergence(float(self.beta))
+            self.divergence, self.beta = chosen["divergence"], chosen.get("beta", default)
+        elif self.beta in (0, 1) and gkd_divergence(float(self.beta))["divergence"] == self.divergence:
+            self.beta = default  # β 0 beside forward_kl, 1 beside reverse_kl: the same objective, said twice
+        elif (self.beta != default or self.divergence == "jsd") and (problem := beta_problem(self.beta, self.divergence)):
+            raise ValueError(problem)
 
     def __getstate__(self) -> dict:
         """What pickling keeps: every field but the credentials. The Trainer pickles its arguments into
@@ -229,6 +245,22 @@ class DistillationArguments(TrainingArguments):
     def lora_arguments(self) -> LoraArguments:
         """The LoRA options (validated); ``lora_r = 0`` means a full student, no adapters."""
         return LoraArguments(**{f.name: getattr(self, f.name) for f in dataclasses.fields(LoraArguments)})
+
+
+def _recording_given(init):
+    """``init`` that first records the names of the fields given (``self._given``): ``beta`` given alone selects
+    the divergence, which a value equal to the default could not tell."""
+    names = [f.name for f in dataclasses.fields(DistillationArguments) if f.init]
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        self._given = frozenset([*names[:len(args)], *kwargs])
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+DistillationArguments.__init__ = _recording_given(DistillationArguments.__init__)
 
 
 def _check_reporters(report_to) -> None:

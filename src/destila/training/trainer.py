@@ -23,6 +23,7 @@ import torch
 from transformers import Trainer
 
 from destila.cache.dataset import is_cache_dataset, open_cache
+from destila.cache.settings_match import settings_problems
 from destila.constants import IGNORE_INDEX
 from destila.data import collate, dataset_source
 from destila.data.collate import hf_labels
@@ -40,7 +41,7 @@ from destila.training.hidden_distillation import hidden_term
 from destila.training.sharing import check_push, write_model_card
 from destila.training.student_model import student_model as _student
 from destila.training.teacher_model import loaded_teacher
-from destila.training.trl_args import as_distillation_arguments
+from destila.training.trl_args import as_distillation_arguments, trl_data_options
 from destila.training.trl_defaults import describe_objective
 
 _STATS = ("soft", "hard", "rows", "agree")
@@ -67,20 +68,26 @@ def _layout(inputs: dict) -> dict:
     return {key: inputs[key] for key in ("position_ids", "attention_mask") if key in inputs}
 
 
-def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool) -> dict:
+def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool, trl_data: dict | None = None) -> dict:
     """Trainer keyword arguments with the cache as training set, raw datasets tokenised, the held-out
-    split of ``args.eval_fraction`` taken and the default collator."""
+    split of ``args.eval_fraction`` taken and the default collator. ``trl_data`` (``{option: (TRL key, value)}``,
+    a TRL config's ``max_length`` and friends) tokenises raw datasets, and must equal a cache's settings."""
     import functools
 
     import datasets
 
-    kwargs = dict(kwargs)
+    kwargs, trl_data = dict(kwargs), trl_data or {}
     if cache is not None:
         cache = open_cache(cache)  # a folder, an export, a hub id, a datasets.Dataset of cache rows
         if kwargs.get("train_dataset") not in (None, cache):
             raise ValueError("DistillationTrainer: with a cache, the cache's sequences are the training set; "
                              "pass train_dataset=None (or the cache itself)")
         kwargs["train_dataset"] = cache
+    if trl_data and data_spec is not None:
+        differ = [f"{key} {value!r} (data_spec has {option} {getattr(data_spec, option, None)!r})"
+                  for option, (key, value) in trl_data.items() if getattr(data_spec, option, None) != value]
+        if differ:
+            raise ValueError(f"args: {'; '.join(differ)}; give each data option once, in args or in data_spec")
     tokenizer = kwargs.get("processing_class")
     for key in ("train_dataset", "eval_dataset"):
         dataset = kwargs.get(key)
@@ -101,7 +108,14 @@ def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool) -
                 kwargs[key] = dataset_source(dataset, tokenizer, data_spec)
             else:
                 context = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 1024
-                kwargs[key] = dataset_source(dataset, tokenizer, seq_len=min(1024, context))
+                options = {"seq_len": min(1024, context), **{o: v for o, (_, v) in trl_data.items()}}
+                kwargs[key] = dataset_source(dataset, tokenizer, **options)
+    for key in ("train_dataset", "eval_dataset"):
+        source = _cache_of(kwargs.get(key))
+        problems = settings_problems(trl_data, source.manifest, key) if source is not None and trl_data else []
+        if problems:
+            raise ValueError(f"args: {'; '.join(problems)}. A cache already holds its rows: the data options of "
+                             "args must equal its settings")
     head_rows = model.get_output_embeddings().weight.shape[0] if hasattr(model, "get_output_embeddings") else None
     for key in ("train_dataset", "eval_dataset"):
         if getattr(kwargs.get(key), "vocab_size", 0) is None and head_rows:  # rows that do not record it
@@ -167,6 +181,7 @@ class DistillationTrainer(Trainer):
         model, arguments = kwargs.pop("model", model), kwargs.pop("args", arguments)
         if arguments is None:
             raise ValueError("DistillationTrainer: args= is required (a DistillationArguments)")
+        trl_data = trl_data_options(arguments)  # a TRL config's max_length, packing, ...: the data's
         arguments = as_distillation_arguments(arguments)  # a TrainingArguments or a TRL config, in TRL's meaning
         teacher_model = loaded_teacher(teacher_model)  # a path or hub id, as TRL's GKDTrainer takes it
         check_push(arguments)  # before the Trainer creates the Hub repository
@@ -179,7 +194,7 @@ class DistillationTrainer(Trainer):
             raise ValueError("batch_eval_metrics: compute_metrics is called once, on every held-out batch's logits "
                              "and labels; drop --batch_eval_metrics")
         model, kwargs = _student(model, arguments, kwargs)
-        kwargs = _with_data(kwargs, cache, data_spec, model, arguments, teacher_model is not None)
+        kwargs = _with_data(kwargs, cache, data_spec, model, arguments, teacher_model is not None, trl_data)
         # Everything that can refuse the run is checked before the Trainer's own construction, which
         # creates the output folder: a refusal leaves nothing behind.
         if _cache_of(kwargs.get("train_dataset")) is not None:

@@ -183,6 +183,27 @@ def gkd_divergence(beta: float) -> dict:
     return {"divergence": "jsd", "beta": beta}
 
 
+def beta_problem(beta: float, divergence: str, flag: str = "") -> str | None:
+    """The problem line of ``beta`` beside ``divergence`` (``flag="--"`` spells them as flags), or None.
+
+    β weighs the JSD's mixture; TRL's generalised JSD at β 0 and 1 is forward and reverse KL, so a β of 0 or 1
+    beside the JSD, or any other β beside a divergence without one, asks for two objectives at once."""
+    from destila.losses.divergences import REGISTRY  # heavy: torch
+
+    if divergence not in REGISTRY:
+        return None  # LossOptions names the divergences
+    if REGISTRY[divergence].uses_beta:
+        if beta in (0, 1):
+            end = gkd_divergence(beta)["divergence"]
+            return (f"{flag}beta {beta:g}: the JSD's β lies strictly between 0 and 1, and β {beta:g} is TRL's {end} "
+                    f"(its generalised JSD at that end); give {flag}divergence {end}, or {flag}beta {beta:g} without "
+                    f"{flag}divergence")
+        return None
+    with_beta = " or ".join(f"{flag}divergence {d.name}" for d in REGISTRY.values() if d.uses_beta)
+    return (f"{flag}beta {beta}: only {with_beta} has a β, and {flag}divergence {divergence} is given; "
+            "drop one of them")
+
+
 def map_trl_keys(values: dict, known) -> tuple[dict, list[str]]:
     """``(options, problems)``: ``values`` with TRL keys mapped; one problem line per key refused or unknown
     (with the nearest name). ``known`` holds destila's option names (they pass through unchanged)."""
