@@ -171,6 +171,7 @@ def _beta_selects_divergence(namespace, argv: list[str]) -> None:
 
 def run(argv: list[str]) -> int:
     from destila.training import TrainSpec, train_student  # heavy: transformers
+    from destila.training.sharing import SPEED_KEYS
 
     args, training_args = parse(argv)
     resume = args.resume
@@ -199,7 +200,7 @@ def run(argv: list[str]) -> int:
     if training_args.process_index == 0 and not result.get("finished"):
         if result["eval"]:
             print("held-out: " + ", ".join(f"{k.removeprefix('eval_')} {v:.4g}" for k, v in result["eval"].items()
-                                           if isinstance(v, float)))
+                                           if isinstance(v, float) and not k.endswith(SPEED_KEYS)))
         print(f"{'adapter' if training_args.lora_arguments().enabled else 'student'} saved to {spec.out}")
         if result["merged"]:
             print(f"merged student saved to {result['merged']}")

@@ -105,6 +105,7 @@ def with_adapters(model, options: LoraArguments, base: str | None = None):
     :func:`base_reference`) is recorded as the adapter's base model."""
     from peft import LoraConfig, get_peft_model
 
+    check_targets(model, options.targets())
     config = LoraConfig(
         r=options.lora_r, lora_alpha=options.lora_alpha, lora_dropout=options.lora_dropout,
         target_modules=options.targets(), task_type="CAUSAL_LM",
@@ -115,6 +116,23 @@ def with_adapters(model, options: LoraArguments, base: str | None = None):
         raise ValueError(f"lora_target_modules: {err}") from err
     record_base(adapted, base)
     return adapted
+
+
+def check_targets(model, targets) -> None:
+    """Every target module name must match a module of ``model`` as PEFT matches them (the name itself, or its
+    end after a dot): PEFT adapts the names that match and silently skips the others, as long as one matches."""
+    if isinstance(targets, str):
+        return  # all-linear
+    names = [name for name, _ in model.named_modules()]
+    missing = [target for target in targets
+               if not any(name == target or name.endswith("." + target) for name in names)]
+    if missing:
+        import torch  # heavy: torch, already loaded with the model
+
+        linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                         if isinstance(module, torch.nn.Linear)} - {"lm_head"})
+        raise ValueError(f"lora_target_modules: {', '.join(missing)} matches no module of this "
+                         f"{type(model).__name__}; its linear layers are {', '.join(linear)} (or give all-linear)")
 
 
 def record_base(model, base: str | None) -> None:

@@ -24,13 +24,15 @@ from destila.io.markdown import table_lines
 from destila.io.shareable import is_local_path, shareable_name
 
 CARD = "README.md"
-_SPEED_KEYS = ("runtime", "samples_per_second", "steps_per_second")
+# The Trainer's timing keys (eval_runtime, ...): how fast, not how good; left out of the figures shown.
+SPEED_KEYS = ("runtime", "samples_per_second", "steps_per_second")
 
 
-def check_push(args) -> None:
+def check_push(args, asked: bool = False) -> None:
     """Refuse ``push_to_hub`` at once, in one line, when the Hub cannot be reached: the Trainer would otherwise
-    fail while creating the repository (or after training, on the upload) with a long traceback."""
-    if not getattr(args, "push_to_hub", False):
+    fail while creating the repository (or after training, on the upload) with a long traceback. ``asked``: a
+    push called for by name (``trainer.push_to_hub()``), whatever ``args.push_to_hub`` says."""
+    if not (asked or getattr(args, "push_to_hub", False)):
         return
     from destila.models import hub_unreachable
 
@@ -126,7 +128,7 @@ def _held_out(trainer) -> list[str]:
         return ["No held-out evaluation was run (set `eval_fraction`, or give a held-out cache)."]
     last = records[-1]
     rows = [(key.removeprefix("eval_"), value) for key, value in last.items()
-            if key.startswith("eval_") and isinstance(value, (int, float)) and not key.endswith(_SPEED_KEYS)]
+            if key.startswith("eval_") and isinstance(value, (int, float)) and not key.endswith(SPEED_KEYS)]
     where = (f"{trainer.args.eval_fraction:g} of the training sequences, held out"
              if trainer.args.eval_fraction else "the evaluation set given to the run")
     table = table_lines(["metric", "value"], [(name, f"{value:.4g}") for name, value in rows], "ll")

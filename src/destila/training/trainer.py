@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from pathlib import Path
 
 import torch
@@ -89,37 +90,45 @@ def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool, t
         if differ:
             raise ValueError(f"args: {'; '.join(differ)}; give each data option once, in args or in data_spec")
     tokenizer = kwargs.get("processing_class")
-    for key in ("train_dataset", "eval_dataset"):
-        dataset = kwargs.get(key)
+    # Where each dataset sits: (its name in messages, the mapping holding it, its key there); a dict of eval
+    # datasets (the Trainer evaluates each under eval_NAME_) gives one place per dataset.
+    places = [("train_dataset", kwargs, "train_dataset")]
+    if isinstance(kwargs.get("eval_dataset"), dict):
+        kwargs["eval_dataset"] = dict(kwargs["eval_dataset"])
+        places += [(f"eval_dataset[{name!r}]", kwargs["eval_dataset"], name) for name in kwargs["eval_dataset"]]
+    else:
+        places.append(("eval_dataset", kwargs, "eval_dataset"))
+    for label, holder, key in places:
+        dataset = holder.get(key)
         if isinstance(dataset, list) and dataset and all(isinstance(row, dict) for row in dataset):
-            dataset = kwargs[key] = in_memory_records(dataset)  # rows given as a list of dicts: a Dataset
+            dataset = holder[key] = in_memory_records(dataset)  # rows given as a list of dicts: a Dataset
         if isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)) and is_cache_dataset(dataset):
-            kwargs[key] = open_cache(dataset)  # cache rows (an export's, or Axolotl's): the targets are in them
+            holder[key] = open_cache(dataset)  # cache rows (an export's, or Axolotl's): the targets are in them
         elif isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
             if not has_teacher:
-                raise ValueError(f"DistillationTrainer: {key} is a datasets.Dataset, which holds no teacher targets "
+                raise ValueError(f"DistillationTrainer: {label} is a datasets.Dataset, which holds no teacher targets "
                                  "(no topk_ids or target_token_ids columns), and no teacher_model is given; pass a cache "
                                  "or its export as eval_dataset, eval_fraction to hold out part of the cache, or "
                                  "teacher_model= to score it online")
             if tokenizer is None:
-                raise ValueError(f"DistillationTrainer: {key} is a datasets.Dataset; pass processing_class="
+                raise ValueError(f"DistillationTrainer: {label} is a datasets.Dataset; pass processing_class="
                                  "the teacher's tokenizer so it can be tokenised")
             if data_spec is not None:
-                kwargs[key] = dataset_source(dataset, tokenizer, data_spec)
+                holder[key] = dataset_source(dataset, tokenizer, data_spec)
             else:
                 context = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 1024
                 options = {"seq_len": min(1024, context), **{o: v for o, (_, v) in trl_data.items()}}
-                kwargs[key] = dataset_source(dataset, tokenizer, **options)
-    for key in ("train_dataset", "eval_dataset"):
-        source = _cache_of(kwargs.get(key))
-        problems = settings_problems(trl_data, source.manifest, key) if source is not None and trl_data else []
+                holder[key] = dataset_source(dataset, tokenizer, **options)
+    for label, holder, key in places:
+        source = _cache_of(holder.get(key))
+        problems = settings_problems(trl_data, source.manifest, label) if source is not None and trl_data else []
         if problems:
             raise ValueError(f"args: {'; '.join(problems)}. A cache already holds its rows: the data options of "
                              "args must equal its settings")
     head_rows = model.get_output_embeddings().weight.shape[0] if hasattr(model, "get_output_embeddings") else None
-    for key in ("train_dataset", "eval_dataset"):
-        if getattr(kwargs.get(key), "vocab_size", 0) is None and head_rows:  # rows that do not record it
-            kwargs[key].assume_vocab_size(head_rows)
+    for _, holder, key in places:
+        if getattr(holder.get(key), "vocab_size", 0) is None and head_rows:  # rows that do not record it
+            holder[key].assume_vocab_size(head_rows)
     kwargs.update(_held_out(kwargs.get("train_dataset"), kwargs.get("eval_dataset"), args.eval_fraction))
     if kwargs.get("data_collator") is None:
         pad = getattr(tokenizer, "pad_token_id", None)
@@ -239,6 +248,12 @@ class DistillationTrainer(Trainer):
         held-out figures) instead of the Trainer's generic one; ``push_to_hub`` uploads it."""
         if self.is_world_process_zero():
             write_model_card(self, model_name=model_name)
+
+    def push_to_hub(self, *args, **kwargs):
+        """The Trainer's upload, refused first in one line when the Hub cannot be reached (as ``--push_to_hub``
+        is), instead of the Hub client's own error."""
+        check_push(self.args, asked=True)
+        return super().push_to_hub(*args, **kwargs)
 
     def create_accelerator_and_postprocess(self):
         super().create_accelerator_and_postprocess()
@@ -388,8 +403,15 @@ class DistillationTrainer(Trainer):
         ``compute_metrics``, it is called as the Trainer calls it: once, on an ``EvalPrediction`` of every held-out
         batch's logits (through ``preprocess_logits_for_metrics`` when given) and labels."""
         from transformers.trainer_pt_utils import nested_concat
-        from transformers.trainer_utils import EvalPrediction
+        from transformers.trainer_utils import EvalPrediction, speed_metrics
 
+        held = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if isinstance(held, dict):  # as the Trainer does: each set evaluated on its own, under eval_NAME_
+            metrics = {}
+            for name, dataset in held.items():
+                metrics.update(self.evaluate(dataset, ignore_keys, f"{metric_key_prefix}_{name}"))
+            return metrics
+        start, batches, samples = time.time(), 0, 0
         # The wrapped model: under FSDP the unwrapped one holds only shards.
         model = self.model_wrapped if self.model_wrapped is not None else self.model
         was_training = model.training
@@ -404,6 +426,7 @@ class DistillationTrainer(Trainer):
         predictions = label_ids = None
         for inputs in self.get_eval_dataloader(eval_dataset):
             inputs = self._targets(self._prepare_inputs(inputs))  # an online teacher runs once per batch
+            batches, samples = batches + 1, samples + len(inputs["input_ids"])
             _, stats = self._distill(model, inputs, **_YARDSTICK)
             sums += torch.stack([stats[k].double().cpu() for k in _STATS])
             rows = float((inputs["labels"] != IGNORE_INDEX).sum())
@@ -430,6 +453,8 @@ class DistillationTrainer(Trainer):
             computed = self.compute_metrics(EvalPrediction(predictions=_numpy(predictions), label_ids=_numpy(label_ids)))
             metrics.update({(k if k.startswith(f"{metric_key_prefix}_") else f"{metric_key_prefix}_{k}"): v
                             for k, v in (computed or {}).items()})
+        # The Trainer's timing keys (eval_runtime, eval_samples_per_second, ...), this process's batches.
+        metrics.update(speed_metrics(metric_key_prefix, start, num_samples=samples, num_steps=batches))
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
