@@ -100,3 +100,17 @@ def test_trls_dataset_mixture_gets_one_line_with_destilas_data_flags(tmp_path, c
     assert err.count("\n") == 0 and "did you mean" not in err
     assert "TRL's dataset mixture is not read; give one dataset as --data" in err
     assert "test_split_size 0.1 (held-out data is --eval-fraction" in err
+
+
+def test_the_defaults_read_as_unchosen_are_trls_own():
+    import dataclasses
+
+    from trl import SFTConfig
+    from trl.experimental.gkd import GKDConfig
+
+    from destila.training.trl_keys import GKD_DUMP_DEFAULTS, TRL_DATA_DEFAULTS
+
+    sft = {f.name: f.default for f in dataclasses.fields(SFTConfig)}
+    gkd = {f.name: f.default for f in dataclasses.fields(GKDConfig)}
+    assert {k: sft[k] for k in TRL_DATA_DEFAULTS} == TRL_DATA_DEFAULTS
+    assert {k: gkd[k] for k in GKD_DUMP_DEFAULTS} == GKD_DUMP_DEFAULTS
