@@ -128,7 +128,8 @@ def _copy_ranking(work: Path, folder: Path) -> None:
 
 def measure(work: Path, out: Path, sizes: list[int], seeds: list[int], prompts: int, new_tokens: int,
             draft_vocab: int, teacher_name: str = TEACHER) -> None:
-    """Every draft against the teacher alone, one JSON line each; prompt lookup once; full head for the best."""
+    """Every draft against the teacher alone, one JSON line each; prompt lookup once; full head for the best.
+    First the step costs (``OUT_costs.json``), which say what acceptance a draft needs here."""
     import os
 
     import torch
@@ -139,6 +140,10 @@ def measure(work: Path, out: Path, sizes: list[int], seeds: list[int], prompts: 
     from destila.draft.spec import DraftEvalSpec
 
     held = pydoc_prompts()[1][:prompts]
+    costs = out.with_name(out.stem + "_costs.json")
+    if not costs.exists():
+        costs.write_text(json.dumps({**step_costs(work, teacher_name, sizes, draft_vocab),
+                                     "load_average": os.getloadavg()[0]}, indent=2))
     done = {(r["row"], r["layers"], r["seed"], r["draft_vocab"]) for r in read_json_lines(out)} if out.exists() else set()
     first = DraftEvalSpec(teacher_name, None, held, max_new_tokens=new_tokens, ways=("teacher", "prompt_lookup"))
     teacher = load_teacher(first)
@@ -161,6 +166,39 @@ def measure(work: Path, out: Path, sizes: list[int], seeds: list[int], prompts: 
         report = measure_draft(DraftEvalSpec(teacher_name, str(folder), held, max_new_tokens=new_tokens,
                                              ways=("teacher", "draft")), teacher=teacher)
         _append(out, best["row"], best["layers"], best["seed"], None, report, load)
+
+
+def step_costs(work: Path, teacher_name: str, sizes: list[int], draft_vocab: int) -> dict:
+    """What one step costs here: the teacher's cached forward of 1, 2, 4, 8 and 16 new tokens (plain decoding
+    pays the first per token; verifying k proposals pays k + 1), and each cut draft's one-token step with its
+    whole head and with the narrow one; medians of 5 rounds, every model in turn."""
+    import torch
+
+    from destila.draft.head import narrow_head, read_ranking
+    from destila.draft.measure import forward_seconds
+    from destila.models import load_causal_lm, load_tokenizer
+
+    teacher = load_causal_lm(teacher_name)
+    ids = load_tokenizer(teacher_name)(_CONTEXT, return_tensors="pt")["input_ids"]
+    drafts = {}
+    for size in sizes:
+        whole = load_causal_lm(str(work / f"init-{size}"))
+        narrow = load_causal_lm(str(work / f"init-{size}"))
+        narrow_head(narrow, read_ranking(work / f"init-{size}"), draft_vocab)
+        drafts[f"{size} layers, whole head"], drafts[f"{size} layers, {draft_vocab:,} rows"] = whole, narrow
+    widths = (1, 2, 4, 8, 16)
+    times = {**{f"teacher, {w} new": [] for w in widths}, **{name: [] for name in drafts}}
+    for _ in range(5):
+        for w in widths:
+            times[f"teacher, {w} new"].append(forward_seconds(teacher, ids, repeats=3, width=w))
+        for name, model in drafts.items():
+            times[name].append(forward_seconds(model, ids, repeats=3))
+    return {"context_tokens": int(ids.shape[1]), "threads": torch.get_num_threads(),
+            "ms": {name: round(statistics.median(values) * 1000, 3) for name, values in times.items()}}
+
+
+_CONTEXT = ("Explain in simple words: \"The for statement is used to iterate over the elements of a sequence.\" "
+            "The for statement runs its body once for every item, in order. ") * 2
 
 
 def _append(out: Path, row: str, size: int, seed: int, vocab, report: dict, load: dict) -> None:

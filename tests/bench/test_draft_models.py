@@ -1,6 +1,8 @@
 """`benchmarks/draft_models.py` run as its docstring shows, on a tiny random teacher and small sizes: every row
 trains, every draft is measured with greedy text identical to the teacher's, and the table reads the rows."""
 
+import json
+
 import pytest
 from conftest import save_tiny_model
 
@@ -23,6 +25,9 @@ def test_train_measure_and_table(teacher, tmp_path, capsys):
     draft_models.main(["measure", str(work), "--teacher", str(teacher), "--sizes", "1", "--seeds", "0",
                        "--tokens", "256", "--out", str(out), "--prompts", "2", "--new-tokens", "6",
                        "--draft-vocab", "64"])
+    costs = json.loads((tmp_path / "draft_models_costs.json").read_text())["ms"]
+    assert set(costs) == {"teacher, 1 new", "teacher, 2 new", "teacher, 4 new", "teacher, 8 new", "teacher, 16 new",
+                          "1 layers, whole head", "1 layers, 64 rows"} and all(v > 0 for v in costs.values())
     records = read_json_lines(out)
     rows = [(r["row"], r["draft_vocab"]) for r in records]
     trained = [*draft_models.ROWS, *draft_models.DIVERGENCE_ROWS]

@@ -75,19 +75,20 @@ def _answer(teacher, ids, config, options: dict, draft, seed: int | None) -> dic
 
 
 @torch.no_grad()
-def forward_seconds(model, ids, repeats: int = 8) -> float:
-    """Median seconds of one cached one-token forward after ``ids`` (what plain decoding pays per token)."""
+def forward_seconds(model, ids, repeats: int = 8, width: int = 1) -> float:
+    """Median seconds of one cached forward of ``width`` new tokens after ``ids`` (``width`` 1: what plain
+    decoding pays per token; more: what verifying ``width − 1`` proposals costs)."""
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
-    out = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
-    step = out.logits[:, -1:].argmax(-1)
+    model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+    step = ids[:, -width:]
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        model(input_ids=step, cache=cache, use_cache=True)
+        model(input_ids=step, cache=cache, use_cache=True, logits_to_keep=width)
         times.append(time.perf_counter() - start)
-        cache.crop(-1)
+        cache.crop(-width)
     return statistics.median(times)
 
 
