@@ -10,7 +10,8 @@ topics never trained on). Drafts: cut from the teacher with ``--sizes`` layers (
 - ``ce-answers``: cross-entropy on the teacher's own greedy answers to the training prompts
   (sequence-level KD);
 - ``kd-answers``: forward KL to the teacher's cached top-100 on those answers (KD on teacher-written text);
-- ``kd-answers-tvd``, ``kd-answers-rkl``: the same with total variation / reverse KL (largest size only).
+- ``kd-answers-tvd``, ``kd-answers-rkl``: the same with total variation / reverse KL (largest size only);
+- ``ce-answers-4x``, ``kd-answers-4x``: the answers rows on 4× the tokens (smallest size, first seed only).
 
 Every trained row trains on the same number of trained tokens (``--tokens``; answers train on their
 answer tokens only), batch 4 × 256, learning rate 5e-4 after 5 warm-up steps, with each ``--seeds``.
@@ -23,6 +24,7 @@ skips what is done (trainings resume from their checkpoints).
     python benchmarks/draft_models.py train WORK            # answers, caches, cuts, every training
     python benchmarks/draft_models.py measure WORK --out benchmarks/results/draft_models.jsonl
     python benchmarks/draft_models.py table benchmarks/results/draft_models.jsonl
+    python benchmarks/draft_models.py plot benchmarks/results/draft_models.jsonl
 """
 
 from __future__ import annotations
@@ -46,6 +48,11 @@ DIVERGENCE_ROWS = {
     "kd-answers-tvd": ("answers", {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "tvd"}),
     "kd-answers-rkl": ("answers", {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "reverse_kl"}),
 }
+LONG_ROWS = {  # the answers rows again on 4× the tokens (several passes over the answers), smallest size only
+    "ce-answers-4x": ("answers", {"soft_weight": 0.0, "hard_weight": 1.0}),
+    "kd-answers-4x": ("answers", {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "forward_kl"}),
+}
+LONG = 4
 SEQ_LEN, BATCH, TOP_K, LEARNING_RATE = 256, 4, 100, 5e-4
 
 
@@ -61,6 +68,7 @@ def _recipe(work: Path, teacher: str, tokens: int, train_prompts: int, answer_to
 def _runs(sizes: list[int], seeds: list[int]) -> list[tuple[str, int, int]]:
     runs = [(row, size, seed) for seed in seeds for size in sizes for row in ROWS]
     runs += [(row, max(sizes), seeds[0]) for row in DIVERGENCE_ROWS]
+    runs += [(row, min(sizes), seeds[0]) for row in LONG_ROWS]
     return runs
 
 
@@ -89,10 +97,10 @@ def train(work: Path, sizes: list[int], seeds: list[int], tokens: int, teacher: 
     for size in sizes:
         log.run(f"init-{size}", f"{size} layers cut", lambda: _init(work, teacher, size))
     for row, size, seed in _runs(sizes, seeds):
-        data, loss = {**ROWS, **DIVERGENCE_ROWS}[row]
+        data, loss = {**ROWS, **DIVERGENCE_ROWS, **LONG_ROWS}[row]
         cache = caches[data]
         per_sequence = cache["trained_positions"] / cache["sequences"]
-        steps = max(1, round(tokens / (BATCH * per_sequence)))
+        steps = max(1, round(tokens * (LONG if row in LONG_ROWS else 1) / (BATCH * per_sequence)))
 
         def run(cache=cache, loss=loss, steps=steps, per_sequence=per_sequence, name=_name(row, size, seed)):
             result = train_from_cache(str(work / f"init-{size}"), work / "train" / name, cache["path"],
@@ -224,9 +232,8 @@ def _best(out: Path, prefix: str) -> dict | None:
     return max(rows, key=lambda r: r["speedup"]) if rows else None
 
 
-def table(path: Path) -> str:
+def table(records: list[dict]) -> str:
     """Mean over seeds per (row, layers, head): acceptance, tokens per forward, speedup; ± half the seeds' spread."""
-    records = read_json_lines(path)
     lookup = [r for r in records if r["row"] == "prompt_lookup"]
     groups: dict = {}
     for r in records:
@@ -251,7 +258,40 @@ def table(path: Path) -> str:
     return "\n".join(table_lines(header, lines))
 
 
-_ORDER = ("cut", "ce-pydoc", "kd-pydoc", "ce-answers", "kd-answers", "kd-answers-tvd", "kd-answers-rkl")
+def costs_line(costs: dict) -> str:
+    """The step costs as one sentence: what a plain step, a verification and a draft step cost here."""
+    ms = costs["ms"]
+    drafts = "; ".join(f"{name} {value:.1f} ms" for name, value in ms.items() if not name.startswith("teacher"))
+    return (f"One cached teacher forward ({costs['context_tokens']}-token context, {costs['threads']} threads, load "
+            f"average {costs['load_average']:.2f}): {ms['teacher, 1 new']:.1f} ms for 1 new token (plain decoding), "
+            f"{ms['teacher, 2 new']:.1f} ms for 2, {ms['teacher, 4 new']:.1f} ms for 4, "
+            f"{ms['teacher, 8 new']:.1f} ms for 8 and {ms['teacher, 16 new']:.1f} ms for 16 (verifying k proposals "
+            f"reads k + 1). One draft step: {drafts}.")
+
+
+def plot(path: Path, image: Path) -> None:
+    """Speedup against tokens per teacher forward, one point per measured draft (seeds apart), prompt lookup marked."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    records = read_json_lines(path)
+    figure = Figure(figsize=(7, 4.5))
+    axes = figure.add_subplot()
+    for r in records:
+        label = "prompt lookup" if r["row"] == "prompt_lookup" else f"{r['row']} {r['layers']}L"
+        marker = "*" if r["row"] == "prompt_lookup" else "o" if r["draft_vocab"] else "s"
+        axes.scatter(r["tokens_per_forward"], r["speedup"], marker=marker, s=60 if marker == "*" else 25)
+        axes.annotate(label, (r["tokens_per_forward"], r["speedup"]), fontsize=6, xytext=(3, 2),
+                      textcoords="offset points")
+    axes.axhline(1.0, color="grey", linewidth=0.8)
+    axes.set_xlabel("new tokens per teacher forward")
+    axes.set_ylabel("speedup against the teacher alone")
+    axes.set_title("Drafts for SmolLM2-135M on 2 CPU cores, greedy (o narrow head, s whole head)", fontsize=9)
+    FigureCanvasAgg(figure).print_png(str(image))
+
+
+_ORDER = ("cut", "ce-pydoc", "kd-pydoc", "ce-answers", "kd-answers", "kd-answers-tvd", "kd-answers-rkl",
+          "ce-answers-4x", "kd-answers-4x")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -274,13 +314,19 @@ def build_parser() -> argparse.ArgumentParser:
             one.add_argument("--draft-vocab", type=int, default=8192)
     shown = verbs.add_parser("table")
     shown.add_argument("path", type=Path, nargs="?", default=Path("benchmarks/results/draft_models.jsonl"))
+    drawn = verbs.add_parser("plot")
+    drawn.add_argument("path", type=Path, nargs="?", default=Path("benchmarks/results/draft_models.jsonl"))
+    drawn.add_argument("--image", type=Path, default=Path("benchmarks/results/draft_models.png"))
     return parser
 
 
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     if args.verb == "table":
-        print(table(args.path))
+        print(table(read_json_lines(args.path)))
+        return
+    if args.verb == "plot":
+        plot(args.path, args.image)
         return
     sizes, seeds = [int(x) for x in args.sizes.split(",")], [int(x) for x in args.seeds.split(",")]
     if args.verb == "train":

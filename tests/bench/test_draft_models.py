@@ -30,7 +30,7 @@ def test_train_measure_and_table(teacher, tmp_path, capsys):
                           "1 layers, whole head", "1 layers, 64 rows"} and all(v > 0 for v in costs.values())
     records = read_json_lines(out)
     rows = [(r["row"], r["draft_vocab"]) for r in records]
-    trained = [*draft_models.ROWS, *draft_models.DIVERGENCE_ROWS]
+    trained = [*draft_models.ROWS, *draft_models.DIVERGENCE_ROWS, *draft_models.LONG_ROWS]
     assert rows[:2] == [("prompt_lookup", None), ("cut", 64)]
     assert rows[2:2 + len(trained)] == [(row, 64) for row in trained]
     assert rows[-1][0].startswith("kd-answers") and rows[-1][1] is None  # the best KD draft again, whole head
@@ -45,3 +45,6 @@ def test_train_measure_and_table(teacher, tmp_path, capsys):
     draft_models.main(["table", str(out)])
     table = capsys.readouterr().out
     assert "| 1 | kd-answers | 64 | 1 |" in table and "prompt lookup" in table
+    draft_models.main(["plot", str(out), "--image", str(tmp_path / "p.png")])
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    assert "ms for 1 new token" in draft_models.costs_line(json.loads((tmp_path / "draft_models_costs.json").read_text()))
