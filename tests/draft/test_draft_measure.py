@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 from conftest import pydoc_texts, save_tiny_model
+from draft_cli import prompt_file, run
 
-from destila.cli.main import main
 from destila.draft import measure as measure_module
 from destila.draft.head import NarrowHead, frequent_tokens, write_ranking
 from destila.draft.measure import measure_draft
@@ -25,23 +25,13 @@ def teacher(tmp_path_factory, tiny_tokenizer):
 @pytest.fixture(scope="module")
 def cut_draft(teacher, tmp_path_factory):
     out = tmp_path_factory.mktemp("draft-cut") / "draft"
-    assert _run(["student", "init", str(teacher), "-o", str(out), "--layers", "2"]) == 0
+    assert run(["student", "init", str(teacher), "-o", str(out), "--layers", "2"]) == 0
     return out
 
 
 @pytest.fixture(scope="module")
 def prompts(tmp_path_factory):
-    lines = [line.strip()[:50] for line in pydoc_texts(3)[2].splitlines() if len(line.strip()) > 30][:3]
-    path = tmp_path_factory.mktemp("draft-prompts") / "prompts.txt"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _run(argv: list[str]) -> int:
-    """``destila ARGV`` in this process; its exit code."""
-    with pytest.raises(SystemExit) as stop:
-        main(argv)
-    return stop.value.code or 0
+    return prompt_file(tmp_path_factory.mktemp("draft-prompts"), topic=2, count=3, width=50)
 
 
 def _ways(report: dict) -> dict:
@@ -51,7 +41,7 @@ def _ways(report: dict) -> dict:
 def test_the_cli_reports_three_ways_and_greedy_text_identical_to_the_teacher(teacher, cut_draft, prompts, tmp_path,
                                                                             capsys):
     out = tmp_path / "r.json"
-    code = _run(["eval", str(teacher), "--draft", str(cut_draft), "--prompts", str(prompts),
+    code = run(["eval", str(teacher), "--draft", str(cut_draft), "--prompts", str(prompts),
                  "--max-new-tokens", "12", "--json", str(out)])
     printed = capsys.readouterr().out
     assert code == 0, printed
@@ -93,7 +83,7 @@ def test_an_assisted_answer_that_differs_is_an_error_and_the_command_fails(teach
         return result
 
     monkeypatch.setattr(measure_module, "_answer", wrong_when_assisted)
-    code = _run(["eval", str(teacher), "--draft", str(cut_draft), "--prompts", str(prompts),
+    code = run(["eval", str(teacher), "--draft", str(cut_draft), "--prompts", str(prompts),
                  "--max-new-tokens", "6"])
     printed = capsys.readouterr().out
     assert code == 1
@@ -141,7 +131,7 @@ def test_a_ranked_narrow_draft_keeps_the_teachers_greedy_text(teacher, cut_draft
     (["--draft", "D", "--prompts", "P", "--cache", "C"], "--draft measures generation only; --cache go in a run"),
 ])
 def test_draft_flags_out_of_place_are_refused_in_one_line(teacher, argv, expected, capsys):
-    assert _run(["eval", str(teacher), *argv]) != 0
+    assert run(["eval", str(teacher), *argv]) != 0
     assert expected in capsys.readouterr().err
 
 
@@ -156,7 +146,7 @@ def draft_on_another_tokenizer(tmp_path_factory):
 @pytest.mark.parametrize("temperature", ["0", "0.7"])
 def test_a_draft_on_another_tokenizer_is_refused_in_one_line(teacher, draft_on_another_tokenizer, prompts,
                                                              temperature, capsys):
-    assert _run(["eval", str(teacher), "--draft", str(draft_on_another_tokenizer), "--prompts", str(prompts),
+    assert run(["eval", str(teacher), "--draft", str(draft_on_another_tokenizer), "--prompts", str(prompts),
                  "--temperature", temperature]) != 0
     err = capsys.readouterr().err
     assert "tokenizer differs from the teacher's; expected a draft on the teacher's tokenizer" in err

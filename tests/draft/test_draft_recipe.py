@@ -8,9 +8,9 @@ import json
 
 import pytest
 import torch
-from conftest import pydoc_texts, save_tiny_model
+from conftest import save_tiny_model
+from draft_cli import prompt_file, run
 
-from destila.cli.main import main
 from destila.draft.head import VOCAB_FILE
 from destila.draft.size import choose_layers
 
@@ -22,17 +22,7 @@ def teacher(tmp_path_factory, tiny_tokenizer):
 
 @pytest.fixture(scope="module")
 def prompts(tmp_path_factory):
-    lines = [line.strip()[:40] for line in pydoc_texts(6)[5].splitlines() if len(line.strip()) > 30][:10]
-    assert len(lines) == 10
-    path = tmp_path_factory.mktemp("recipe-prompts") / "prompts.txt"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _run(argv: list[str]) -> int:
-    with pytest.raises(SystemExit) as stop:
-        main(argv)
-    return stop.value.code or 0
+    return prompt_file(tmp_path_factory.mktemp("recipe-prompts"), topic=5, count=10, width=40)
 
 
 SMALL = ["--tokens", "96", "--answer-tokens", "8", "--eval-prompts", "2", "--eval-new-tokens", "6", "--seq-len", "32",
@@ -43,7 +33,7 @@ def test_the_recipe_ends_with_a_loadable_draft_and_its_measurement(teacher, prom
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = tmp_path / "draft"
-    assert _run(["recipe", "draft", str(teacher), "-o", str(out), "--prompts", str(prompts), *SMALL]) == 0
+    assert run(["recipe", "draft", str(teacher), "-o", str(out), "--prompts", str(prompts), *SMALL]) == 0
     stages = json.loads((out / "stages.json").read_text())
     assert list(stages) == ["size", "answers", "cache", "init", "train", "ranking", "measure"]
     assert 1 <= stages["size"]["layers"] < 4 and len(stages["size"]["drafts"]) == 3  # 1, 2, 3 of 4 layers
@@ -64,7 +54,7 @@ def test_the_recipe_ends_with_a_loadable_draft_and_its_measurement(teacher, prom
     assert "speculative decoding" in capsys.readouterr().out
     # Rerun: every stage done before, nothing trained again.
     before = (out / "model.safetensors").read_bytes()
-    assert _run(["recipe", "draft", str(teacher), "-o", str(out), "--prompts", str(prompts), *SMALL]) == 0
+    assert run(["recipe", "draft", str(teacher), "-o", str(out), "--prompts", str(prompts), *SMALL]) == 0
     assert "done before" in capsys.readouterr().out and (out / "model.safetensors").read_bytes() == before
 
 
@@ -87,6 +77,6 @@ def test_costs_are_read_through_a_line_so_one_disturbed_candidate_does_not_decid
 
 
 def test_a_draft_as_deep_as_the_teacher_is_refused_in_one_line(teacher, prompts, tmp_path, capsys):
-    assert _run(["recipe", "draft", str(teacher), "-o", str(tmp_path / "d"), "--prompts", str(prompts),
+    assert run(["recipe", "draft", str(teacher), "-o", str(tmp_path / "d"), "--prompts", str(prompts),
                  "--layers", "4", *SMALL]) != 0
     assert "layers: the draft must have fewer layers than the teacher's 4, found 4" in capsys.readouterr().err
