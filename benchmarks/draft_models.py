@@ -163,6 +163,9 @@ def measure(work: Path, out: Path, sizes: list[int], seeds: list[int], prompts: 
     for row, size, seed, vocab, folder in todo:
         if (row, size, seed, vocab) in done:
             continue
+        if folder is not None and not (folder / "config.json").is_file():
+            print(f"{folder.name}: not trained yet (run `train` first); not measured")
+            continue
         ways = ("teacher", "prompt_lookup") if folder is None else ("teacher", "draft")
         spec = DraftEvalSpec(teacher_name, None if folder is None else str(folder), held, max_new_tokens=new_tokens,
                              draft_vocab=vocab, ways=ways)
