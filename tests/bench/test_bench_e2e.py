@@ -30,7 +30,9 @@ def test_offline_methods_agree_and_online_is_compared(tiny_llama_dir, corpus, tm
     assert done.value.code == 0
     result = json.loads((tmp_path / "e2e.json").read_text())
     assert (tmp_path / "e2e.png").read_bytes()[:4] == b"\x89PNG" and (tmp_path / "e2e.csv").read_text().count("\n") == 5
-    assert "caching pays for itself" in capsys.readouterr().out
+    # Which way the verdict goes depends on the tiny model's step times (and the machine's load); that one is said does not.
+    verdict = "caching pays for itself" if result["break_even_runs"] is not None else "caching does not pay back here"
+    assert verdict in capsys.readouterr().out
     rows = {r["method"]: r for r in result["rows"]}
     assert [(r["method"], r["status"]) for r in result["rows"]] == [(m, "ok") for m in methods], result["rows"]
     for method in set(methods) & {"dense", "chunked"}:  # same sequences, same maths: only float rounding differs
