@@ -312,8 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
             one.add_argument("--answer-tokens", type=int, default=96, help="tokens per answer at most")
         if verb == "measure":
             one.add_argument("--out", type=Path, default=Path("benchmarks/results/draft_models.jsonl"))
-            one.add_argument("--prompts", type=int, default=12, help="held-out prompts")
-            one.add_argument("--new-tokens", type=int, default=64)
+            one.add_argument("--prompts", type=int, default=8, help="held-out prompts")
+            one.add_argument("--new-tokens", type=int, default=48)
             one.add_argument("--draft-vocab", type=int, default=8192)
     shown = verbs.add_parser("table")
     shown.add_argument("path", type=Path, nargs="?", default=Path("benchmarks/results/draft_models.jsonl"))
