@@ -507,6 +507,22 @@ def techniques(rows: list[dict]) -> str:
             f"`{RESULTS}/techniques/commands.jsonl`):\n\n" + command_block("python " + rows[0]["command"]))
 
 
+@table("draft-models", "draft_models.jsonl", "draft_models_costs.json", doc="docs/draft.md")
+def draft_models(records: list[dict], costs: dict) -> str:
+    """`benchmarks/draft_models.py`: every draft's acceptance and speedup over its seeds, and what a step costs."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.draft_models import costs_line, table as draft_table
+
+    loads = [r["load_average_start"] for r in records] + [r["load_average_end"] for r in records]
+    prompts, tokens = records[0]["prompts"], records[0]["max_new_tokens"]
+    return (draft_table(records) + f"\n\n{prompts} held-out prompts, at most {tokens} new tokens each, greedy, "
+            f"{records[0]['threads']} threads; load average during the measurement {min(loads):.2f} to "
+            f"{max(loads):.2f}. " + costs_line(costs) + "\n\n" + command_block(
+                "python benchmarks/draft_models.py train WORK\n"
+                "python benchmarks/draft_models.py measure WORK --out benchmarks/results/draft_models.jsonl"))
+
+
 @table("demo", "demo/report.json", doc="README.md")
 def demo(report: dict) -> str:
     """`destila demo`: teacher, distilled and cross-entropy-only students on held-out documents."""

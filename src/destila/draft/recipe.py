@@ -59,7 +59,7 @@ class DraftSettings(StageSettings):
     cost_ratio: float = field(default=0.15, metadata={
         "help": "without --layers: the deepest draft whose decoding step costs at most this fraction of the "
                 "teacher's"})
-    divergence: str = field(default="tvd", metadata={
+    divergence: str = field(default="forward_kl", metadata={
         "help": "what the draft minimises to the teacher's top-K", "choices": divergence_names()})
     tokens: int = field(default=24576, metadata={"help": "answer tokens the draft trains on"})
     minutes: float | None = field(default=None, metadata={
