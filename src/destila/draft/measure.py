@@ -152,7 +152,7 @@ def measure_draft(spec: DraftEvalSpec, *, progress: bool = True, teacher: tuple 
         row["speedup"] = round(row["tokens_per_second"] / base, 4) if base and row["tokens_per_second"] else None
     forward = forward_seconds(teacher, encoded[0])
     return {"settings": _settings(spec, len(prompts), use_template, forward, rows[0]),
-            "ways": rows, "errors": _errors(rows, spec), "texts": _texts(tokenizer, answers, len(prompts))}
+            "ways": rows, "errors": _errors(rows), "texts": _texts(tokenizer, answers, len(prompts))}
 
 
 def _settings(spec: DraftEvalSpec, prompts: int, use_template: bool, forward: float, baseline: dict) -> dict:
@@ -166,7 +166,7 @@ def _settings(spec: DraftEvalSpec, prompts: int, use_template: bool, forward: fl
             "baseline_fair": per_token is not None and per_token <= _BASELINE_SLACK * forward}
 
 
-def _errors(rows: list[dict], spec: DraftEvalSpec) -> list[str]:
+def _errors(rows: list[dict]) -> list[str]:
     errors = []
     for row in rows:
         if row.get("differing_prompts"):
