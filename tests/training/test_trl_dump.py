@@ -69,13 +69,18 @@ def test_the_objective_line_of_a_gkd_dump_says_it_runs_off_policy(tiny_cache, tm
     assert (args.divergence, args.beta, args.temperature, args.hard_weight) == ("jsd", 0.5, 1.0, 0.0)
 
 
-def test_gkds_defaults_outside_a_full_dump_are_still_refused(tmp_path, capsys):
-    path = tmp_path / "short.yaml"
-    path.write_text("lmbda: 0.5\ndisable_dropout: true\n")
+def refusal(tmp_path, capsys, config_text: str) -> str:
+    """``destila train`` with a config file holding ``config_text``: it must exit 2; its stderr, stripped."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text(config_text)
     with pytest.raises(SystemExit) as exit_:
         cli(["train", "s", "--cache", "c", "-o", str(tmp_path / "o"), "--config", str(path)])
     assert exit_.value.code == 2
-    err = capsys.readouterr().err
+    return capsys.readouterr().err.strip()
+
+
+def test_gkds_defaults_outside_a_full_dump_are_still_refused(tmp_path, capsys):
+    err = refusal(tmp_path, capsys, "lmbda: 0.5\ndisable_dropout: true\n")
     assert "lmbda 0.5" in err and "disable_dropout True" in err
 
 
@@ -91,12 +96,7 @@ def test_a_trl_default_beside_a_cache_is_accepted(text, tiny_cache, tmp_path):
 
 
 def test_trls_dataset_mixture_gets_one_line_with_destilas_data_flags(tmp_path, capsys):
-    path = tmp_path / "mix.yaml"
-    path.write_text("datasets:\n  - path: a.jsonl\n  - path: b.jsonl\ntest_split_size: 0.1\n")
-    with pytest.raises(SystemExit) as exit_:
-        cli(["train", "s", "--cache", "c", "-o", str(tmp_path / "o"), "--config", str(path)])
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err.strip()
+    err = refusal(tmp_path, capsys, "datasets:\n  - path: a.jsonl\n  - path: b.jsonl\ntest_split_size: 0.1\n")
     assert err.count("\n") == 0 and "did you mean" not in err
     assert "TRL's dataset mixture is not read; give one dataset as --data" in err
     assert "test_split_size 0.1 (held-out data is --eval-fraction" in err
