@@ -4,7 +4,10 @@ A config (or a command line, or a ``GKDConfig`` passed as ``args``) written in
 TRL's terms gets TRL's defaults for what it leaves out, read from TRL 1.16's
 ``trl.experimental.gkd.GKDConfig`` (which extends ``SFTConfig``, so an SFT
 YAML is one too): the generalised JSD with β 0.5 at T 1 and no cross-entropy,
-learning rate 2e-5 and the Trainer's linear schedule without warm-up.
+learning rate 2e-5 and the Trainer's linear schedule without warm-up. One
+holding a key only TRL's ``DistillationConfig`` has gets that class's
+defaults instead (reverse KL, T 1, no cross-entropy, learning rate 1e-6:
+:mod:`destila.training.trl_distillation`).
 Anything else gets destila's own defaults (forward KL plus cross-entropy
 1:1, T 1, 5e-4 held constant after a short warm-up). A test reads
 ``GKDConfig``'s fields and ``GKDTrainer``'s loss to keep :data:`GKD_DEFAULTS`
@@ -30,6 +33,7 @@ Naive equivalent::
 
 from __future__ import annotations
 
+from destila.training.trl_distillation import DISTILLATION_CONFIG_DEFAULTS, is_distillation_config
 from destila.training.trl_keys import ON_POLICY
 
 # GKDConfig's defaults for the objective and the schedule (TRL 1.16): beta is GKDConfig's own, learning_rate
@@ -50,11 +54,14 @@ GKD_LMBDA = 0.5
 GKD_SAMPLING_TEMPERATURE = 0.9
 
 
-def gkd_defaults(given) -> dict:
-    """:data:`GKD_DEFAULTS` less the options in ``given`` (names, TRL's or destila's): GKD's ``beta`` alone
-    already chooses the divergence, and a ``divergence`` given keeps its own β unless one is given."""
+def trl_defaults(given) -> dict:
+    """The defaults of the TRL config ``given`` is written for, less the options in ``given`` (names, TRL's or
+    destila's): TRL's ``DistillationConfig``'s (:data:`~destila.training.trl_distillation.DISTILLATION_CONFIG_DEFAULTS`)
+    when a key only it has is given, :data:`GKD_DEFAULTS` otherwise. ``beta`` alone already chooses the divergence,
+    and a ``divergence`` given keeps its own β unless one is given."""
     given = {str(key).lstrip("-").replace("-", "_") for key in given}
-    defaults = {k: v for k, v in GKD_DEFAULTS.items() if k not in given}
+    table = DISTILLATION_CONFIG_DEFAULTS if is_distillation_config(given) else GKD_DEFAULTS
+    defaults = {k: v for k, v in table.items() if k not in given}
     if "beta" in given or "divergence" in given:
         defaults.pop("divergence", None)
         defaults.pop("beta", None)
