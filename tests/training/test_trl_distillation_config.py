@@ -81,7 +81,7 @@ def test_every_refusal_of_a_distillation_dump_comes_in_one_line(tiny_cache, tmp_
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
     for part in ("top_k 20 (in TRL's DistillationConfig the top-k of the student's on-policy samples",
-                 "top_p 0.9 (in TRL's DistillationConfig", "use_vllm True (vLLM", "max_completion_length 64 (",
+                 "top_p 0.9 (in TRL's DistillationConfig", "use_vllm True (vLLM for on-policy samples", "max_completion_length 64 (",
                  "shuffle_dataset False (in TRL's DistillationConfig"):
         assert part in err, part
 

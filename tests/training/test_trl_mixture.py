@@ -88,3 +88,21 @@ def test_test_split_size_is_the_held_out_fraction(tiny_cache, tmp_path):
     path = config(tmp_path, "model_name_or_path: s\ntest_split_size: 0.2\n")
     _, args = parse(["--cache", str(tiny_cache), "-o", str(tmp_path / "o"), "--config", path])
     assert args.eval_fraction == 0.2
+
+
+def test_the_docs_mixture_trains_on_the_mixed_rows(tmp_path, monkeypatch):
+    import datasets
+
+    from test_trl_config import doc_block
+
+    from destila.training.trl_datasets import materialised
+
+    texts = pydoc_texts(8)
+    jsonl(tmp_path / "a.jsonl", texts[:6])
+    jsonl(tmp_path / "b.jsonl", texts[6:])
+    (tmp_path / "mixture.yaml").write_text(doc_block("# mixture.yaml", "yaml"))
+    monkeypatch.chdir(tmp_path)
+    namespace, args = parse(["-o", "o", "--config", "mixture.yaml"])
+    assert (namespace.student, namespace.teacher, args.eval_fraction) == ("student/", "teacher/", 0.1)
+    mixed = datasets.load_from_disk(materialised(namespace.data))
+    assert mixed["text"] == texts[:6] + texts[6:8]  # 3:1 with no file oversampled: 6 rows of a, 2 of b

@@ -30,9 +30,8 @@ Naive equivalent::
 from __future__ import annotations
 
 # What nothing sampled makes of a key that shapes the student's own samples.
-_SAMPLES = ("`destila train` samples nothing (it trains on fixed sequences; on-policy rounds are "
-            "`destila recipe on-policy`)")
-_VLLM = "vLLM serves the student's on-policy samples, and " + _SAMPLES
+_SAMPLES = "`destila train` samples nothing (on-policy rounds: `destila recipe on-policy`)"
+_VLLM = "vLLM for on-policy samples; " + _SAMPLES
 
 # DistillationConfig's keys of its own (neither TrainingArguments', nor GKDConfig's, SFTConfig's or ModelConfig's):
 # (values that leave them without effect here, TRL's default among them; why any other value is refused). A config

@@ -305,5 +305,14 @@ def markdown_table() -> str:
                                                "on-policy samples (its loss runs at T 1), and nothing is sampled")]
     rows += [(key, f"refused unless {_shown(harmless)}" if harmless else "refused", why)
              for key, (harmless, why) in REFUSED.items()]
+    rows += [("temperature (DistillationConfig)", "`temperature`", "the loss's temperature, as in TRL's "
+                                                                  "DistillationTrainer (a cache's must equal it)")]
+    rows += [(f"{key} (DistillationConfig)", f"refused unless {_shown(harmless)}", why)
+             for key, (harmless, why) in DISTILLATION_MEANINGS.items()]
     return "\n".join(table_lines(["TRL key", "destila option", "meaning"],
-                                 [(f"`{key}`", target, meaning) for key, target, meaning in rows], "lll"))
+                                 [(_key_cell(key), target, meaning) for key, target, meaning in rows], "lll"))
+
+
+def _key_cell(key: str) -> str:
+    name, _, where = key.partition(" ")
+    return f"`{name}` {where}".rstrip()
