@@ -51,7 +51,9 @@ def test_the_mixture_is_trls_own_reading(tmp_path):
     texts = pydoc_texts(6)
     a, b = jsonl(tmp_path / "a.jsonl", texts[:2]), jsonl(tmp_path / "b.jsonl", texts[2:])
     entries = [{"path": "json", "data_files": a}, {"path": "json", "data_files": b, "columns": ["text"]}]
-    saved = datasets.load_from_disk(DatasetMixture(entries).folder())
+    folder = DatasetMixture(entries).folder()
+    assert DatasetMixture([dict(e) for e in entries]).folder() == folder  # named by its content: saved once
+    saved = datasets.load_from_disk(folder)
     # TRL's reading (columns of the first kept, of the second selected), then saved as it is.
     assert saved["text"] == get_dataset(DatasetMixtureConfig(datasets=entries))["train"]["text"] == texts
 

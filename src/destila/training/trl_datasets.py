@@ -42,7 +42,11 @@ class DatasetMixture:
     sources (``a.jsonl + owner/name``)."""
 
     def __init__(self, entries):
-        from trl.scripts.utils import DatasetConfig, DatasetMixtureConfig  # heavy: trl (optional)
+        try:
+            from trl.scripts.utils import DatasetConfig, DatasetMixtureConfig  # heavy: trl (optional)
+        except ImportError as err:
+            raise ValueError(f"reading TRL's mixture needs trl ({err}); pip install trl, or give one source as "
+                             "--data") from err
 
         if not isinstance(entries, (list, tuple)) or not entries:
             raise ValueError(f"expected a list of datasets (each with a path), found {entries!r}")

@@ -15,10 +15,13 @@ destila's ``jsd``. A ``divergence`` given beside it wins, and must be ``jsd``
 when β is strictly between 0 and 1.
 
 A config TRL wrote out in full (``to_dict()`` as YAML: every
-``TrainingArguments`` field present, :func:`written_in_full`) holds every
-default TRL has: GKD's ``lmbda 0.5``, ``temperature 0.9`` and
-``disable_dropout true`` (:data:`GKD_DUMP_DEFAULTS`) are accepted there, and
-``to_dict()``'s ``<EOS_TOKEN>``-style masks are read as not set everywhere.
+``TrainingArguments`` field present, :func:`written_in_full`; or the config
+object itself, passed in Python) holds every default TRL has: GKD's
+``lmbda 0.5``, ``temperature 0.9`` and ``disable_dropout true``
+(:data:`GKD_DUMP_DEFAULTS`) are accepted there, and ``to_dict()``'s
+``<EOS_TOKEN>``-style masks are read as not set everywhere. TRL's own
+``DistillationConfig``'s keys are :mod:`destila.training.trl_distillation`'s,
+and its ``datasets:`` mixture is :mod:`destila.training.trl_datasets`'.
 
 Naive equivalent::
 
@@ -70,8 +73,8 @@ MAPPED = {
 ON_POLICY = "`destila recipe on-policy`"
 
 # TRL key: (values that leave the feature off, TRL's default among them, so the key is harmless; the reason it is
-# refused otherwise). Every field of TRL's GKDConfig, SFTConfig, ModelConfig and ScriptArguments that is neither a
-# TrainingArguments field nor destila's own option is here or in MAPPED (a test reads TRL's classes for it).
+# refused otherwise). Every field of TRL's GKDConfig, SFTConfig, DistillationConfig, ModelConfig and ScriptArguments
+# that is neither a TrainingArguments field nor destila's own option is here or in MAPPED (tests read TRL's classes).
 REFUSED = {
     "lmbda": ((0,), f"on-policy distillation (the student's own samples, scored by the teacher) is {ON_POLICY}; "
                     "`destila train` trains on fixed sequences: set lmbda: 0 here, or run the recipe (its --lmbda "
