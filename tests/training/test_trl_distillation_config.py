@@ -37,7 +37,10 @@ def test_a_distillation_config_written_out_in_full_trains_from_a_cache(tiny_cach
     assert exit_.value.code == 0, capsys.readouterr().err
     assert (out / "model.safetensors").exists()
     # TRL's DistillationConfig: β 1.0 is reverse KL, T 1, the divergence alone, learning rate 1e-6.
-    assert "objective: reverse_kl, T 1, soft 1 + hard 0; schedule: lr 1e-06, linear" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "objective: reverse_kl, T 1, soft 1 + hard 0; schedule: lr 1e-06, linear" in printed
+    assert "As TRL's DistillationConfig defaults: divergence, temperature, hard_weight, learning_rate" in printed
+    assert "TRL's DistillationTrainer samples every batch from the student" in printed
 
 
 def test_a_distillation_config_in_python_trains(tiny_cache, fresh_student, tmp_path):

@@ -72,8 +72,22 @@ def _plain(value):
     return getattr(value, "value", value)  # SchedulerType and other enums
 
 
+# The TRL configs a run's line compares with: (their defaults, what TRL would sample that `destila train` does not).
+REFERENCES = {
+    "GKDConfig": (GKD_DEFAULTS, f"TRL's default lmbda {GKD_LMBDA} samples from the student"),
+    "DistillationConfig": (DISTILLATION_CONFIG_DEFAULTS, "TRL's DistillationTrainer samples every batch from the "
+                                                         "student"),
+}
+
+
+def nearest_reference(values: dict) -> str:
+    """The TRL config of :data:`REFERENCES` whose defaults ``values`` share most (GKDConfig on a tie)."""
+    return max(REFERENCES, key=lambda name: sum(values.get(k) == v for k, v in REFERENCES[name][0].items()))
+
+
 def describe_objective(args) -> str:
-    """One line: the objective and the schedule of ``args`` and how they compare with TRL's ``GKDConfig``.
+    """One line: the objective and the schedule of ``args`` and how they compare with the nearest of TRL's
+    ``GKDConfig`` and ``DistillationConfig`` (:func:`nearest_reference`).
 
     ``objective: jsd β 0.5, T 1, soft 1 + hard 0; schedule: lr 2e-05, linear, warm-up 0 steps. TRL's GKDConfig
     defaults: divergence, beta, ...; off-policy ...``
@@ -83,13 +97,15 @@ def describe_objective(args) -> str:
     line = (f"objective: {values['divergence']}{beta}, T {values['temperature']:g}, soft {args.soft_weight:g} + "
             f"hard {args.hard_weight:g}; schedule: lr {values['learning_rate']:g}, {values['lr_scheduler_type']}, "
             f"warm-up {values['warmup_steps']:g} steps.")
-    compared = {k: v for k, v in values.items() if not (k == "beta" and values["divergence"] != "jsd")}
-    same = [k for k, v in compared.items() if v == GKD_DEFAULTS[k]]
-    differ = [f"{k} {v:g} (TRL {GKD_DEFAULTS[k]:g})" if isinstance(v, float) else f"{k} {v} (TRL {GKD_DEFAULTS[k]})"
-              for k, v in compared.items() if v != GKD_DEFAULTS[k]]
+    name = nearest_reference(values)
+    defaults, sampled = REFERENCES[name]
+    compared = {k: v for k, v in values.items()
+                if k in defaults and not (k == "beta" and values["divergence"] != "jsd")}
+    same = [k for k, v in compared.items() if v == defaults[k]]
+    differ = [f"{k} {v:g} (TRL {defaults[k]:g})" if isinstance(v, float) else f"{k} {v} (TRL {defaults[k]})"
+              for k, v in compared.items() if v != defaults[k]]
     if same:
-        line += f" As TRL's GKDConfig defaults: {', '.join(same)}."
+        line += f" As TRL's {name} defaults: {', '.join(same)}."
     if differ:
-        line += f" Not TRL's GKDConfig defaults: {', '.join(differ)}."
-    return line + (f" Off-policy: fixed sequences only (TRL's default lmbda {GKD_LMBDA} samples from the student; "
-                   f"that is {ON_POLICY}).")
+        line += f" Not TRL's {name} defaults: {', '.join(differ)}."
+    return line + f" Off-policy: fixed sequences only ({sampled}; that is {ON_POLICY})."
