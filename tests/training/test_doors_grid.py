@@ -30,6 +30,8 @@ ROWS = [
      {"divergence": "jsd", "beta": 0.3}),
     ("beta 0 is forward KL", {"beta": 0.0, "temperature": 1.0, "hard_weight": 0.0}, {"divergence": "forward_kl"}),
     ("beta 1 is reverse KL", {"beta": 1.0, "temperature": 1.0, "hard_weight": 0.0}, {"divergence": "reverse_kl"}),
+    ("the JSD named with its β", {"divergence": "jsd", "beta": 0.3, "temperature": 1.0, "hard_weight": 0.0},
+     {"divergence": "jsd", "beta": 0.3}),
     ("a divergence named, with both weights", {"divergence": "forward_kl", "temperature": 1.0, "hard_weight": 0.5,
                                                "soft_weight": 2.0}, {"hard_weight": 0.5, "soft_weight": 2.0}),
     ("the loss's temperature", {"beta": 0.3, "temperature": 2.0, "hard_weight": 0.0}, {"temperature": 2.0}),
@@ -68,6 +70,8 @@ def in_words(door, values):
             continue
         if key in WORDS[door]:
             if key == "divergence" and door in ("GKDConfig", "DistillationConfig"):
+                if value == "jsd":  # the row's β says it
+                    continue
                 key, value = "beta", GKD_BETA[value]
             said[key] = value
         elif IMPLIED[door].get(key, object()) != value:
