@@ -12,18 +12,9 @@ import shutil
 
 import pytest
 from export_damage import DAMAGES, FIRST, record_of, rewrite_rows, trained_steps
-from fault_helpers import destila_in_process, error_line, small_cache, student  # noqa: F401 (fixtures)
+from fault_helpers import destila_in_process, error_line, small_cache, small_export, student  # noqa: F401 (fixtures)
 
 IDS = [damage.__name__ for damage, _ in DAMAGES]
-
-
-@pytest.fixture(scope="module")
-def small_export(small_cache, tmp_path_factory):  # noqa: F811
-    """The small cache (16 sequences of 32 tokens) exported as two Parquet files of 8 rows."""
-    out = tmp_path_factory.mktemp("small-export") / "export"
-    result = destila_in_process("cache", "export", small_cache, out, "--rows-per-file", "8", "--no-progress")
-    assert result.returncode == 0, result.stderr
-    return out
 
 
 def damaged(small_export, tmp_path, damage):
