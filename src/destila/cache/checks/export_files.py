@@ -14,7 +14,11 @@ uploaded, recompressed or added to. Before a reader hands its rows to
   the record's kind implies (a renamed column, an empty file);
 - the ``sequence_index`` column (a few bytes a row) counts 0, 1, 2, ... across
   the files in the record's order, to the manifest's number of sequences:
-  rows reordered, removed or added are refused here.
+  rows reordered, removed or added are refused here;
+- the ``position_ids`` and ``loss_mask`` columns (a few bytes a position) are
+  documents as the cache writes them (:mod:`~.documents`: runs from 0, a
+  loss mask that never crosses a run's end), and at least one position is
+  trained, as in every cache (its reader refuses one without).
 
 What needs the targets of every row (the mass summing to 1, ids within the
 vocabulary) is checked as each row is read (:class:`~destila.cache.dataset.DatasetCache`)
@@ -28,6 +32,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from destila.cache.checks.documents import document_fault
 from destila.cache.checks.export_identity import record_identity_fault
 from destila.cache.dataset_rows import DATA_DIR, RECORD, schema
 from destila.cache.format import sha256_file
@@ -119,23 +124,33 @@ def footer_fault(file: Path, entry: dict, record: dict) -> str | None:
     return None
 
 
-def order_fault(file: Path, first: int) -> str | None:
-    """The file's ``sequence_index`` column (read alone) is ``first, first + 1, ...``; else what it is."""
+def rows_fault(file: Path, first: int) -> tuple[str | None, int]:
+    """``(fault, trained positions)`` of the file's small columns, read without the targets: ``sequence_index``
+    is ``first, first + 1, ...``, and ``position_ids`` with ``loss_mask`` are documents as the cache writes them
+    (:mod:`~.documents`)."""
     import numpy as np
     import pyarrow.parquet as pq
 
-    found = pq.read_table(str(file), columns=["sequence_index"]).column(0).to_numpy()
+    table = pq.read_table(str(file), columns=["sequence_index", "position_ids", "loss_mask"])
+    found = table.column("sequence_index").to_numpy()
     expected = np.arange(first, first + len(found))
     if not np.array_equal(found, expected):
         at = int(np.flatnonzero(found != expected)[0])
         return (f"row {at} holds sequence {int(found[at])} where {int(expected[at])} comes next: the rows were "
-                "reordered, removed or added")
-    return None
+                "reordered, removed or added"), 0
+    positions, mask = (table.column(name).combine_chunks() for name in ("position_ids", "loss_mask"))
+    if not np.array_equal(positions.offsets.to_numpy(), mask.offsets.to_numpy()):
+        return "position_ids and loss_mask differ in length in some row", 0
+    mask_values = mask.flatten().to_numpy(zero_copy_only=False)
+    fault = document_fault(positions.flatten().to_numpy(), mask_values, positions.offsets.to_numpy())
+    if fault is not None:
+        return f"row of sequence {first + fault[0]}: {fault[1]}", 0
+    return None, int(mask_values.sum())
 
 
 def export_faults(path: str | Path, record: dict, *, rows: bool = True) -> list[str]:
-    """Every fault of the checks above, in that order, each naming its file (``rows``: also the footers and the
-    ``sequence_index`` order)."""
+    """Every fault of the checks above, in that order, each naming its file (``rows``: also the footers, the
+    ``sequence_index`` order, the documents and the trained positions)."""
     path = Path(path)
     faults = []
     identity = record_identity_fault(record)
@@ -144,12 +159,15 @@ def export_faults(path: str | Path, record: dict, *, rows: bool = True) -> list[
     faults.extend(card_faults(path, record))
     listed = [entry["name"] for entry in record["files"]]
     faults.extend(unlisted_faults(path, listed))
-    first = 0
+    first, trained = 0, 0
     for entry in record["files"]:
         name = entry["name"]
         fault = name_fault(path, name) or file_fault(path / name, entry)
         if fault is None and rows:
-            fault = footer_fault(path / name, entry, record) or order_fault(path / name, first)
+            fault = footer_fault(path / name, entry, record)
+            if fault is None:
+                fault, count = rows_fault(path / name, first)
+                trained += count
         if fault is not None:
             faults.append(f"{name}: {fault}")
         first += int(entry["rows"])
@@ -157,7 +175,14 @@ def export_faults(path: str | Path, record: dict, *, rows: bool = True) -> list[
     if first != record["rows"] or first != sequences:
         faults.append(f"{RECORD}: its files hold {first} rows, the record says {record['rows']} and the manifest "
                       f"{sequences}")
+    if rows and not faults and trained == 0:  # as a cache's reader refuses one: a loss of 0.0 teaches nothing
+        faults.append(no_trained_position(first))
     return faults
+
+
+def no_trained_position(rows: int) -> str:
+    return (f"its {rows} rows hold no trained position (every loss mask is false), which no cache is written with; "
+            "a loss of 0.0 at every step would teach nothing")
 
 
 def check_export(path: str | Path, record: dict) -> None:
