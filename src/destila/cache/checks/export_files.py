@@ -42,14 +42,15 @@ README = "README.md"
 DATA_FILES = f"{DATA_DIR}/train-*.parquet"  # what the card written by `destila cache export` names
 
 
-def name_fault(path: Path, name) -> str | None:
+def name_fault(path: Path, name, links_within: Path | None = None) -> str | None:
     """A listed name that is not a plain ``data/NAME.parquet`` of the export, or leads outside it through a link:
-    nothing outside the export is read or hashed."""
+    nothing outside the export is read or hashed. ``links_within``: where links may lead instead (a hub
+    snapshot's files link into its repo's ``blobs/``)."""
     parts = name.split("/") if isinstance(name, str) else []
     if len(parts) != 2 or parts[0] != DATA_DIR or not parts[1].endswith(".parquet") or parts[1].startswith("."):
         return (f"not a plain {DATA_DIR}/NAME.parquet file name inside the export; an export never names a file "
                 "elsewhere: do not use it")
-    link = outside_link(path, path / name)
+    link = outside_link(links_within or path, path / name)
     if link is not None:
         return f"a symbolic link to {link}, outside the export; copy the file in (cp -L) if you trust it"
     return None
@@ -148,7 +149,7 @@ def rows_fault(file: Path, first: int) -> tuple[str | None, int]:
     return None, int(mask_values.sum())
 
 
-def export_faults(path: str | Path, record: dict, *, rows: bool = True) -> list[str]:
+def export_faults(path: str | Path, record: dict, *, rows: bool = True, links_within: Path | None = None) -> list[str]:
     """Every fault of the checks above, in that order, each naming its file (``rows``: also the footers, the
     ``sequence_index`` order, the documents and the trained positions)."""
     path = Path(path)
@@ -162,7 +163,7 @@ def export_faults(path: str | Path, record: dict, *, rows: bool = True) -> list[
     first, trained = 0, 0
     for entry in record["files"]:
         name = entry["name"]
-        fault = name_fault(path, name) or file_fault(path / name, entry)
+        fault = name_fault(path, name, links_within) or file_fault(path / name, entry)
         if fault is None and rows:
             fault = footer_fault(path / name, entry, record)
             if fault is None:
@@ -185,10 +186,10 @@ def no_trained_position(rows: int) -> str:
             "a loss of 0.0 at every step would teach nothing")
 
 
-def check_export(path: str | Path, record: dict) -> None:
+def check_export(path: str | Path, record: dict, *, links_within: Path | None = None) -> None:
     """Raise ``ValueError`` (one line: the first fault, and what to do) unless :func:`export_faults` finds none."""
     try:
-        faults = export_faults(path, record)
+        faults = export_faults(path, record, links_within=links_within)
     except (KeyError, TypeError, ValueError) as err:  # a record edited by hand: a field missing or of another type
         raise ValueError(f"export {path}: {RECORD} lacks or mistypes a field the export writes ({type(err).__name__}: "
                          f"{err}); export the cache again") from err
