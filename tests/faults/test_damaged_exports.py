@@ -11,7 +11,7 @@ import os
 import shutil
 
 import pytest
-from export_damage import DAMAGES, FIRST, record_of, rewrite_rows, trained_steps
+from export_damage import DAMAGES, FIRST, nothing_trained_resigned, record_of, rewrite_rows, trained_steps
 from fault_helpers import destila_in_process, error_line, small_cache, small_export, student  # noqa: F401 (fixtures)
 
 IDS = [damage.__name__ for damage, _ in DAMAGES]
@@ -89,3 +89,16 @@ def test_the_identity_is_the_sha256_of_the_record_without_it(small_export):
 
     record = record_of(small_export)
     assert record["identity"] == export_identity(record)
+
+
+def test_a_loaded_export_with_nothing_trained_is_refused_when_opened(small_export, tmp_path):  # noqa: F811
+    """Rows with their record given in Python (a ``datasets.Dataset``) are refused as the export's files are."""
+    import datasets
+
+    from destila.cache.dataset import open_cache
+
+    export = damaged(small_export, tmp_path, nothing_trained_resigned)
+    rows = datasets.load_dataset(str(export), split="train", cache_dir=str(tmp_path / "hf"))
+    with pytest.raises(ValueError, match="hold no trained position"):
+        open_cache(rows)
+    assert len(open_cache(datasets.load_dataset(str(small_export), split="train", cache_dir=str(tmp_path / "hf")))) == 16

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from destila.cache import axolotl_columns
-from destila.cache.checks.export_files import check_export
+from destila.cache.checks.export_files import check_export, no_trained_position
 from destila.cache.checks.export_rows import ExportRowCheck
 from destila.cache.checks.rows import target_value_fault
 from destila.cache.dataset_rows import RECORD, RowFormatError, parse_record, stored_row
@@ -218,6 +218,17 @@ class DatasetCache(_CacheRows, torch.utils.data.Dataset):
         self.dataset = dataset.with_format("arrow")
         self._setup(dataset, record, where or f"<datasets.Dataset {len(dataset)} rows>", tokenizer_path, ordered)
         self.manifest.sequences = len(dataset)
+        if record is not None and not ordered:  # rows with a record, given in Python (an export's files: on open)
+            self._check_trained()
+
+    def _check_trained(self) -> None:
+        """Refuse rows none of which is trained (only the ``loss_mask`` column is read), as an export's files are."""
+        import pyarrow.compute as pc
+
+        column = self.dataset[:]["loss_mask"] if len(self) else None
+        if column is not None and not pc.any(pc.list_flatten(column)).as_py():
+            raise ValueError(f"{self.path}: {no_trained_position(len(self))}; the dataset is damaged: export the "
+                             "cache again")
 
     def __len__(self) -> int:
         return len(self.dataset)
