@@ -101,7 +101,9 @@ def row_faults(stored: dict, manifest, report: VerifyReport, encoding=None) -> l
     if inputs.min() < 0 or inputs.max() >= vocab:
         faults.append(f"input_ids outside [0, {vocab})")
     positions = stored.get("position_ids")
-    if positions is not None:  # runs from 0, and a loss mask inside them (checks/documents.py)
+    if positions is not None and positions.size and positions.min() < 0:
+        faults.append(f"negative position_ids (min {int(positions.min())})")
+    elif positions is not None:  # runs from 0, and a loss mask inside them (checks/documents.py)
         fault = document_fault(positions, stored["loss_mask"], [0, len(positions)])
         if fault is not None:
             faults.append(fault[1])
