@@ -101,4 +101,5 @@ def test_a_loaded_export_with_nothing_trained_is_refused_when_opened(small_expor
     rows = datasets.load_dataset(str(export), split="train", cache_dir=str(tmp_path / "hf"))
     with pytest.raises(ValueError, match="hold no trained position"):
         open_cache(rows)
-    assert len(open_cache(datasets.load_dataset(str(small_export), split="train", cache_dir=str(tmp_path / "hf")))) == 16
+    intact = datasets.load_dataset(str(small_export), split="train", cache_dir=str(tmp_path / "hf"))
+    assert len(open_cache(intact)) == 16

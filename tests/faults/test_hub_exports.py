@@ -85,8 +85,8 @@ DAMAGES = [
 
 
 @pytest.mark.parametrize("damage,needle", DAMAGES, ids=[damage.__name__ for damage, _ in DAMAGES])
-def test_train_refuses_a_damaged_hub_export_before_the_first_step(small_export, student, hub_cache, tmp_path,  # noqa: F811
-                                                                  damage, needle):
+def test_train_refuses_a_damaged_hub_export_before_the_first_step(  # noqa: F811
+        small_export, student, hub_cache, tmp_path, damage, needle):
     export = shutil.copytree(small_export, tmp_path / "export")
     damage(export, tmp_path)
     hub_snapshot(export, hub_cache)

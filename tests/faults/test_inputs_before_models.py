@@ -29,12 +29,12 @@ def damaged_export(small_export, tmp_path):  # noqa: F811
     return export
 
 
-def test_a_damaged_eval_cache_is_refused_before_the_student_loads(small_cache, damaged_export, student, tmp_path,  # noqa: F811
-                                                                  monkeypatch):
+def test_a_damaged_eval_cache_is_refused_before_the_student_loads(  # noqa: F811
+        small_cache, small_export, student, tmp_path, monkeypatch):
     import destila.training.run as run
     from destila.training import DistillationArguments, train_student
 
-    files = shutil.copytree(damaged_export, tmp_path / "files-damaged")
+    files = shutil.copytree(small_export, tmp_path / "files-damaged")
     (files / "data" / "train-00000-of-00002.parquet").write_bytes(b"PAR1")  # a file the checks on open refuse
     monkeypatch.setattr(run, "load_causal_lm", _no_model)
     out = tmp_path / "run"
