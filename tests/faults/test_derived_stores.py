@@ -175,3 +175,15 @@ def test_a_vocabulary_map_is_never_written_into_a_folder_of_something_else(tiny_
     with pytest.raises(ValueError, match=f"vocabulary map: {tmp_path} holds {marker}"):
         load_or_build(tiny_chat_tokenizer, space_mark_tokenizer, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [marker]
+
+
+def test_an_index_naming_a_file_elsewhere_is_never_followed(text_spans_cache, byte_level_student_tokenizer, tmp_path):
+    """An index edited to list a file outside the store's folder: refused by name, the file never hashed."""
+    data = CrossTokenizerCache(text_spans_cache, byte_level_student_tokenizer, map_folder=tmp_path / "store")
+    items = stored_items(data)
+    index = json.loads(items.index_path.read_text())
+    index["shards"][0]["name"] = "../victim.safetensors"
+    items.index_path.write_text(json.dumps(index))
+    (tmp_path / "victim.safetensors").write_bytes(b"not the store's")
+    with pytest.raises(ValueError, match="is not a plain file of the store's folder"):
+        StoredItems(items.index_path)

@@ -30,7 +30,7 @@ import shutil
 from pathlib import Path
 
 from destila.crosstok.alignment_dir import alignment_dir_fault
-from destila.io import exclusive_lock, fsync_dir
+from destila.io import exclusive_lock, fsync_dir, outside_link
 from destila.io.temporaries import create_staging_dir, remove_staging_leftovers
 
 
@@ -40,9 +40,14 @@ def file_entry(name: str, payload: bytes) -> dict:
 
 
 def check_file(file: Path, entry: dict) -> None:
-    """Raise ``ValueError`` when ``file`` is not the size and SHA-256 its index ``entry`` records."""
+    """Raise ``ValueError`` when ``file`` is not the size and SHA-256 its index ``entry`` records, or its name is
+    not a plain file name of the store's folder (nothing elsewhere is hashed or read)."""
     from destila.cache.format import sha256_file
 
+    name = entry["name"]
+    if not isinstance(name, str) or Path(name).name != name or name.startswith(".") \
+            or outside_link(file.parent, file) is not None:
+        raise ValueError(f"shard {name!r:.80} is not a plain file of the store's folder (an edited index)")
     if not file.is_file():
         raise ValueError(f"shard {entry['name']} is missing")
     size = file.stat().st_size

@@ -172,6 +172,8 @@ def stored_map_fault(vocab_map: VocabMap, folder: str | Path) -> str | None:
         (entry,) = index["shards"]
         if index.get("version") != MAP_VERSION or index.get("key") != map_key(vocab_map):
             return f"its index is of another version or identity ({index.get('key')})"
+        if entry["name"] != f"{name}.safetensors":
+            return f"its index names another file ({entry['name']!r:.80})"
         check_file(Path(folder) / entry["name"], entry)
         with safe_open(str(Path(folder) / entry["name"]), framework="numpy") as handle:
             if handle.metadata().get("key") != index["key"]:
