@@ -52,9 +52,12 @@ def evaluate_model(spec: EvalSpec, model: str | None = None, *, progress_file: s
     prompts = load_prompts(spec.prompts) if spec.prompts is not None else [Prompt(text=spec.prompt or DEFAULT_PROMPT)]
     cached = open_cache(spec.cache) if spec.cache is not None else None  # its files checked before the model loads
     meter = PeakMeter(spec.device)
-    lm = load_causal_lm(model, device=spec.device)
     tokenizer = load_tokenizer(model)
-    items, scored, byte_tokenizer = _held_out_items(spec, model, lm, tokenizer, cached)
+    # The held-out rows are read (each checked) or the data tokenised before the model loads: an empty or
+    # damaged input costs no model load.
+    items, scored, byte_tokenizer, source = _held_out_items(spec, model, tokenizer, cached)
+    lm = load_causal_lm(model, device=spec.device)
+    _check_vocabulary(spec, model, lm, source, cached)
     batches = [{k: v.to(spec.device) for k, v in collate(items[i:i + spec.batch_size]).items()}
                for i in range(0, len(items), spec.batch_size)]
     report(0, None, "forward speed")
@@ -83,23 +86,17 @@ def _model_of(spec: EvalSpec, model: str | None) -> str:
     return model
 
 
-def _held_out_items(spec: EvalSpec, model: str, lm, tokenizer, cached) -> tuple[list[dict], str, object]:
-    """``(items, scored positions, tokenizer of the label ids)``: the held-out sequences, from the opened cache
-    ``cached`` (read in the model's tokens when its tokenizer is another) or from ``spec.data``."""
+def _held_out_items(spec: EvalSpec, model: str, tokenizer, cached) -> tuple[list[dict], str, object, object]:
+    """``(items, scored positions, tokenizer of the label ids, the source read)``: the held-out sequences, from the
+    opened cache ``cached`` (read in the model's tokens when its tokenizer is another) or from ``spec.data``."""
     if cached is None:
         packed = as_sequences(spec.data, tokenizer)
-        return [packed[i] for i in range(len(packed))], spec.data.loss_on, tokenizer
+        return [packed[i] for i in range(len(packed))], spec.data.loss_on, tokenizer, packed
     source = held_out_source(cached, model, tokenizer, spec.cache)  # another tokenizer: the cache in its tokens
     if source is not cached and spec.teacher is not None:
         raise ValueError(f"eval: {model} has another tokenizer than the teacher's, so the teacher's logits are "
                          f"over other tokens; drop --teacher (the cache's KL and agreement are measured on the "
                          "aligned one-to-one positions)")
-    rows = lm.get_output_embeddings().weight.shape[0]
-    if source is cached and rows != source.vocab_size:  # the cache's ids would index past the model's head
-        raise ValueError(
-            f"eval: {model} has a vocabulary of {rows} tokens but the cache at {spec.cache} was made with "
-            f"{source.vocab_size}; evaluate on a cache of this model's teacher, or pass --data instead"
-        )
     chosen = list(range(len(source))) if spec.indices is None else list(spec.indices)
     if spec.eval_fraction is not None:
         chosen = split_indices(len(source), spec.eval_fraction)[1]
@@ -109,7 +106,17 @@ def _held_out_items(spec: EvalSpec, model: str, lm, tokenizer, cached) -> tuple[
     # Without spans: the bytes each label id spells, in the tokenizer of the ids (the cache's own copy of
     # the teacher's; the model's when the cache is read in its tokens).
     byte_tokenizer = (_cache_tokenizer(cached) or tokenizer) if source is cached else tokenizer
-    return items, (cached.manifest.data or {}).get("loss_on") or "all", byte_tokenizer
+    return items, (cached.manifest.data or {}).get("loss_on") or "all", byte_tokenizer, source
+
+
+def _check_vocabulary(spec: EvalSpec, model: str, lm, source, cached) -> None:
+    """Refuse a model whose output head is not the cache's vocabulary (the cache's ids would index past it)."""
+    rows = lm.get_output_embeddings().weight.shape[0]
+    if cached is not None and source is cached and rows != source.vocab_size:
+        raise ValueError(
+            f"eval: {model} has a vocabulary of {rows} tokens but the cache at {spec.cache} was made with "
+            f"{source.vocab_size}; evaluate on a cache of this model's teacher, or pass --data instead"
+        )
 
 
 def _scored_sums(spec: EvalSpec, lm, batches, meter, byte_lengths, scoring, report) -> tuple:
