@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from destila.eval.task_answers import check_answers
+from destila.eval.task_loading import check_choice_lengths, load_local_tasks
 from destila.eval.tasks import BUILT_IN_TASKS
 from destila.models import load_causal_lm, load_tokenizer
 from destila.models.hub import hub_offline_reason
@@ -232,7 +233,8 @@ def evaluate_tasks(models: list[str], spec: TaskEvalSpec, *, batch_size: int = 4
     for name in ("lm_eval.models.huggingface", "lm_eval.api.task", "lm_eval.evaluator"):
         logging.getLogger(name).addFilter(_DROP_NOISE)  # a filter is added once, however often this runs
     manager = TaskManager(include_defaults=bool(selection.hub), include_path=selection.include_paths or None)
-    check_answers([spec for spec in selection.specs if spec not in selection.hub], manager)
+    local = load_local_tasks([spec for spec in selection.specs if spec not in selection.hub], manager)
+    check_answers(local)
     seeds = _HARNESS_SEEDS if spec.seed is None else (spec.seed,) * 4
     tokenizers = [load_tokenizer(m) for m in models]
     with_template = [bool(getattr(t, "chat_template", None)) for t in tokenizers]
@@ -247,6 +249,7 @@ def evaluate_tasks(models: list[str], spec: TaskEvalSpec, *, batch_size: int = 4
         started = time.perf_counter()
         wrapped = HFLM(pretrained=load_causal_lm(model, device=device), tokenizer=tokenizer, batch_size=batch_size)
         try:
+            check_choice_lengths(local, wrapped, model)
             out = lm_eval.simple_evaluate(
                 model=wrapped, tasks=list(selection.specs), num_fewshot=spec.num_fewshot, batch_size=batch_size,
                 limit=spec.limit, task_manager=manager, apply_chat_template=chat, fewshot_as_multiturn=chat,
