@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from fault_helpers import destila, error_line
+from fault_helpers import build_command, destila, error_line, small_cache, student, train_command  # noqa: F401
 
 
 @pytest.mark.parametrize("value, problem", [
@@ -15,3 +15,18 @@ def test_a_trl_flag_yaml_cannot_read_is_one_line(tmp_path, value, problem):
     result = destila("train", "--model_name_or_path", value, "--cache", tmp_path / "cache", "-o", tmp_path / "out")
     line = error_line(result, "train", 2, "--model_name_or_path: ", f"{value!r} is not a plain value", problem)
     assert "ran" not in result.stdout and not (tmp_path / "out").exists(), line
+
+
+@pytest.mark.parametrize("command", ["train", "cache"])
+def test_a_lock_planted_as_a_link_is_named_as_one(small_cache, student, tiny_llama_dir, tmp_path, command):  # noqa: F811
+    """A `.lock` that is a symbolic link was reported as a folder that cannot be written (or as a bare OS error)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".lock").symlink_to(tmp_path / "elsewhere" / "lock")
+    if command == "train":
+        result = destila(*train_command(student, small_cache, out, "--max_steps", "1"))
+    else:
+        result = destila(*build_command(tiny_llama_dir, "pydoc", out))
+    error_line(result, command, 2, f"the lock file {out / '.lock'} is a symbolic link (to {tmp_path / 'elsewhere'}",
+               "remove the link")
+    assert not (tmp_path / "elsewhere").exists() and [p.name for p in out.iterdir()] == [".lock"]
