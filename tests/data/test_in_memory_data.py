@@ -66,7 +66,7 @@ def test_conversational_pairs_train_the_completion_as_trl_renders_it(tiny_chat_l
 
 def test_pairs_mixing_text_and_messages_are_refused_in_one_line(tiny_chat_llama_dir, tmp_path):
     rows = [{"prompt": "a question", "completion": [{"role": "assistant", "content": "an answer"}]}]
-    with pytest.raises(ValueError, match="holds a list of {role, content} messages in both fields"):
+    with pytest.raises(ValueError, match="field .completion. holds a list of messages, but field .prompt. holds text"):
         build_cache(str(tiny_chat_llama_dir), rows, tmp_path / "c", seq_len=SEQ_LEN, top_k=8, progress=False)
 
 

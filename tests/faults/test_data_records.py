@@ -123,6 +123,30 @@ def test_a_text_that_is_a_list_is_refused_naming_its_record(tiny_llama_dir, tmp_
     assert not (tmp_path / "cache").exists()
 
 
+ASKED = [{"role": "user", "content": "what is a set?"}]
+ANSWER = [{"role": "assistant", "content": "an unordered collection"}]
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"prompt": "what is a set?", "completion": ["an", "answer"]},
+     "field 'completion' holds a list of str, not of {'role', 'content'} messages"),
+    ({"prompt": ASKED, "completion": ["an", "answer"]},
+     "field 'completion' holds a list of str, not of {'role', 'content'} messages"),
+    ({"prompt": "what is a set?", "completion": ANSWER},
+     "field 'completion' holds a list of messages, but field 'prompt' holds text"),
+    ({"prompt": ASKED, "completion": [{"role": "assistant"}]},
+     "field 'completion', message 1 (role 'assistant') has no content"),
+], ids=["text and a list of str", "messages and a list of str", "text and messages", "a message without content"])
+def test_a_prompt_completion_pair_is_refused_naming_its_field_and_line(tiny_chat_llama_dir, tmp_path, bad, needle):
+    """A list-valued completion was called "messages" (or, without content, ended in the chat template's traceback)."""
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in [{"prompt": ASKED, "completion": ANSWER}, bad]))
+    result = destila_in_process(*build_command(tiny_chat_llama_dir, data, tmp_path / "cache", "--prompt-field",
+                                               "prompt", "--completion-field", "completion"))
+    error_line(result, "cache", 2, f"data: {data}, line 2: {needle}")
+    assert not (tmp_path / "cache").exists()
+
+
 def test_invalid_utf8_in_a_jsonl_is_named_with_its_line(tiny_llama_dir, tmp_path):
     data = tmp_path / "notes.jsonl"
     data.write_bytes(b'{"text": "a fine first line"}\n{"text": "a second one"}\n{"text": "bad \xff\xfe bytes"}\n')
