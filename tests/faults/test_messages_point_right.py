@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
-from fault_helpers import build_command, destila, error_line, small_cache, student, train_command  # noqa: F401
+from fault_helpers import ENV, build_command, destila, error_line, small_cache, student, train_command  # noqa: F401
 
 
 @pytest.mark.parametrize("value, problem", [
@@ -30,3 +33,17 @@ def test_a_lock_planted_as_a_link_is_named_as_one(small_cache, student, tiny_lla
     error_line(result, command, 2, f"the lock file {out / '.lock'} is a symbolic link (to {tmp_path / 'elsewhere'}",
                "remove the link")
     assert not (tmp_path / "elsewhere").exists() and [p.name for p in out.iterdir()] == [".lock"]
+
+
+def test_an_export_into_the_current_folder_names_it(small_cache, tmp_path):  # noqa: F811
+    """`cache export CACHE .` printed `PosixPath('.') has an empty name`."""
+    here = tmp_path / "here"
+    here.mkdir()
+    result = subprocess.run([sys.executable, "-m", "destila", "cache", "export", str(small_cache), ".",
+                             "--no-progress"], cwd=here, env=ENV, capture_output=True, text=True, timeout=300)
+    error_line(result, "cache", 2, f"export: OUT . is the current folder ({here})", "such as ./export")
+    assert "PosixPath" not in result.stderr and list(here.iterdir()) == [] and list(tmp_path.iterdir()) == [here]
+    (here / "inner").mkdir()
+    up = subprocess.run([sys.executable, "-m", "destila", "cache", "export", str(small_cache), "..", "--no-progress"],
+                        cwd=here / "inner", env=ENV, capture_output=True, text=True, timeout=300)
+    error_line(up, "cache", 2, f"export: {here} already exists and is not an empty folder")
