@@ -176,6 +176,15 @@ def _cache_of(dataset):
     return dataset if hasattr(dataset, "manifest") else None
 
 
+def _cache_behind(dataset):
+    """The cache whose targets ``dataset`` serves: :func:`_cache_of`, or the teacher's cache behind its items read
+    in another tokenizer's tokens (:func:`destila.crosstok.training.training_items`: the same K entries per row,
+    descending, which ``top_k`` and ``top_p`` cut as they cut the cache's)."""
+    dataset = getattr(dataset, "source", dataset) if isinstance(dataset, Subset) else dataset
+    cache = _cache_of(dataset)
+    return cache if cache is not None else _cache_of(getattr(dataset, "cache", None))
+
+
 class DistillationTrainer(Trainer):
     """Trainer for ``DistillationArguments``, shaped like TRL's trainers::
 
@@ -224,9 +233,10 @@ class DistillationTrainer(Trainer):
         kwargs = _with_data(kwargs, cache, data_spec, model, arguments, teacher_model is not None, trl_data)
         # Everything that can refuse the run is checked before the Trainer's own construction, which
         # creates the output folder: a refusal leaves nothing behind.
-        if _cache_of(kwargs.get("train_dataset")) is not None:
-            check_top_k(arguments.top_k, _cache_of(kwargs["train_dataset"]))
-            check_top_p(arguments.top_p, _cache_of(kwargs["train_dataset"]))
+        behind = _cache_behind(kwargs.get("train_dataset"))
+        if behind is not None:
+            check_top_k(arguments.top_k, behind)
+            check_top_p(arguments.top_p, behind)
         elif arguments.top_p is not None:
             raise ValueError("top_p: cuts the entries of a top-K cache; this run has no cache (online targets). "
                              "Build a cache with `destila cache build` and train from it, or drop --top_p")
