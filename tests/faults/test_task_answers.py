@@ -55,6 +55,21 @@ def test_a_choice_longer_than_the_model_reads_is_refused_before_it_is_scored(stu
     assert len(line) < 400, line
 
 
+def test_a_task_that_runs_python_says_which_file_before_it_runs(student, tmp_path):
+    """The harness imports the Python file a `!function` tag names: only the docs said so, nothing at run time."""
+    task = _task(tmp_path, [0, 1])
+    (tmp_path / "helpers.py").write_text("def keep(dataset):\n    return dataset\n")
+    task.write_text(task.read_text() + "process_docs: !function helpers.keep\n")
+    result = destila_in_process("eval", student, "--tasks", task, "--limit", "2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    said = [line for line in result.stderr.splitlines() if "runs Python" in line]
+    assert said == [f"--tasks: {task} runs Python: the harness imports {tmp_path / 'helpers.py'} for its !function "
+                    "helpers.keep (a task folder is code: run task files you would run as scripts)"], result.stderr
+    (tmp_path / "plain").mkdir()
+    plain = destila_in_process("eval", student, "--tasks", _task(tmp_path / "plain", [0, 1]), "--limit", "2")
+    assert plain.returncode == 0 and "runs Python" not in plain.stderr
+
+
 def test_the_harness_rule_for_answers():
     assert answer_fault(1, ["x", "y"]) is None and answer_fault("y", ["x", "y"]) is None
     assert answer_fault([0, 1], ["x", "y"]) is None
