@@ -47,3 +47,16 @@ def test_an_export_into_the_current_folder_names_it(small_cache, tmp_path):  # n
     up = subprocess.run([sys.executable, "-m", "destila", "cache", "export", str(small_cache), "..", "--no-progress"],
                         cwd=here / "inner", env=ENV, capture_output=True, text=True, timeout=300)
     error_line(up, "cache", 2, f"export: {here} already exists and is not an empty folder")
+
+
+def test_an_export_card_whose_front_matter_is_broken_is_named_as_such(small_cache, student, tmp_path):  # noqa: F811
+    """The card's broken YAML was reported as `its dataset_info.description is not the export record
+    (ParserError)`."""
+    from export_damage import broken_card
+
+    export = tmp_path / "export"
+    assert destila("cache", "export", small_cache, export, "--no-progress").returncode == 0
+    broken_card(export, tmp_path)
+    result = destila(*train_command(student, export, tmp_path / "out", "--max_steps", "1"))
+    error_line(result, "train", 2, "README.md: its YAML front matter does not parse, line 3 (expected ',' or ']'")
+    assert not (tmp_path / "out").exists()
