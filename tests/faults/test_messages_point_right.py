@@ -21,7 +21,8 @@ def test_a_trl_flag_yaml_cannot_read_is_one_line(tmp_path, value, problem):
 
 
 @pytest.mark.parametrize("command", ["train", "cache"])
-def test_a_lock_planted_as_a_link_is_named_as_one(small_cache, student, tiny_llama_dir, tmp_path, command):  # noqa: F811
+def test_a_lock_planted_as_a_link_is_named_as_one(small_cache, student, tiny_llama_dir, tmp_path,  # noqa: F811
+                                                   command):
     """A `.lock` that is a symbolic link was reported as a folder that cannot be written (or as a bare OS error)."""
     out = tmp_path / "out"
     out.mkdir()
