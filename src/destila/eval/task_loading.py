@@ -33,8 +33,6 @@ def load_local_tasks(names: list[str], manager) -> list:
     for name in names:
         try:
             tasks += list(manager.load([name])["tasks"].values())
-        except ValueError:
-            raise
         except Exception as err:  # the harness's code on the user's data: whatever it raises is about them
             raise ValueError(f"--tasks: {name}: the harness cannot build the task from its data "
                              f"({_what_failed(err)}); {_FIX}") from err
