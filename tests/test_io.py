@@ -147,9 +147,9 @@ def test_a_link_planted_under_the_next_temporary_name_is_never_written_through(t
     staging = create_staging_dir(tmp_path / "out")
     assert staging.name == f".out.tmp-{'d' * 16}" and staging.is_dir() and not staging.is_symlink()
     (tmp_path / ".lock").symlink_to(tmp_path / "made-by-the-lock")
-    with pytest.raises(OSError) as raised:
+    with pytest.raises(FileExistsError, match=r"\.lock is a symbolic link \(to .*made-by-the-lock\)") as raised:
         open_lock_file(tmp_path / ".lock")
-    assert raised.value.errno == errno.ELOOP and not (tmp_path / "made-by-the-lock").exists()
+    assert raised.value.errno == errno.EEXIST and not (tmp_path / "made-by-the-lock").exists()
     assert os.path.islink(tmp_path / ".lock")
 
 

@@ -239,3 +239,28 @@ def test_gemma3_is_refused_in_one_line(tiny_tokenizer, tmp_path, capsys):
     assert done.value.code == 2
     assert "model type 'gemma3_text' is not supported for layer cutting" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
+
+
+def test_too_few_calibration_tokens_are_warned_of_in_one_line(tiny_llama_dir, tmp_path):
+    """Importance chosen on 5 tokens (one row, chosen and scored on the same tokens) said nothing."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+
+    def init(tokens: int, out: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "destila", "student", "init", str(tiny_llama_dir), "-o",
+                               str(tmp_path / out), "--layers", "2", "--select", "importance", "--data", "pydoc",
+                               "--calibration-tokens", str(tokens)], env=env, capture_output=True, text=True,
+                              timeout=300)
+
+    few = init(5, "few")
+    assert few.returncode == 0, few.stderr[-2000:]
+    warned = [line for line in few.stderr.splitlines() if "calibration:" in line]
+    assert len(warned) == 1 and "only 5 tokens (1 row, none held out) from data pydoc" in warned[0], few.stderr
+    assert "give 1,024 or more (--calibration-tokens, default 4,096)" in warned[0]
+    enough = init(1024, "enough")
+    assert enough.returncode == 0 and "calibration:" not in enough.stderr, enough.stderr[-2000:]

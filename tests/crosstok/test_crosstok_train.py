@@ -111,6 +111,22 @@ def test_options_that_cannot_apply_across_tokenizers_are_refused(text_spans_cach
     assert not (tmp_path / "run").exists()
 
 
+def _first_loss(out) -> float:
+    return next(row["loss"] for row in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "loss" in row)
+
+
+def test_top_p_and_top_k_cut_the_aligned_targets_as_a_caches(text_spans_cache, other_student, tmp_path, capsys):
+    """--top_p across tokenizers was refused as "this run has no cache (online targets)"; the aligned targets are
+    the cache's K entries per row in the student's ids, descending, and both cut them as they cut a cache's."""
+    _train(other_student, text_spans_cache, tmp_path / "all", "--seed", "3")
+    _train(other_student, text_spans_cache, tmp_path / "nucleus", "--seed", "3", "--top_p", "0.5")
+    assert _first_loss(tmp_path / "nucleus") != pytest.approx(_first_loss(tmp_path / "all"), rel=1e-4)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        _train(other_student, text_spans_cache, tmp_path / "wide", "--top_k", "99")
+    assert f"top_k: the cache {text_spans_cache} holds K = 16 tokens per position" in capsys.readouterr().err
+
+
 def test_an_alignment_folder_with_nothing_to_align_is_refused(text_spans_cache, tiny_chat_llama_dir, tmp_path,
                                                               capsys):
     with pytest.raises(SystemExit):  # the teacher's own tokenizer: today's path, nothing to align

@@ -83,7 +83,7 @@ def test_prompt_completion_trains_the_completion_and_its_eos(tmp_path, tiny_toke
 
 def test_text_in_a_messages_field_says_how_to_read_it(tmp_path, tiny_chat_tokenizer):
     path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": c} for c in CONVERSATIONS])
-    with pytest.raises(ValueError, match="holds lists .*--messages-field messages"):
+    with pytest.raises(ValueError, match="holds a list .*--messages-field messages"):
         packed_source(DataSpec(str(path), text_field="messages", seq_len=16), tiny_chat_tokenizer)
     with pytest.raises(ValueError, match=r"no field 'msgs'; fields found: messages; pass --messages-field"):
         packed_source(DataSpec(str(path), messages_field="msgs", seq_len=16), tiny_chat_tokenizer)

@@ -66,7 +66,7 @@ def test_conversational_pairs_train_the_completion_as_trl_renders_it(tiny_chat_l
 
 def test_pairs_mixing_text_and_messages_are_refused_in_one_line(tiny_chat_llama_dir, tmp_path):
     rows = [{"prompt": "a question", "completion": [{"role": "assistant", "content": "an answer"}]}]
-    with pytest.raises(ValueError, match="holds a list of {role, content} messages in both fields"):
+    with pytest.raises(ValueError, match="field .completion. holds a list of messages, but field .prompt. holds text"):
         build_cache(str(tiny_chat_llama_dir), rows, tmp_path / "c", seq_len=SEQ_LEN, top_k=8, progress=False)
 
 
@@ -94,3 +94,35 @@ def test_the_trainer_tokenises_a_list_of_dicts_for_an_online_teacher(tiny_chat_l
                                   teacher_model=load_causal_lm(str(tiny_chat_llama_dir)))
     batch = next(iter(trainer.get_train_dataloader()))
     assert (batch["labels"] != -100).any() and torch.isfinite(torch.tensor(trainer.train().training_loss))
+
+
+@pytest.mark.parametrize("place, empty", [
+    ("train_dataset", "list"), ("train_dataset", "dataset"), ("eval_dataset", "list"), ("eval_dataset", "dataset"),
+])
+def test_an_empty_in_memory_dataset_is_refused_naming_which(tiny_chat_llama_dir, tmp_path, place, empty):
+    """An empty train set failed inside torch's sampler (`num_samples=0`), naming neither; an empty eval set of
+    rows was accepted and never evaluated."""
+    import datasets
+
+    from destila.models import load_causal_lm, load_tokenizer
+
+    args = DistillationArguments(output_dir=str(tmp_path / "o"), max_steps=1, per_device_train_batch_size=2,
+                                 save_strategy="no", report_to="none", online_loss="topk", top_k=8,
+                                 eval_strategy="steps", eval_steps=1)
+    nothing = [] if empty == "list" else datasets.Dataset.from_dict({"text": []})
+    given = {"train_dataset": rows_of("text"), place: nothing}
+    with pytest.raises(ValueError, match=rf"^DistillationTrainer: {place} is empty \(0 rows\); pass rows"):
+        DistillationTrainer(model=str(tiny_chat_llama_dir), args=args, processing_class=load_tokenizer(
+            str(tiny_chat_llama_dir)), teacher_model=load_causal_lm(str(tiny_chat_llama_dir)), **given)
+    assert not (tmp_path / "o").exists()
+
+
+def test_rows_without_text_are_refused_naming_the_dataset(tiny_chat_llama_dir, tmp_path):
+    from destila.models import load_causal_lm, load_tokenizer
+
+    args = DistillationArguments(output_dir=str(tmp_path / "o"), max_steps=1, per_device_train_batch_size=2,
+                                 save_strategy="no", report_to="none", online_loss="topk", top_k=8)
+    with pytest.raises(ValueError, match=r"^DistillationTrainer: train_dataset: data: .* holds no text"):
+        DistillationTrainer(model=str(tiny_chat_llama_dir), args=args, train_dataset=[{"text": ""}] * 3,
+                            processing_class=load_tokenizer(str(tiny_chat_llama_dir)),
+                            teacher_model=load_causal_lm(str(tiny_chat_llama_dir)))

@@ -6,6 +6,7 @@ deleted by the next run.
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -115,3 +116,33 @@ def test_an_address_space_limit_too_small_to_start_is_one_line_not_a_hang(tmp_pa
     error_line(result, "train", 1, "not enough address space to start: the process may reserve at most 0.68 GiB "
                "of address space (ulimit -v)", "ulimit -v unlimited")
     assert not (tmp_path / "out").exists()
+
+
+def _modes(folder):
+    return stat.S_IMODE(folder.stat().st_mode), {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}
+
+
+def test_the_converted_teacher_gets_the_modes_of_any_file_the_user_creates(tiny_llama_dir, tmp_path, monkeypatch):
+    """The conversion (GGUF reading aside: the tiny Llama stands in) left a 0700 folder with 0600 weights beside
+    0644 files; an older conversion found in the home gets the same modes."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from destila.models import loading
+
+    gguf = tmp_path / "package" / "model.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"")
+    monkeypatch.setattr(loading, "embedded_gguf_path", lambda: gguf)
+    monkeypatch.setattr(loading, "_load_gguf", lambda folder, name: (
+        AutoModelForCausalLM.from_pretrained(tiny_llama_dir), AutoTokenizer.from_pretrained(tiny_llama_dir)))
+    umask = os.umask(0o022)
+    try:
+        target = loading.embedded_teacher_dir(tmp_path / "home")
+        folder, files = _modes(target)
+        assert folder == 0o755 and "model.safetensors" in files and set(files.values()) == {0o644}, (folder, files)
+        os.chmod(target / "model.safetensors", 0o600)
+        os.chmod(target, 0o700)
+        assert loading.embedded_teacher_dir(tmp_path / "home") == target
+        assert _modes(target) == (folder, files)
+    finally:
+        os.umask(umask)

@@ -54,7 +54,7 @@ CASES = {
     ("binary", "parquet"): "datasets could not read {file} (Parquet magic bytes not found",
     ("binary", "csv"): "datasets could not read {file} (Error tokenizing data",
     ("wrong", "jsonl"): "holds no text (40 records, each missing, empty or not text)",
-    ("wrong", "json"): "{file}: field 'text' holds lists (conversations?), not text",
+    ("wrong", "json"): "{file}, record 1 of the JSON array: field 'text' holds a list (a conversation?), not text",
     ("wrong", "parquet"): "holds no text (40 records, each missing, empty or not text)",
     ("wrong", "csv"): "holds no text (40 records, each missing, empty or not text)",
     ("truncated", "txt"): "not UTF-8 text at {file}",
@@ -107,6 +107,44 @@ def test_messages_given_as_a_string_are_named_with_their_line(tiny_chat_llama_di
     result = destila_in_process(*build_command(tiny_chat_llama_dir, data, tmp_path / "cache",
                                                "--messages-field", "messages"))
     error_line(result, "cache", 2, f"data: {data}, line 2: field 'messages' holds str; expected a conversation")
+
+
+@pytest.mark.parametrize("ext", ["jsonl", "json"])
+def test_a_text_that_is_a_list_is_refused_naming_its_record(tiny_llama_dir, tmp_path, ext):
+    """A list in the text field is no document left out and counted (as a number is): most likely a conversation
+    read as text, it is refused, naming the file, the record and the field."""
+    records = [{"text": DOCS[0]}, {"text": DOCS[1]}, {"text": ["a", "list"]}, {"text": DOCS[2]}]
+    data = tmp_path / f"notes.{ext}"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records) if ext == "jsonl" else json.dumps(records, indent=1))
+    result = destila_in_process(*build_command(tiny_llama_dir, data, tmp_path / "cache"))
+    where = "line 3" if ext == "jsonl" else "record 3 of the JSON array"
+    error_line(result, "cache", 2, f"data: {data}, {where}: field 'text' holds a list (a conversation?), not text",
+               "--messages-field text")
+    assert not (tmp_path / "cache").exists()
+
+
+ASKED = [{"role": "user", "content": "what is a set?"}]
+ANSWER = [{"role": "assistant", "content": "an unordered collection"}]
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"prompt": "what is a set?", "completion": ["an", "answer"]},
+     "field 'completion' holds a list of str, not of {'role', 'content'} messages"),
+    ({"prompt": ASKED, "completion": ["an", "answer"]},
+     "field 'completion' holds a list of str, not of {'role', 'content'} messages"),
+    ({"prompt": "what is a set?", "completion": ANSWER},
+     "field 'completion' holds a list of messages, but field 'prompt' holds text"),
+    ({"prompt": ASKED, "completion": [{"role": "assistant"}]},
+     "field 'completion', message 1 (role 'assistant') has no content"),
+], ids=["text and a list of str", "messages and a list of str", "text and messages", "a message without content"])
+def test_a_prompt_completion_pair_is_refused_naming_its_field_and_line(tiny_chat_llama_dir, tmp_path, bad, needle):
+    """A list-valued completion was called "messages" (or, without content, ended in the chat template's traceback)."""
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in [{"prompt": ASKED, "completion": ANSWER}, bad]))
+    result = destila_in_process(*build_command(tiny_chat_llama_dir, data, tmp_path / "cache", "--prompt-field",
+                                               "prompt", "--completion-field", "completion"))
+    error_line(result, "cache", 2, f"data: {data}, line 2: {needle}")
+    assert not (tmp_path / "cache").exists()
 
 
 def test_invalid_utf8_in_a_jsonl_is_named_with_its_line(tiny_llama_dir, tmp_path):

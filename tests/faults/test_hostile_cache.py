@@ -134,7 +134,7 @@ def test_planted_temporary_and_lock_links_are_never_written_through(tiny_llama_d
     other.mkdir()
     (other / ".lock").symlink_to(tmp_path / "outside" / "created-by-destila")
     refused = destila_in_process(*build_command(tiny_llama_dir, "pydoc", other))
-    error_line(refused, "cache", 1, str(other))
+    error_line(refused, "cache", 2, f"the lock file {other / '.lock'} is a symbolic link", "remove the link")
     assert not (tmp_path / "outside" / "created-by-destila").exists()
 
 

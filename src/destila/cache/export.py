@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -107,6 +108,18 @@ def shareable_manifest(manifest) -> dict:
     return record
 
 
+def _output_folder(output) -> Path:
+    """``output`` as the folder an export is published as: ``..`` spelt out (the staging folder and the lock sit
+    beside it, named after it), and never the current folder (renamed into place, it would leave the shell in a
+    deleted folder)."""
+    out = Path(output).expanduser()
+    if out.exists() and out.resolve() == Path.cwd().resolve():
+        raise ValueError(f"export: OUT {output} is the current folder ({Path.cwd()}); an export is written beside "
+                         "its folder and renamed into place, which the folder you are in cannot be; give a new "
+                         f"folder, such as {os.path.join(output, 'export')}")
+    return Path(os.path.abspath(out)) if out.name in ("", "..") else out
+
+
 def export_cache(spec: ExportSpec) -> ExportReport:
     """Write the cache ``spec.cache`` as the dataset folder ``spec.output`` (see the module docstring)."""
     cache = TopKCache(spec.cache)
@@ -117,7 +130,7 @@ def export_cache(spec: ExportSpec) -> ExportReport:
     kind = manifest.target_kind
     rounding = encoding_of(manifest.encoding).stored_logprob_dtype(manifest)  # None: exact once decoded
     logprob_dtype = ARROW_LOGPROB_DTYPES[rounding] if rounding else "float32"
-    out = Path(spec.output).expanduser()
+    out = _output_folder(spec.output)
     rows, per_file = len(cache), spec.rows_per_file
     count = math.ceil(rows / per_file)
     with output_lock(out, "cache export"):

@@ -28,10 +28,18 @@ _DATA_OPTIONS = ("data", *(f.name for f in dataclasses.fields(DataSpec) if f.nam
 
 
 def _scalar(text: str):
-    """A flag's text read as YAML reads a config value: ``0.5``, ``true``, ``main``, ``student/``."""
+    """A flag's text read as YAML reads a config value: ``0.5``, ``true``, ``main``, ``student/``. Text YAML cannot
+    read (a ``!!python/...`` tag, an unclosed ``[``) is refused as argparse refuses a value of the wrong type."""
     import yaml
 
-    return yaml.safe_load(text)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        if "could not determine a constructor" in str(err):
+            problem = f"{problem}; Python tags are never run"
+        raise argparse.ArgumentTypeError(f"{text!r} is not a plain value ({problem}); give a path, a name, "
+                                         "a number or true/false") from None
 
 
 def trl_flags_class(taken):

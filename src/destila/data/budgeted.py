@@ -27,13 +27,16 @@ _CHARS_PER_TOKEN = 8  # a first guess above what tokenizers average on text (abo
 
 
 def text_values(values, spec) -> list[str]:
-    """The documents of a text field's ``values``: ``""`` for a missing or non-string one (left out, counted)."""
+    """The documents of a text field's ``values``: ``""`` for a missing or non-string one (left out, counted).
+
+    A list is refused instead (:class:`RecordError`, named with its line by the reader): a text field holding
+    lists is almost always a conversation read as text, and leaving it out would drop the data without a word."""
     texts = []
     for value in values:
         if isinstance(value, list):
             raise RecordError(
-                f"data: field {spec.text_field!r} holds lists (conversations?), not text; pass "
-                f"--messages-field {spec.text_field} for conversations"
+                f"data: field {spec.text_field!r} holds a list (a conversation?), not text; pass "
+                f"--messages-field {spec.text_field} for conversations, or fix or remove the record"
             )
         texts.append(value if isinstance(value, str) else "")
     return texts

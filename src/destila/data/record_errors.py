@@ -57,9 +57,26 @@ def _first_fault(file: Path, spec, record_fault) -> str | None:
             try:
                 record = json.loads(text)
             except ValueError:
-                return None  # a .json document over several lines: its records have no line of their own
+                # a .json document over several lines: its records have no line of their own
+                return _record_in_array(file, spec, record_fault) if record_fault is not None else None
+            if isinstance(record, list) and number == 1:  # a .json array on one line
+                return _record_in_array(file, spec, record_fault)
             if isinstance(record, dict):
                 fault = record_fault(record, spec)
                 if fault is not None:
                     return f"line {number}: {fault.removeprefix('data: ')}"
+    return None
+
+
+def _record_in_array(file: Path, spec, record_fault) -> str | None:
+    """``record N of the JSON array: <why>`` for the first record of a ``.json`` file holding one array of
+    records that ``record_fault`` refuses (counted from 1), or None."""
+    try:
+        records = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    for number, record in enumerate(records if isinstance(records, list) else [], start=1):
+        fault = record_fault(record, spec) if isinstance(record, dict) else None
+        if fault is not None:
+            return f"record {number} of the JSON array: {fault.removeprefix('data: ')}"
     return None

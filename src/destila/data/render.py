@@ -32,7 +32,7 @@ import re
 from typing import Callable
 
 from destila.data.budgeted import BudgetedText, text_values
-from destila.data.formats import conversational_pair
+from destila.data.formats import conversational_pair, is_conversation
 from destila.data.record_errors import RecordError
 from destila.data.spans import check_spells_bytes
 
@@ -143,6 +143,9 @@ def _encode_conversational_pairs(prompts, completions, tokenizer, spec, document
     ``documents`` receives each pair's rendered conversation (what byte spans are measured in)."""
     ids, targets = [], []
     for prompt, completion in zip(prompts, completions):
+        fault = pair_fault(prompt, completion, spec)
+        if fault is not None:
+            raise RecordError(f"data: {fault}")
         if not completion:  # nothing to learn from a pair without a completion
             ids.append([]), targets.append([])
             if documents is not None:
@@ -155,6 +158,34 @@ def _encode_conversational_pairs(prompts, completions, tokenizer, spec, document
             documents.append(_render(tokenizer, _check_messages(prompt or [], spec.prompt_field)
                                      + _check_messages(completion, spec.completion_field)))
     return {"input_ids": ids, "targets": targets}
+
+
+def pair_fault(prompt, completion, spec) -> str | None:
+    """Why one prompt/completion pair cannot be rendered as TRL's conversational pair, naming the field at fault,
+    or None. Data with a list in any pair is read as conversational pairs: both fields lists of messages."""
+    fields = ((spec.prompt_field, prompt), (spec.completion_field, completion))
+    for name, value in fields:
+        if isinstance(value, list) and not is_conversation(value):
+            kinds = sorted({type(m).__name__ for m in value if not (isinstance(m, dict) and "role" in m)})
+            return (f"field {name!r} holds a list of {' and '.join(kinds)}, not of {{'role', 'content'}} messages; "
+                    "expected text, or messages as in TRL's conversational prompt/completion; fix or remove the "
+                    "record")
+    lists = [name for name, value in fields if isinstance(value, list)]
+    if not lists:
+        return (f"this pair gives {spec.prompt_field!r} and {spec.completion_field!r} as text, while other pairs of "
+                "the data give them as lists of messages; give every pair the same way")
+    if len(lists) == 1:
+        other, value = next((name, value) for name, value in fields if name != lists[0])
+        if value is not None:
+            return (f"field {lists[0]!r} holds a list of messages, but field {other!r} holds "
+                    f"{'text' if isinstance(value, str) else type(value).__name__}; a conversational pair gives both "
+                    "as lists of {'role', 'content'} messages (or both as text)")
+    try:
+        for name, value in fields:
+            _check_messages(value, name)
+    except RecordError as err:
+        return str(err).removeprefix("data: ")
+    return None
 
 
 def _check_messages(messages, field: str) -> list:
@@ -182,6 +213,11 @@ def record_fault(record: dict, spec) -> str | None:
     try:
         if spec.format == "text":
             text_values([record.get(spec.text_field)], spec)
+        prompt, completion = record.get(spec.prompt_field or ""), record.get(spec.completion_field or "")
+        if spec.format == "prompt_completion" and (isinstance(prompt, list) or isinstance(completion, list)):
+            fault = pair_fault(prompt, completion, spec)
+            if fault is not None:
+                return f"data: {fault}"
         for column in columns:
             _check_messages(record.get(column), column)
     except RecordError as err:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from destila.eval.task_answers import check_answers
+from destila.eval.task_loading import check_choice_lengths, load_local_tasks
 from destila.eval.tasks import BUILT_IN_TASKS
 from destila.models import load_causal_lm, load_tokenizer
 from destila.models.hub import hub_offline_reason
@@ -77,6 +78,7 @@ class TaskSelection:
     specs: list[str] = field(default_factory=list)
     include_paths: list[str] = field(default_factory=list)
     hub: list[str] = field(default_factory=list)
+    code: list[str] = field(default_factory=list)  # one line per Python file a local task's !function runs
 
 
 def require_harness() -> None:
@@ -110,12 +112,12 @@ def resolve_tasks(tasks: str) -> TaskSelection:
         elif path.is_file():
             if path.suffix not in _TASK_SUFFIXES:
                 raise ValueError(f"--tasks: {path} is not a task file; expected a harness task .yaml file")
-            check_task_yaml(path)
+            selection.code += check_task_yaml(path)
             selection.specs.append(str(path.resolve()))
             selection.include_paths.append(str(path.resolve().parent))
         elif path.is_dir():
             for file in sorted(p for suffix in _TASK_SUFFIXES for p in path.rglob(f"*{suffix}")):
-                check_task_yaml(file)
+                selection.code += check_task_yaml(file)
             selection.specs += _folder_tasks(path)
             selection.include_paths.append(str(path.resolve()))
         elif path.suffix in _TASK_SUFFIXES or os.sep in item:
@@ -126,21 +128,30 @@ def resolve_tasks(tasks: str) -> TaskSelection:
     return selection
 
 
-def check_task_yaml(path: Path) -> None:
-    """Refuse a task file that does not parse, in one line with its line and column, before the harness reads it.
+def check_task_yaml(path: Path) -> list[str]:
+    """Refuse a task file that does not parse, in one line with its line and column, before the harness reads it;
+    return one line per Python file its ``!function`` tags will run.
 
     Read as the harness reads it, less the code: its ``!function module.name`` tag is accepted here (the
-    harness imports and runs that Python file beside the YAML: a task folder is code), a ``!!python/...``
+    harness imports and runs ``module.py`` beside the YAML: a task folder is code), a ``!!python/...``
     tag is refused by the safe loader, as the harness's own loader refuses it.
     """
     import yaml
 
     from destila.io.user_files import yaml_fault
 
+    runs: dict[Path, str] = {}
+
+    def function(loader, node):
+        name = loader.construct_scalar(node)
+        module = name.rpartition(".")[0]  # the harness's rule: "a.b.fn" runs a.b.py beside the YAML
+        runs.setdefault(path.resolve().parent / f"{module}.py", name)
+        return name
+
     class TaskLoader(yaml.SafeLoader):
         """PyYAML's safe loader with the harness's ``!function`` tag read as its text."""
 
-    TaskLoader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+    TaskLoader.add_constructor("!function", function)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -150,6 +161,8 @@ def check_task_yaml(path: Path) -> None:
     except yaml.YAMLError as err:
         raise ValueError(f"--tasks: {path}{yaml_fault(err)}; fix the task file (docs/eval.md shows the format)") \
             from None
+    return [f"--tasks: {path} runs Python: the harness imports {file} for its !function {name} (a task folder is "
+            "code: run task files you would run as scripts)" for file, name in runs.items()]
 
 
 def _folder_tasks(folder: Path) -> list[str]:
@@ -214,6 +227,8 @@ def prepare_tasks(spec: TaskEvalSpec) -> TaskSelection:
     require_harness()
     selection = resolve_tasks(spec.tasks)
     check_hub_tasks(selection.hub)
+    for line in dict.fromkeys(selection.code):  # said before anything runs, once per file
+        logging.getLogger("destila.eval").warning(line)
     return selection
 
 
@@ -232,7 +247,8 @@ def evaluate_tasks(models: list[str], spec: TaskEvalSpec, *, batch_size: int = 4
     for name in ("lm_eval.models.huggingface", "lm_eval.api.task", "lm_eval.evaluator"):
         logging.getLogger(name).addFilter(_DROP_NOISE)  # a filter is added once, however often this runs
     manager = TaskManager(include_defaults=bool(selection.hub), include_path=selection.include_paths or None)
-    check_answers([spec for spec in selection.specs if spec not in selection.hub], manager)
+    local = load_local_tasks([spec for spec in selection.specs if spec not in selection.hub], manager)
+    check_answers(local)
     seeds = _HARNESS_SEEDS if spec.seed is None else (spec.seed,) * 4
     tokenizers = [load_tokenizer(m) for m in models]
     with_template = [bool(getattr(t, "chat_template", None)) for t in tokenizers]
@@ -247,6 +263,7 @@ def evaluate_tasks(models: list[str], spec: TaskEvalSpec, *, batch_size: int = 4
         started = time.perf_counter()
         wrapped = HFLM(pretrained=load_causal_lm(model, device=device), tokenizer=tokenizer, batch_size=batch_size)
         try:
+            check_choice_lengths(local, wrapped, model)
             out = lm_eval.simple_evaluate(
                 model=wrapped, tasks=list(selection.specs), num_fewshot=spec.num_fewshot, batch_size=batch_size,
                 limit=spec.limit, task_manager=manager, apply_chat_template=chat, fewshot_as_multiturn=chat,

@@ -17,6 +17,7 @@ the user creates gets (``0666 & ~umask``).
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import shutil
@@ -85,8 +86,16 @@ def remove_staging_leftovers(path: str | os.PathLike) -> None:
 def open_lock_file(path: str | os.PathLike):
     """Open (creating it if missing) the lock file ``path`` for ``flock``, never through a symbolic link.
 
-    A link planted under the lock's name is refused with ``OSError(ELOOP)``
-    instead of creating or opening the file it points to.
+    A link planted under the lock's name is refused (``FileExistsError``, a
+    sentence naming the link and where it points) instead of creating or
+    opening the file it points to; the kernel's own ``ELOOP`` would read as
+    an unwritable folder.
     """
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | _NOFOLLOW | _CLOEXEC, 0o666)
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | _NOFOLLOW | _CLOEXEC, 0o666)
+    except OSError as err:
+        if not os.path.islink(path):
+            raise
+        raise FileExistsError(errno.EEXIST, f"the lock file {path} is a symbolic link (to {os.readlink(path)}); "
+                              "a lock is never taken through a link: remove the link and run again") from err
     return os.fdopen(descriptor, "a+")

@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from destila.io import exclusive_lock, names_user_path, publish_folder
+from destila.io.permissions import current_umask, readable_by_all
 from destila.models.config_checks import check_model_config, config_error_message, mismatch_message
 from destila.models.finite import check_finite_weights
 from destila.models.hub import hub_offline_reason
@@ -90,6 +91,7 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
                 try:
                     with exclusive_lock(lock_path, "", remove_on_release=True):  # nobody converting: leftovers
                         _remove_staging_leftovers(target)                         # are stale
+                        _ordinary_modes(target)  # a conversion by an older destila: 0700 and 0600 weights
                 except ValueError:  # a conversion holds it (it cleans up after itself)
                     pass
                 return target
@@ -110,6 +112,7 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
                 staging = Path(tempfile.mkdtemp(prefix=f".{_EMBEDDED_DIRNAME}-", dir=target.parent))
                 model.save_pretrained(staging)
                 tokenizer.save_pretrained(staging)
+                _ordinary_modes(staging)
                 if target.exists():  # a stale partial folder from an older layout
                     shutil.rmtree(target)
                 publish_folder(staging, target)
@@ -122,6 +125,13 @@ def embedded_teacher_dir(home: Path | None = None) -> Path:
 HOME_FAILURE = ("{reason} at {root}, destila's home folder (DESTILA_HOME), where the embedded teacher is converted "
                 "once (about 0.6 GB); free space or fix permissions there, or set DESTILA_HOME to another folder")
 """An OS failure in destila's home (:func:`destila.io.names_user_path`): the home is what the user can change."""
+
+
+def _ordinary_modes(folder: Path) -> None:
+    """The modes of a folder and files the user creates (``0777``/``0666 & ~umask``): ``mkdtemp`` makes the folder
+    0700 and safetensors writes the weights 0600, while the files beside them are 0644."""
+    os.chmod(folder, 0o777 & ~current_umask())
+    readable_by_all(folder)
 
 
 def _remove_staging_leftovers(target: Path) -> None:

@@ -23,6 +23,8 @@ from destila.student.spec import DEFAULT_CALIBRATION_TOKENS
 DEFAULT_CALIBRATION_SEQ_LEN = 256
 HELD_OUT_SHARE = 4
 """One row in this many (at least one, when there are two or more) is held out for the perplexity."""
+ADVISED_TOKENS = 1024
+"""Below this many calibration tokens a layer's or a channel's measured importance is mostly noise: warned of."""
 
 
 @dataclass
@@ -78,6 +80,18 @@ def _first_rows(sequences, tokens: int, name: str) -> list[dict]:
     if not items:
         raise ValueError(f"calibration: {name} holds no full row of tokens; give more text or lower the row length")
     return items
+
+
+def few_tokens_warning(calibration: Calibration) -> str | None:
+    """One line saying that ``calibration`` is too small to choose on (below :data:`ADVISED_TOKENS`), or None."""
+    if calibration.tokens >= ADVISED_TOKENS:
+        return None
+    rows = calibration.input_ids.shape[0]
+    held = "none held out" if rows < 2 else f"{max(1, rows // HELD_OUT_SHARE)} held out"
+    return (f"calibration: only {calibration.tokens:,} tokens ({rows} row{'s' if rows != 1 else ''}, {held}) from "
+            f"{calibration.source or 'the text given'}; what is measured on so few (layers, channels, the starting "
+            f"perplexity) is mostly noise: give {ADVISED_TOKENS:,} or more (--calibration-tokens, default "
+            f"{DEFAULT_CALIBRATION_TOKENS:,})")
 
 
 def from_cache(path, tokens: int = DEFAULT_CALIBRATION_TOKENS, tokenizer=None) -> Calibration:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -45,6 +46,8 @@ from destila.student.importance import contiguous_cut, greedy_cut, layer_scores,
 from destila.student.layers import check_layer_indices, evenly_spaced_layers
 from destila.student.spec import DEFAULT_CALIBRATION_TOKENS, WIDTH_FIELDS, StudentInitSpec, check_selection
 from destila.student.width import prune_width, resolve_targets
+
+log = logging.getLogger("destila.student")
 
 RECORD = "destila_student.json"
 _LOCK = ".lock"  # the name cache build and train use too: one writer per folder, whichever command
@@ -132,6 +135,9 @@ def init_student(spec: StudentInitSpec | str, out: str | Path | None = None, *, 
         teacher_tokenizer = load_tokenizer(spec.teacher, gguf_file=spec.gguf_file)
         student_tokenizer = load_student_tokenizer(spec.tokenizer) if spec.tokenizer is not None else None
         calibration = resolve_calibration(teacher_tokenizer, spec)
+        small = calib.few_tokens_warning(calibration) if calibration is not None else None
+        if small is not None:
+            log.warning(small)
         selection, held_out = calibration.split() if calibration is not None else (None, None)
         student, summary, record = _design(teacher, spec, selection, student_tokenizer, progress)
         if student_tokenizer is not None:

@@ -70,6 +70,21 @@ def _layout(inputs: dict) -> dict:
     return {key: inputs[key] for key in ("position_ids", "attention_mask") if key in inputs}
 
 
+def _empty(dataset) -> bool:
+    """A dataset given with no rows (a streamed one cannot tell before it is read)."""
+    if dataset is None or isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__len__"):
+        return False
+    return not hasattr(dataset, "n_shards") and len(dataset) == 0  # datasets.IterableDataset has n_shards
+
+
+def _named(label: str, read, *args, **kwargs):
+    """``read(*args, **kwargs)``, its refusal (an empty or unreadable dataset) naming the dataset as passed."""
+    try:
+        return read(*args, **kwargs)
+    except ValueError as err:
+        raise ValueError(f"DistillationTrainer: {label}: {err}") from err
+
+
 def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool, trl_data: dict | None = None) -> dict:
     """Trainer keyword arguments with the cache as training set, raw datasets tokenised, the held-out
     split of ``args.eval_fraction`` taken and the default collator. ``trl_data`` (``{option: (TRL key, value)}``,
@@ -101,10 +116,13 @@ def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool, t
         places.append(("eval_dataset", kwargs, "eval_dataset"))
     for label, holder, key in places:
         dataset = holder.get(key)
+        if _empty(dataset):  # torch's sampler would refuse it later, naming neither the dataset nor its place
+            raise ValueError(f"DistillationTrainer: {label} is empty (0 rows); "
+                             f"{'pass rows to train on' if label == 'train_dataset' else 'pass rows or leave it out'}")
         if isinstance(dataset, list) and dataset and all(isinstance(row, dict) for row in dataset):
             dataset = holder[key] = in_memory_records(dataset)  # rows given as a list of dicts: a Dataset
         if isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)) and is_cache_dataset(dataset):
-            holder[key] = open_cache(dataset)  # cache rows (an export's, or Axolotl's): the targets are in them
+            holder[key] = _named(label, open_cache, dataset)  # cache rows (an export's, or Axolotl's): the targets
         elif isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
             if not has_teacher:
                 raise ValueError(f"DistillationTrainer: {label} is a datasets.Dataset, which holds no teacher targets "
@@ -115,11 +133,11 @@ def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool, t
                 raise ValueError(f"DistillationTrainer: {label} is a datasets.Dataset; pass processing_class="
                                  "the teacher's tokenizer so it can be tokenised")
             if data_spec is not None:
-                holder[key] = dataset_source(dataset, tokenizer, data_spec)
+                holder[key] = _named(label, dataset_source, dataset, tokenizer, data_spec)
             else:
                 context = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 1024
                 options = {"seq_len": min(1024, context), **{o: v for o, (_, v) in trl_data.items()}}
-                holder[key] = dataset_source(dataset, tokenizer, **options)
+                holder[key] = _named(label, dataset_source, dataset, tokenizer, **options)
     for label, holder, key in places:
         source = _cache_of(holder.get(key))
         problems = settings_problems(trl_data, source.manifest, label) if source is not None and trl_data else []
@@ -169,6 +187,15 @@ class _SaveProjections(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         if self.trainer.hidden is not None and args.should_save:
             self.trainer.hidden.save(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+
+
+def _cache_behind(dataset):
+    """The cache whose targets ``dataset`` serves: :func:`_cache_of`, or the teacher's cache behind its items read
+    in another tokenizer's tokens (:func:`destila.crosstok.training.training_items`: the same K entries per row,
+    descending, which ``top_k`` and ``top_p`` cut as they cut the cache's)."""
+    dataset = getattr(dataset, "source", dataset) if isinstance(dataset, Subset) else dataset
+    cache = _cache_of(dataset)
+    return cache if cache is not None else _cache_of(getattr(dataset, "cache", None))
 
 
 class DistillationTrainer(Trainer):
@@ -230,9 +257,10 @@ class DistillationTrainer(Trainer):
         kwargs = _with_data(kwargs, cache, data_spec, model, arguments, teacher_model is not None, trl_data)
         # Everything that can refuse the run is checked before the Trainer's own construction, which
         # creates the output folder: a refusal leaves nothing behind.
-        if _cache_of(kwargs.get("train_dataset")) is not None:
-            check_top_k(arguments.top_k, _cache_of(kwargs["train_dataset"]))
-            check_top_p(arguments.top_p, _cache_of(kwargs["train_dataset"]))
+        behind = _cache_behind(kwargs.get("train_dataset"))
+        if behind is not None:
+            check_top_k(arguments.top_k, behind)
+            check_top_p(arguments.top_p, behind)
         elif arguments.top_p is not None:
             raise ValueError("top_p: cuts the entries of a top-K cache; this run has no cache (online targets). "
                              "Build a cache with `destila cache build` and train from it, or drop --top_p")

@@ -82,10 +82,18 @@ def card_faults(path: Path, record: dict) -> list[str]:
 
     if not (path / README).is_file():
         return [f"{README}: missing; a loaded dataset would not know its record: export the cache again"]
+    import yaml
+
     try:
         data = DatasetCard.load(path / README).data.to_dict()
+    except yaml.YAMLError as err:  # a card edited by hand: its front matter (after the first `---` line) broken
+        mark = getattr(err, "problem_mark", None)
+        where = f", line {mark.line + 2}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        return [f"{README}: its YAML front matter does not parse{where} ({problem})"]
+    try:
         carried = json.loads(data["dataset_info"]["description"])
-    except Exception as err:  # a card edited by hand: YAML, keys or JSON broken
+    except Exception as err:  # a card edited by hand: keys or JSON broken
         return [f"{README}: its dataset_info.description is not the export record ({type(err).__name__})"]
     faults = [] if carried == record else [f"{README}: its record differs from {RECORD}"]
     files = _card_data_files(data)
