@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from destila.cli.fields import add_fields, given_flags, values_of
 from destila.cli.parser import Parser
-from destila.cli.train_trl import add_trl_flags, apply_trl_flags, check_against_cache, flag_names
-from destila.cli.train_trl import check_trl_temperature, given_on_command_line, trl_terms
+from destila.cli.train_config import ConfigFile, apply_config, check_json_flags, flag_names, given_on_command_line
+from destila.cli.train_config import read_config, trl_terms
+from destila.cli.train_trl import add_trl_flags, apply_trl_flags, check_against_cache, check_trl_temperature
 from destila.data.spec import DataSpec
 from destila.models.placement import PlacementSpec
 
@@ -30,14 +30,6 @@ from destila.models.placement import PlacementSpec
 # training device unless a device map spreads it.
 _TEACHER_PLACEMENT = dict(prefix="teacher_", exclude=("device",))
 _TARGET_FLAGS = ("cache", "teacher", "teacher_gguf_file", "data", "alignment_dir")
-
-
-@dataclass
-class ConfigFile:
-    """The command's one flag that is not a field of the run: a file of options."""
-
-    config: str | None = field(default=None, metadata={
-        "help": "YAML or JSON file of options (any flag's name without dashes); flags override it", "metavar": "FILE"})
 
 
 DESCRIPTION = (
@@ -75,42 +67,12 @@ def build_parser():
     return parser
 
 
-def read_config(path: str) -> dict:
-    """The options in a YAML or JSON file, as a flat ``{name: value}`` mapping."""
-    from destila.io.user_files import config_values
-
-    values = config_values(Path(path))
-    if not isinstance(values, dict):
-        raise ValueError(f"--config {path}: expected a mapping of option names to values, "
-                         f"found {type(values).__name__}")
-    return values
-
-
-def apply_config(parser: argparse.ArgumentParser, values: dict, path: str) -> dict:
-    """Make the file's values the parser's defaults, so flags given on the command line override them;
-    returns ``{option: the key that set it}``.
-
-    TRL's keys (``model_name_or_path``, ``max_length``, GKD's ``beta``, ...) are mapped onto destila's
-    options by :func:`destila.training.trl_keys.map_trl_keys`; every key refused or unknown is named in one line,
-    a misspelt one with the nearest name.
-    """
-    from destila.training.trl_keys import MAPPED, map_trl_keys  # heavy: transformers
-
-    known = set(vars(parser.parse_args([]))) - {"config"}  # every option's destination, at its default
-    normalised, problems = map_trl_keys(values, known)
-    if problems:
-        raise ValueError(f"--config {path}: {'; '.join(problems)}. Expected names of `destila train --help` "
-                         "options (e.g. learning_rate) or TRL config keys such as max_length")
-    parser.set_defaults(**normalised)
-    spelt = {MAPPED[k][0] if k in MAPPED else k: k for k in values}
-    return {option: key for option, key in spelt.items() if option in normalised}  # not a key read as "not set"
-
-
 def parse(argv: list[str]):
     """``(namespace, DistillationArguments)`` from the command line (and ``--config``)."""
     from destila.training import DistillationArguments, TrainSpec  # heavy: transformers
     from destila.training.objective import recorded_defaults  # heavy: transformers
     from destila.training.output_dir import read_run_record  # heavy: transformers
+    from destila.training.trainer_source import dict_field_names
     from destila.training.trl_defaults import gkd_defaults
     from destila.training.trl_keys import unchosen_data_options
 
@@ -131,9 +93,12 @@ def parse(argv: list[str]):
         dests = set(vars(parser.parse_args([])))
         recorded = recorded_defaults(read_run_record(Path(known.output_dir)), known.output_dir)
         parser.set_defaults(**{k: v for k, v in recorded.items() if k in dests})
-    spelt = apply_config(parser, config, known.config) if known.config else {}
+    json_fields = dict_field_names()
+    spelt = apply_config(parser, config, known.config, json_fields) if known.config else {}
     namespace = parser.parse_args(argv)
-    spelt.update({dest: "--" + dest.replace("_", "-") for dest in given_on_command_line(parser, argv)})
+    given = given_on_command_line(parser, argv)
+    check_json_flags(namespace, json_fields, given)
+    spelt.update({dest: "--" + dest.replace("_", "-") for dest in given})
     spelt.update(apply_trl_flags(namespace, parser))
     check_trl_temperature(namespace, spelt, in_trl_terms)
     check_against_cache(namespace, spelt, unchosen_data_options(config))
