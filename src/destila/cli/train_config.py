@@ -119,7 +119,9 @@ def value_problem(parser: argparse.ArgumentParser, option: str, value) -> str | 
         except (TypeError, ValueError, argparse.ArgumentTypeError):
             return f"expected {_expected(typed)}, found {value!r}"
     chosen = next((a for a in actions if a.choices is not None), None)
-    if chosen is not None and value not in chosen.choices and str(value) not in map(str, chosen.choices):
+    if chosen is None or value is None or value == chosen.default:
+        return None  # None: "not set", as a written-out config says of an option left at its default
+    if value not in chosen.choices and str(value) not in map(str, chosen.choices):
         return f"expected one of {', '.join(map(str, chosen.choices))}, found {value!r}"
     return None
 

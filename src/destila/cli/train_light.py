@@ -150,8 +150,9 @@ def answer_early(argv: list[str]) -> int | None:
     check_json_flags(namespace, json_fields, given_on_command_line(parser, argv))
     if known.resume:
         return None  # a resumed run's recorded options are the defaults: checked by the live parse
-    from destila.training.argument_ranges import check_argument_ranges
+    from destila.training.argument_ranges import check_argument_ranges, check_finite_arguments
 
+    check_finite_arguments(namespace)
     check_argument_ranges(namespace)
     if namespace.cache is not None:
         from destila.hub_ids import missing_cache_problem
