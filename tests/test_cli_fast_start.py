@@ -10,7 +10,6 @@ import time
 import pytest
 
 from destila.cli.main import build_parser
-from destila.cli.train_light import STORED, light_parser, write_record
 
 HEAVY = ("torch", "transformers", "datasets")
 WIDTH = "100"
@@ -66,6 +65,7 @@ def test_destila_train_help_imports_no_heavy_module_and_prints_the_live_help():
 
 def test_the_light_parser_is_the_live_parser_for_the_installed_transformers():
     from destila.cli.train import build_parser as build_train_parser
+    from destila.cli.train_light import light_parser
 
     live, light = build_train_parser(), light_parser()
     assert described(light) == described(live)
@@ -74,6 +74,8 @@ def test_the_light_parser_is_the_live_parser_for_the_installed_transformers():
 
 
 def test_the_stored_flags_are_destilas_declarations():
+    from destila.cli.train_light import STORED, write_record
+
     assert json.loads(STORED.read_text()) == write_record(), "write them again: python -m destila.cli.train_light"
 
 

@@ -90,19 +90,21 @@ def apply_config(parser: argparse.ArgumentParser, values: dict, path: str, json_
         raise ValueError(f"--config {path}: {'; '.join(problems)}. Expected names of `destila train --help` "
                          "options (e.g. learning_rate) or TRL config keys such as max_length")
     spelt = {MAPPED[k][0] if k in MAPPED else k: k for k in values}
-    own = {option: normalised[option] for option, key in spelt.items() if option in normalised and key == option}
-    _check_values(parser, own, path, json_fields)
+    names = {str(key).lstrip("-").replace("-", "_"): key for key in values}  # the option's own name, either spelling
+    own = {name: key for name, key in names.items() if name in normalised and name not in MAPPED}
+    _check_values(parser, {option: (key, normalised[option]) for option, key in own.items()}, path, json_fields)
     parser.set_defaults(**normalised)
     return {option: key for option, key in spelt.items() if option in normalised}  # not a key read as "not set"
 
 
 def _check_values(parser: argparse.ArgumentParser, values: dict, path: str, json_fields) -> None:
+    """``values``: ``{option: (the key the file spells it with, value)}``."""
     lines = config_key_lines(Path(path))
     problems = []
-    for option, value in values.items():
+    for option, (key, value) in values.items():
         problem = json_object_problem(value) if option in json_fields else value_problem(parser, option, value)
         if problem:
-            problems.append((f"line {lines[option]}: " if option in lines else "") + f"{option}: {problem}")
+            problems.append((f"line {lines[str(key)]}: " if str(key) in lines else "") + f"{key}: {problem}")
     if problems:
         first, *rest = problems
         head = f"--config {path}, {first}" if first.startswith("line ") else f"--config {path}: {first}"
