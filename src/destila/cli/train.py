@@ -46,23 +46,32 @@ def register(subparsers) -> None:
                           description=DESCRIPTION, add_help=False)
 
 
+USAGE = "destila train STUDENT (--cache CACHE | --teacher TEACHER --data DATA) -o OUT [--config FILE] [options]"
+
+
+def field_sources() -> list[tuple]:
+    """The flags after ``DistillationArguments``' (``HfArgumentParser``'s) and TRL's names, in order:
+    ``(argument group's title or None for the parser itself, dataclass, add_fields keywords)``."""
+    from destila.training import TrainSpec  # heavy: transformers
+
+    return [(None, TrainSpec, {"positional": ("student",), "only": ("student", "resume")}),
+            (None, ConfigFile, {}),
+            ("targets", TrainSpec, {"only": _TARGET_FLAGS}),
+            ("online data (with --data)", DataSpec, {"exclude": ("source",)}),
+            ("online teacher placement (with --teacher)", PlacementSpec, _TEACHER_PLACEMENT)]
+
+
 def build_parser():
     from transformers import HfArgumentParser
 
-    from destila.training import DistillationArguments, TrainSpec  # heavy: transformers
+    from destila.training import DistillationArguments  # heavy: transformers
 
     class TrainParser(Parser, HfArgumentParser):
         """transformers' flags for the dataclasses, with destila's two spellings and "did you mean"."""
 
-    parser = TrainParser([DistillationArguments], prog="destila train", description=DESCRIPTION,
-                         usage="destila train STUDENT (--cache CACHE | --teacher TEACHER --data DATA) "
-                               "-o OUT [--config FILE] [options]")
-    add_fields(parser, TrainSpec, positional=("student",), only=("student", "resume"))
-    add_fields(parser, ConfigFile)
-    add_fields(parser.add_argument_group("targets"), TrainSpec, only=_TARGET_FLAGS)
-    add_fields(parser.add_argument_group("online data (with --data)"), DataSpec, exclude=("source",))
-    add_fields(parser.add_argument_group("online teacher placement (with --teacher)"), PlacementSpec,
-               **_TEACHER_PLACEMENT)
+    parser = TrainParser([DistillationArguments], prog="destila train", description=DESCRIPTION, usage=USAGE)
+    for title, cls, how in field_sources():
+        add_fields(parser if title is None else parser.add_argument_group(title), cls, **how)
     add_trl_flags(parser)
     return parser
 

@@ -113,7 +113,8 @@ def _check_values(parser: argparse.ArgumentParser, values: dict, path: str, json
 
 def value_problem(parser: argparse.ArgumentParser, option: str, value) -> str | None:
     """What is wrong with ``value`` as ``option``'s (converted as argparse converts the flag's text), or None."""
-    actions = [a for a in parser._actions if a.dest == option and a.option_strings]  # argparse has no public view
+    # Read only: argparse keeps its option table in this attribute and offers no public view of it.
+    actions = list({id(a): a for a in parser._option_string_actions.values() if a.dest == option}.values())
     typed = next((a for a in actions if a.type is not None), None)
     if typed is not None and isinstance(value, str):
         try:

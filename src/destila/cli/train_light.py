@@ -40,17 +40,18 @@ import json
 import sys
 from pathlib import Path
 
+from destila.cli.fields import add_fields
 from destila.cli.parser import Parser
-from destila.cli.train_config import apply_config, check_json_flags, given_on_command_line, read_config, trl_terms
+from destila.cli.train_config import ConfigFile, apply_config, check_json_flags, given_on_command_line, read_config
+from destila.cli.train_config import trl_terms
 from destila.cli.train_config import flag_names, yaml_scalar
 from destila.training.trainer_source import SourceUnreadable, annotation, hf_argparser, training_arguments_fields
 
 STORED = Path(__file__).with_name("train_flags.json")
 # The type functions destila's own flags use, by name (the stored flags name them).
-_TYPES = {"int": int, "float": float, "str": str, f"{yaml_scalar.__module__}.{yaml_scalar.__qualname__}": yaml_scalar}
-_KINDS = {"_StoreAction": "store", "_StoreTrueAction": "store_true", "_StoreFalseAction": "store_false"}
-# argparse's default groups: their arguments go to the parser itself.
-_DEFAULT_GROUPS = ("positional arguments", "options")
+_TYPES = {f"{t.__module__}.{t.__qualname__}": t for t in (int, float, str, yaml_scalar)}
+# The flag's type, as add_fields reads it from a field's annotation.
+_SCALARS = {"bool": bool, "int": int, "float": float, "str": str}
 
 
 @functools.lru_cache(maxsize=1)
@@ -68,18 +69,14 @@ def light_parser() -> argparse.ArgumentParser:
         """transformers' flags for the dataclasses, with destila's two spellings and "did you mean"."""
 
     parser = TrainParser([_distillation_arguments(record["distillation_fields"])], **record["parser"])
-    groups = {}
-    for group in record["groups"]:
-        groups[group["title"]] = (parser if group["title"] in _DEFAULT_GROUPS
-                                  else parser.add_argument_group(group["title"], group["description"]))
-    trl = set()
-    for action in record["actions"]:
-        if action["trl"]:
-            if action["dest"] in vars(parser.parse_args([])):
-                continue  # an option of the same name is declared already (TrainingArguments' or destila's)
-            trl.add(action["dest"])
-        _add(groups[action["group"]], action)
-    parser.trl_flags = trl  # read back by apply_trl_flags
+    for group in record["field_groups"]:
+        container = parser if group["title"] is None else parser.add_argument_group(group["title"])
+        fields = group["fields"]
+        if group["trl"]:  # less the names declared already, as add_trl_flags leaves them out
+            taken = set(vars(parser.parse_args([])))
+            fields = [f for f in fields if f["name"] not in taken]
+            parser.trl_flags = {f["name"] for f in fields}  # read back by apply_trl_flags
+        add_fields(container, _dataclass(fields), positional=group["positional"], prefix=group["prefix"])
     return parser
 
 
@@ -105,19 +102,19 @@ def _distillation_arguments(declared: list[dict]) -> type:
     return dataclasses.make_dataclass("DistillationArguments", specs)
 
 
-def _add(container, action: dict) -> None:
-    hidden = action["help"] == argparse.SUPPRESS  # argparse tests its marker by identity, which JSON does not keep
-    kwargs = {"help": argparse.SUPPRESS if hidden else action["help"], "default": ast.literal_eval(action["default"])}
-    if action["kind"] == "store":
-        kwargs.update(type=_TYPES[action["type"]] if action["type"] else None, choices=action["choices"],
-                      metavar=action["metavar"], nargs=action["nargs"])
-        if action["nargs"] in ("?", "*") or action["const"] != "None":
-            kwargs["const"] = ast.literal_eval(action["const"])
-    if action["option_strings"]:
-        container.add_argument(*action["option_strings"], dest=action["dest"], action=action["kind"],
-                               required=action["required"], **kwargs)
-    else:
-        container.add_argument(action["dest"], action=action["kind"], **kwargs)
+def _dataclass(declared: list[dict]) -> type:
+    """The stored fields as a dataclass for :func:`~destila.cli.fields.add_fields`: each with the flag's scalar
+    type, its default (none where the field has none) and its metadata (a type function by name)."""
+    specs = []
+    for spec in declared:
+        metadata = dict(spec["metadata"])
+        if "type" in metadata:
+            metadata["type"] = _TYPES[metadata["type"]]
+        if metadata.get("help") == argparse.SUPPRESS:  # argparse tests its marker by identity, which JSON loses
+            metadata["help"] = argparse.SUPPRESS
+        default = {"default": ast.literal_eval(spec["default"])} if spec["default"] is not None else {}
+        specs.append((spec["name"], _SCALARS[spec["type"]], dataclasses.field(metadata=metadata, **default)))
+    return dataclasses.make_dataclass("Flags", specs, kw_only=True)
 
 
 def answer_early(argv: list[str]) -> int | None:
@@ -130,9 +127,12 @@ def answer_early(argv: list[str]) -> int | None:
     except SourceUnreadable:
         return None
     ours = argv[:argv.index("--")] if "--" in argv else argv
+    # A first look at the flags that decide the defaults (the config file, a resumed run's record), from the same
+    # fields, as the live parse takes it.
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--config")
-    pre.add_argument("--resume", nargs="?", const=True)
+    add_fields(pre, ConfigFile)
+    add_fields(pre, _dataclass([f for group in _record()["field_groups"] for f in group["fields"]
+                                if f["name"] == "resume"]))
     known, _ = pre.parse_known_args(ours)
     asks_help = any(arg in ("-h", "--help") for arg in ours)
     if asks_help and known.resume:
@@ -168,13 +168,12 @@ def answer_early(argv: list[str]) -> int | None:
 
 
 def write_record() -> dict:
-    """destila's own flags as the live parser declares them (imports transformers: run when they change)."""
-    from destila.cli.fields import add_fields
-    from destila.cli.train import build_parser
+    """destila's own flags as declared (imports transformers: run when they change)."""
+    from destila.cli.fields import _scalar_type, _selected
+    from destila.cli.train import DESCRIPTION, USAGE, field_sources
     from destila.cli.train_trl import trl_flags_class
     from destila.training import DistillationArguments
 
-    live = build_parser()
     own = DistillationArguments.__dict__["__annotations__"]
     inherited = {f.name: f for f in dataclasses.fields(DistillationArguments.__mro__[1])}
     declared = []
@@ -187,39 +186,35 @@ def write_record() -> dict:
             metadata = {k: v for k, v in metadata.items() if inherited[f.name].metadata.get(k, object()) != v}
         declared.append({"name": f.name, "annotation": own[f.name], "default": _literal(f.default),
                          "metadata": metadata})
-    hf_dests = {f.name for f in dataclasses.fields(DistillationArguments) if f.init}
-    trl_group = Parser().add_argument_group("TRL")
-    add_fields(trl_group, trl_flags_class(set()))  # every TRL key: those taken are left out when built
-    groups, actions = [], []
-    for group in live._action_groups:  # argparse has no public view of its groups
-        groups.append({"title": group.title, "description": group.description})
-        for action in group._group_actions:
-            if action.dest in hf_dests or isinstance(action, argparse._HelpAction):
-                continue
-            if action.dest in live.trl_flags:
-                continue
-            actions.append(_action(action, group.title, trl=False))
-        if any(a.dest in live.trl_flags for a in group._group_actions):
-            actions.extend(_action(a, group.title, trl=True) for a in trl_group._group_actions)
-    record = {"parser": {"prog": live.prog, "usage": live.usage, "description": live.description},
-              "distillation_fields": declared, "groups": groups, "actions": actions}
+    groups = []
+    for title, cls, how in field_sources():
+        groups.append({"title": title, "trl": False, "positional": list(how.get("positional", ())),
+                       "prefix": how.get("prefix", ""), "fields": [_field(cls, f) for f in _selected(
+                           cls, how.get("exclude", ()), how.get("only"))]})
+    trl = trl_flags_class(set())  # every TRL key: those taken are left out when the parser is built
+    groups.append({"title": "TRL's names (mapped onto the options above, with TRL's defaults)", "trl": True,
+                   "positional": [], "prefix": "", "fields": [_field(trl, f) for f in dataclasses.fields(trl)]})
+    record = {"parser": {"prog": "destila train", "usage": USAGE, "description": DESCRIPTION},
+              "distillation_fields": declared, "field_groups": groups}
     json.dumps(record)  # every value is JSON
-    return record
+    return json.loads(json.dumps(record))
 
 
-def _action(action: argparse.Action, group: str, trl: bool) -> dict:
-    kind = type(action).__name__
-    assert kind in _KINDS, f"{action.dest}: {kind} is not declared by add_fields"
-    type_name = None
-    if action.type is not None:
-        type_name = action.type.__name__ if action.type in (int, float, str) else \
-            f"{action.type.__module__}.{action.type.__qualname__}"
-        assert type_name in _TYPES, f"{action.dest}: add {type_name} to _TYPES"
-    return {"group": group, "trl": trl, "option_strings": action.option_strings, "dest": action.dest,
-            "kind": _KINDS[kind], "type": type_name, "default": _literal(action.default),
-            "const": _literal(action.const), "required": action.required,
-            "choices": list(action.choices) if action.choices is not None else None, "metavar": action.metavar,
-            "help": action.help, "nargs": action.nargs}
+def _field(cls, f: dataclasses.Field) -> dict:
+    from destila.cli.fields import _scalar_type
+
+    metadata = dict(f.metadata)
+    if "type" in metadata:
+        function = metadata["type"]
+        metadata["type"] = f"{function.__module__}.{function.__qualname__}"
+        assert metadata["type"] in _TYPES, f"{f.name}: add {metadata['type']} to _TYPES"
+    for key in ("choices", "aliases"):
+        if key in metadata:
+            metadata[key] = list(metadata[key])
+    has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    default = f.default if f.default is not dataclasses.MISSING else None
+    return {"name": f.name, "type": _scalar_type(cls, f.name).__name__, "metadata": metadata,
+            "default": _literal(default) if has_default else None}
 
 
 def _literal(value) -> str:
