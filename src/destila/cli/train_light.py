@@ -42,9 +42,8 @@ from pathlib import Path
 
 from destila.cli.fields import add_fields
 from destila.cli.parser import Parser
-from destila.cli.train_config import ConfigFile, apply_config, check_json_flags, given_on_command_line, read_config
-from destila.cli.train_config import trl_terms
-from destila.cli.train_config import flag_names, yaml_scalar
+from destila.cli.train_config import ConfigFile, apply_config, check_json_flags, flag_names, given_on_command_line
+from destila.cli.train_config import read_config, trl_terms, yaml_scalar
 from destila.training.trainer_source import SourceUnreadable, annotation, hf_argparser, training_arguments_fields
 
 STORED = Path(__file__).with_name("train_flags.json")
@@ -68,7 +67,10 @@ def light_parser() -> argparse.ArgumentParser:
     class TrainParser(Parser, hf.HfArgumentParser):
         """transformers' flags for the dataclasses, with destila's two spellings and "did you mean"."""
 
-    parser = TrainParser([_distillation_arguments(record["distillation_fields"])], **record["parser"])
+    try:
+        parser = TrainParser([_distillation_arguments(record["distillation_fields"])], **record["parser"])
+    except (TypeError, ValueError, RuntimeError) as err:  # HfArgumentParser's refusal of a type read here
+        raise SourceUnreadable(f"TrainingArguments as read from the source: {err}") from None
     for group in record["field_groups"]:
         container = parser if group["title"] is None else parser.add_argument_group(group["title"])
         fields = group["fields"]

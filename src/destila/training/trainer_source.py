@@ -194,6 +194,15 @@ def training_arguments_fields() -> tuple[list[tuple[str, object, dataclasses.Fie
     """``([(name, type, field), ...], dict_fields)``: ``TrainingArguments``' fields in declaration order, their
     annotations evaluated (as ``typing.get_type_hints`` gives them) and their ``field(...)`` calls made;
     ``dict_fields`` its ``_VALID_DICT_FIELDS`` (fields that take a JSON object as text)."""
+    try:
+        return _read_fields()
+    except SourceUnreadable:
+        raise
+    except Exception as err:  # a layout this reader does not know (a file moved, a path outside the package)
+        raise SourceUnreadable(f"TrainingArguments' source: {type(err).__name__}: {err}") from None
+
+
+def _read_fields():
     path = package_dir() / "training_args.py"
     names = _training_args_names()
     names["field"] = dataclasses.field
@@ -249,8 +258,8 @@ def hf_argparser():
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except ImportError as err:  # a relative import: the module needs its package, which is the heavy part
-        raise SourceUnreadable(f"{path}: {err}") from None
+    except Exception as err:  # a relative import (the module needs its package, the heavy part), a missing file
+        raise SourceUnreadable(f"{path}: {type(err).__name__}: {err}") from None
     return module
 
 
