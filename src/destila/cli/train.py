@@ -10,6 +10,11 @@ on the same :class:`~destila.cli.parser.Parser`. ``--config FILE.yaml|json``
 holds any of them; flags on the command line win. The command fills one
 :class:`~destila.training.spec.TrainSpec` and calls
 :func:`~destila.training.train_student` with it.
+
+Before this module is imported, :mod:`destila.cli.train_light` builds the same
+parser without transformers or torch, and answers ``--help`` and the argument
+mistakes it can judge (:func:`field_sources` lists the flags it declares
+after ``DistillationArguments``').
 """
 
 from __future__ import annotations
