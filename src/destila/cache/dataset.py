@@ -276,11 +276,10 @@ def open_cache(source, *, streaming: bool = False, split: str = "train"):
             return _load_export(str(path), path, streaming, split)
         raise FileNotFoundError(f"{path}: no {MANIFEST} and no {RECORD}; expected a cache folder written by "
                                 "`destila cache build` or a dataset written by `destila cache export`")
-    from destila.data.sources import _looks_like_hub_name  # the same test as data sources'
+    from destila.hub_ids import missing_cache_problem  # the same test as data sources' and `destila train`'s
 
-    if str(source).startswith((".", "/", "~")) or not _looks_like_hub_name(str(source)):
-        raise FileNotFoundError(f"cache: no such folder: {source}; expected a cache folder, an export folder "
-                                "or a hub dataset id such as 'org/name'")
+    if problem := missing_cache_problem(source):
+        raise FileNotFoundError(problem)
     return _load_hub(str(source), streaming, split)
 
 

@@ -22,9 +22,18 @@ import argparse
 import dataclasses
 import typing
 
-from destila.models import MODEL_HELP  # noqa: F401  (re-exported: every command that loads a model says it so)
 
 _SIMPLE = (bool, int, float, str)
+
+
+def __getattr__(name: str):
+    """``MODEL_HELP``, re-exported: every command that loads a model says it so. Imported on first use, since
+    destila.models imports torch and this module serves ``destila train``'s parser before torch is imported."""
+    if name == "MODEL_HELP":
+        from destila.models import MODEL_HELP
+
+        return MODEL_HELP
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _scalar_type(cls, name: str):

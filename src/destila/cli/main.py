@@ -5,7 +5,8 @@ parser and sets ``func`` to a callable taking the parsed namespace. A command
 line imports only its own command's module (several import torch to declare
 their flags); ``destila --help`` imports none, listing each command by its
 line in :data:`SUMMARIES` (a test keeps them equal to the modules' own), and
-``destila train --help`` prints the stored help (:mod:`destila.cli.stored_help`).
+``destila train``'s help and argument mistakes are answered before transformers is imported
+(:mod:`destila.cli.train_light`).
 Failures are reported by :mod:`destila.cli.errors`: one line, no traceback
 unless ``--debug`` (anywhere on the command line) or ``DESTILA_DEBUG=1``.
 """
@@ -23,7 +24,6 @@ from destila.cli.errors import EXIT_ENVIRONMENT, EXIT_USER, USER_ERRORS, debug_r
 from destila.cli.errors import os_error_number
 from destila.cli.memory import check_address_space, memory_failure
 from destila.cli.parser import Parser
-from destila.cli.stored_help import early_train_error, stored_train_help
 from destila.quiet import quiet_library_noise, request_quiet_bars
 
 COMMANDS = ["cache", "student", "train", "eval", "bench", "demo", "generate", "recipe"]
@@ -91,19 +91,22 @@ def main(argv: list[str] | None = None) -> None:
     if argv and argv[0] in OWN_PARSERS:
         # This command parses its own flags (HfArgumentParser over a dataclass).
         command = argv[0]
-        stored = stored_train_help(argv[1:]) if command == "train" else None
-        if stored is not None:  # without importing transformers (the live parser's text, stored)
-            print(stored, end="")
-            sys.exit(0)
-        early = early_train_error(argv[1:]) if command == "train" else None
-        if early is not None:  # a misspelt flag, answered before transformers is imported
-            print(early, end="", file=sys.stderr)
-            sys.exit(EXIT_USER)
-        _call(command, lambda: import_module(f"destila.cli.{command}").run(argv[1:]), debug)
+        _call(command, lambda: _run_own_parser(command, argv[1:]), debug)
         return
     parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else "")
     args = parser.parse_args(argv)
     _call(args.command, lambda: args.func(args), debug)
+
+
+def _run_own_parser(command: str, argv: list[str]) -> int:
+    """``--help`` and the mistakes answered by the light parser first (:mod:`destila.cli.train_light`: no
+    transformers, no torch), then the command itself."""
+    from destila.cli.train_light import answer_early
+
+    answered = answer_early(argv) if command == "train" else None
+    if answered is not None:
+        return answered
+    return import_module(f"destila.cli.{command}").run(argv)
 
 
 def _call(command: str, run, debug: bool) -> None:

@@ -10,19 +10,25 @@ on the same :class:`~destila.cli.parser.Parser`. ``--config FILE.yaml|json``
 holds any of them; flags on the command line win. The command fills one
 :class:`~destila.training.spec.TrainSpec` and calls
 :func:`~destila.training.train_student` with it.
+
+Before this module is imported, :mod:`destila.cli.train_light` builds the same
+parser without transformers or torch, and answers ``--help`` and the argument
+mistakes it can judge (:func:`field_sources` lists the flags it declares
+after ``DistillationArguments``').
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from destila.cli.fields import add_fields, given_flags, values_of
 from destila.cli.parser import Parser
-from destila.cli.train_trl import add_trl_flags, apply_trl_flags, check_against_cache, flag_names
-from destila.cli.train_trl import check_trl_temperature, distillation_terms, given_on_command_line, trl_terms
+from destila.cli.train_config import ConfigFile, apply_config, check_json_flags, flag_names, given_on_command_line
+from destila.cli.train_config import read_config, trl_terms
+from destila.cli.train_trl import add_trl_flags, apply_trl_flags, check_against_cache, check_trl_temperature
+from destila.cli.train_trl import distillation_terms
 from destila.data.spec import DataSpec
 from destila.models.placement import PlacementSpec
 
@@ -30,14 +36,6 @@ from destila.models.placement import PlacementSpec
 # training device unless a device map spreads it.
 _TEACHER_PLACEMENT = dict(prefix="teacher_", exclude=("device",))
 _TARGET_FLAGS = ("cache", "teacher", "teacher_gguf_file", "data", "alignment_dir")
-
-
-@dataclass
-class ConfigFile:
-    """The command's one flag that is not a field of the run: a file of options."""
-
-    config: str | None = field(default=None, metadata={
-        "help": "YAML or JSON file of options (any flag's name without dashes); flags override it", "metavar": "FILE"})
 
 
 DESCRIPTION = (
@@ -54,56 +52,34 @@ def register(subparsers) -> None:
                           description=DESCRIPTION, add_help=False)
 
 
+USAGE = "destila train STUDENT (--cache CACHE | --teacher TEACHER --data DATA) -o OUT [--config FILE] [options]"
+
+
+def field_sources() -> list[tuple]:
+    """The flags after ``DistillationArguments``' (``HfArgumentParser``'s) and TRL's names, in order:
+    ``(argument group's title or None for the parser itself, dataclass, add_fields keywords)``."""
+    from destila.training import TrainSpec  # heavy: transformers
+
+    return [(None, TrainSpec, {"positional": ("student",), "only": ("student", "resume")}),
+            (None, ConfigFile, {}),
+            ("targets", TrainSpec, {"only": _TARGET_FLAGS}),
+            ("online data (with --data)", DataSpec, {"exclude": ("source",)}),
+            ("online teacher placement (with --teacher)", PlacementSpec, _TEACHER_PLACEMENT)]
+
+
 def build_parser():
     from transformers import HfArgumentParser
 
-    from destila.training import DistillationArguments, TrainSpec  # heavy: transformers
+    from destila.training import DistillationArguments  # heavy: transformers
 
     class TrainParser(Parser, HfArgumentParser):
         """transformers' flags for the dataclasses, with destila's two spellings and "did you mean"."""
 
-    parser = TrainParser([DistillationArguments], prog="destila train", description=DESCRIPTION,
-                         usage="destila train STUDENT (--cache CACHE | --teacher TEACHER --data DATA) "
-                               "-o OUT [--config FILE] [options]")
-    add_fields(parser, TrainSpec, positional=("student",), only=("student", "resume"))
-    add_fields(parser, ConfigFile)
-    add_fields(parser.add_argument_group("targets"), TrainSpec, only=_TARGET_FLAGS)
-    add_fields(parser.add_argument_group("online data (with --data)"), DataSpec, exclude=("source",))
-    add_fields(parser.add_argument_group("online teacher placement (with --teacher)"), PlacementSpec,
-               **_TEACHER_PLACEMENT)
+    parser = TrainParser([DistillationArguments], prog="destila train", description=DESCRIPTION, usage=USAGE)
+    for title, cls, how in field_sources():
+        add_fields(parser if title is None else parser.add_argument_group(title), cls, **how)
     add_trl_flags(parser)
     return parser
-
-
-def read_config(path: str) -> dict:
-    """The options in a YAML or JSON file, as a flat ``{name: value}`` mapping."""
-    from destila.io.user_files import config_values
-
-    values = config_values(Path(path))
-    if not isinstance(values, dict):
-        raise ValueError(f"--config {path}: expected a mapping of option names to values, "
-                         f"found {type(values).__name__}")
-    return values
-
-
-def apply_config(parser: argparse.ArgumentParser, values: dict, path: str) -> dict:
-    """Make the file's values the parser's defaults, so flags given on the command line override them;
-    returns ``{option: the key that set it}``.
-
-    TRL's keys (``model_name_or_path``, ``max_length``, GKD's ``beta``, ...) are mapped onto destila's
-    options by :func:`destila.training.trl_keys.map_trl_keys`; every key refused or unknown is named in one line,
-    a misspelt one with the nearest name.
-    """
-    from destila.training.trl_keys import MAPPED, map_trl_keys  # heavy: transformers
-
-    known = set(vars(parser.parse_args([]))) - {"config"}  # every option's destination, at its default
-    normalised, problems = map_trl_keys(values, known)
-    if problems:
-        raise ValueError(f"--config {path}: {'; '.join(problems)}. Expected names of `destila train --help` "
-                         "options (e.g. learning_rate) or TRL config keys such as max_length")
-    parser.set_defaults(**normalised)
-    spelt = {MAPPED[k][0] if k in MAPPED else k: k for k in values}
-    return {option: key for option, key in spelt.items() if option in normalised}  # not a key read as "not set"
 
 
 def parse(argv: list[str]):
@@ -111,6 +87,7 @@ def parse(argv: list[str]):
     from destila.training import DistillationArguments, TrainSpec  # heavy: transformers
     from destila.training.objective import recorded_defaults  # heavy: transformers
     from destila.training.output_dir import read_run_record  # heavy: transformers
+    from destila.training.trainer_source import dict_field_names
     from destila.training.trl_defaults import trl_defaults
     from destila.training.trl_keys import unchosen_data_options
 
@@ -131,9 +108,12 @@ def parse(argv: list[str]):
         dests = set(vars(parser.parse_args([])))
         recorded = recorded_defaults(read_run_record(Path(known.output_dir)), known.output_dir)
         parser.set_defaults(**{k: v for k, v in recorded.items() if k in dests})
-    spelt = apply_config(parser, config, known.config) if known.config else {}
+    json_fields = dict_field_names()
+    spelt = apply_config(parser, config, known.config, json_fields) if known.config else {}
     namespace = parser.parse_args(argv)
-    spelt.update({dest: "--" + dest.replace("_", "-") for dest in given_on_command_line(parser, argv)})
+    given = given_on_command_line(parser, argv)
+    check_json_flags(namespace, json_fields, given)
+    spelt.update({dest: "--" + dest.replace("_", "-") for dest in given})
     spelt.update(apply_trl_flags(namespace, parser))
     check_trl_temperature(namespace, spelt, in_trl_terms and not distillation_terms(argv, config))
     check_against_cache(namespace, spelt, unchosen_data_options(config))

@@ -21,25 +21,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from destila.cli.train_config import flag_names, yaml_scalar
 from destila.data.spec import DataSpec
 
 # destila.training.* imports transformers (its package does): imported where used, so `destila --help` stays fast.
 _DATA_OPTIONS = ("data", *(f.name for f in dataclasses.fields(DataSpec) if f.name != "source"))
-
-
-def _scalar(text: str):
-    """A flag's text read as YAML reads a config value: ``0.5``, ``true``, ``main``, ``student/``. Text YAML cannot
-    read (a ``!!python/...`` tag, an unclosed ``[``) is refused as argparse refuses a value of the wrong type."""
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        if "could not determine a constructor" in str(err):
-            problem = f"{problem}; Python tags are never run"
-        raise argparse.ArgumentTypeError(f"{text!r} is not a plain value ({problem}); give a path, a name, "
-                                         "a number or true/false") from None
 
 
 def trl_flags_class(taken):
@@ -54,7 +40,7 @@ def trl_flags_class(taken):
     helps.update(dict.fromkeys(REFUSED, argparse.SUPPRESS))  # refused unless off: listed in docs/training.md
     extra = {"use_peft": {"nargs": "?", "const": True}}
     fields = [(key, object, dataclasses.field(default=None, metadata={
-        "help": text, "type": _scalar, "metavar": MAPPED[key][0].upper() if key in MAPPED else None,
+        "help": text, "type": yaml_scalar, "metavar": MAPPED[key][0].upper() if key in MAPPED else None,
         **extra.get(key, {})})) for key, text in helps.items() if key not in taken]
     return dataclasses.make_dataclass("TrlFlags", fields)
 
@@ -69,36 +55,12 @@ def add_trl_flags(parser: argparse.ArgumentParser) -> None:
     parser.trl_flags = {f.name for f in dataclasses.fields(flags)}  # read back by apply_trl_flags
 
 
-def flag_names(argv: list[str]) -> list[str]:
-    return [arg.partition("=")[0][2:].replace("-", "_") for arg in argv if arg.startswith("--")]
-
-
-def trl_terms(argv: list[str], config: dict) -> bool:
-    """Whether the command line or the config is written in TRL's terms."""
-    from destila.training.trl_keys import in_trl_terms
-
-    return in_trl_terms(flag_names(argv)) or in_trl_terms(config)
-
-
 def distillation_terms(argv: list[str], config: dict) -> bool:
     """Whether the command line or the config is TRL's ``DistillationConfig`` (a key only it has): its
     ``temperature`` is the loss's."""
     from destila.training.trl_distillation import is_distillation_config
 
     return is_distillation_config([*flag_names(argv), *config])
-
-
-def given_on_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
-    """The destinations set by ``argv`` itself (not by a default, a config or a run record): ``argv`` parsed again
-    with every default a marker."""
-    saved = {dest: parser.get_default(dest) for dest in vars(parser.parse_args([]))}
-    marker = object()
-    parser.set_defaults(**dict.fromkeys(saved, marker))
-    try:
-        namespace = parser.parse_args(argv)
-    finally:
-        parser.set_defaults(**saved)
-    return {dest for dest, value in vars(namespace).items() if value is not marker}
 
 
 def apply_trl_flags(namespace: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from destila.data.spec import DataSpec
+from destila.hub_ids import looks_like_hub_name as _looks_like_hub_name
 from destila.data.stdlib import STDLIB, stdlib_records
 from destila.io.user_files import first_bad_json_line, is_damage
 from destila.models.hub import hub_offline_reason
@@ -203,9 +204,6 @@ def _load_folder(path: Path, spec):
     return _pick_split(loaded, spec.split, path)
 
 
-def _looks_like_hub_name(source: str) -> bool:
-    parts = source.split("/")
-    return 1 <= len(parts) <= 2 and all(parts) and not source.startswith((".", "~")) and not Path(source).suffix
 
 
 def _load_hub(spec):

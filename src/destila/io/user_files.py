@@ -172,6 +172,20 @@ def config_values(path: Path):
                          "spaces") from None
 
 
+def config_key_lines(path: Path) -> dict[str, int]:
+    """``{key: line}`` (from 1) of the top-level keys of a YAML or JSON options file, from YAML's node marks (JSON
+    is read the same way); ``{}`` for a file that is not a mapping or does not compose."""
+    import yaml
+
+    try:
+        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {str(key.value): key.start_mark.line + 1 for key, _ in node.value if isinstance(key, yaml.ScalarNode)}
+
+
 def yaml_fault(err) -> str:
     """``, line L, column C: not valid YAML (<problem>)`` for a PyYAML error: where its parser stopped, and why."""
     mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)

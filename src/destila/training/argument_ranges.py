@@ -5,11 +5,16 @@ transformers' ``TrainingArguments`` takes ``--gradient_accumulation_steps 0``
 (and trains by epochs, or not at all, as a success), ``--save_steps 0``
 (and never saves a checkpoint) or a negative ``--max_grad_norm`` (and never
 clips). :func:`check_argument_ranges` refuses each in one line naming the
-option; :func:`destila.training.finite.check_finite_arguments` has already
-refused NaN and infinities.
+option; :func:`check_finite_arguments` refuses NaN and infinities before it.
+Both run on ``DistillationArguments`` and, before transformers is imported,
+on the namespace of ``destila train``'s light parser
+(:mod:`destila.cli.train_light`): nothing here imports a heavy module.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import math
 
 from destila.ranges import check_finite_at_least, check_int_at_least
 
@@ -19,6 +24,16 @@ _COUNTS = ("gradient_accumulation_steps", "per_device_train_batch_size", "per_de
 _NOT_NEGATIVE = ("learning_rate", "max_grad_norm", "warmup_steps", "dataloader_num_workers")
 # Intervals in steps (a fraction of the run below 1), used when their strategy is "steps": above 0.
 _INTERVALS = (("save_steps", "save_strategy"), ("logging_steps", "logging_strategy"), ("eval_steps", "eval_strategy"))
+
+
+def check_finite_arguments(args) -> None:
+    """Refuse any float option of ``args`` (a dataclass, or an ``argparse.Namespace``) that is NaN or infinite,
+    naming it."""
+    names = [f.name for f in dataclasses.fields(args)] if dataclasses.is_dataclass(args) else list(vars(args))
+    for name in names:
+        value = getattr(args, name, None)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{name}: expected a finite number, found {value}")
 
 
 def _strategy(value) -> str:

@@ -35,8 +35,7 @@ from destila.losses.options import LossOptions
 from destila.targets.spec import TargetSpec
 from destila.targets.truncate import check_top_p
 from destila.training.engines import check_engine, choose_device
-from destila.training.argument_ranges import check_argument_ranges
-from destila.training.finite import check_finite_arguments
+from destila.training.argument_ranges import check_argument_ranges, check_finite_arguments
 from destila.training.hidden_distillation import HiddenLossOptions
 from destila.training.peft_student import LoraArguments
 from destila.training.trl_keys import beta_problem, gkd_divergence

@@ -18,25 +18,15 @@ anything: the checkpoints already written stay as they were.
 
 from __future__ import annotations
 
-import dataclasses
-import math
-
 import torch
 from transformers import TrainerCallback
 
 from destila.models.finite import all_finite, describe_nonfinite, nonfinite_tensors
+from destila.training.argument_ranges import check_finite_arguments  # noqa: F401  (declared with the ranges: light)
 
 
 class NonFiniteTraining(ValueError):
     """Training produced a NaN or infinite loss, gradient or weight."""
-
-
-def check_finite_arguments(args) -> None:
-    """Refuse any float field of the dataclass ``args`` that is NaN or infinite, naming it."""
-    for spec in dataclasses.fields(args):
-        value = getattr(args, spec.name, None)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{spec.name}: expected a finite number, found {value}")
 
 
 def _advice(step: int, args) -> str:

@@ -140,12 +140,10 @@ TRL_DATA_DEFAULTS = {"max_length": 1024, "packing": False, "dataset_text_field":
 
 def written_in_full(values) -> bool:
     """Whether ``values`` holds every ``TrainingArguments`` field: a TRL config's ``to_dict()`` written out."""
-    import dataclasses
-
-    from transformers import TrainingArguments  # heavy: transformers
+    from destila.training.trainer_source import training_argument_names  # read from the source: no import
 
     names = {str(key) for key in values}
-    return all(f.name in names for f in dataclasses.fields(TrainingArguments) if f.init)
+    return all(name in names for name in training_argument_names())
 
 
 def unchosen_data_options(values) -> dict:
