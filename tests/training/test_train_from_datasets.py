@@ -59,6 +59,32 @@ def test_the_trainer_takes_a_loaded_or_streamed_export_without_a_teacher(tiny_ca
     assert streamed.train().global_step == 2 and math.isfinite(streamed.state.log_history[0]["loss"])
 
 
+def test_a_streamed_export_is_shuffled_by_the_runs_seed_as_the_cache_is(exported, fresh_student, tmp_path):
+    import datasets
+
+    def trainer_with(seed):
+        stream = datasets.load_dataset(str(exported), split="train", streaming=True)
+        return DistillationTrainer(model=str(fresh_student), args=args_for(tmp_path / f"seed{seed}", seed=seed),
+                                   train_dataset=stream)
+
+    def first_batch(trainer):
+        return next(iter(trainer.get_train_dataloader()))["input_ids"]
+
+    trainer = trainer_with(3)
+    in_file_order = torch.stack([item["input_ids"] for item, _ in zip(open_cache(exported), range(4))])
+    first = first_batch(trainer)
+    assert not torch.equal(first, in_file_order)
+    assert torch.equal(first, first_batch(trainer_with(3)))  # the run's seed decides the order
+    assert not torch.equal(first, first_batch(trainer_with(4)))
+    assert trainer.train_dataset.shuffle == (3, 1000)
+    # Every sequence once per epoch, and another order in the next epoch.
+    rows = lambda stream: [tuple(item["input_ids"].tolist()) for item in stream]  # noqa: E731
+    epoch_0, expected = rows(trainer.train_dataset), rows(open_cache(exported))
+    assert sorted(epoch_0) == sorted(expected) and epoch_0 != expected
+    trainer.train_dataset.set_epoch(1)
+    assert rows(trainer.train_dataset) != epoch_0
+
+
 def axolotl_rows(cache, renormalise: bool = False):
     """The cache's items in Axolotl's KD columns: targets at t for token t+1, a per-entry mask, no rest mass."""
     rows = []

@@ -28,6 +28,7 @@ said in ``notes`` (and logged once). Naive equivalent of an item::
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import asdict
 from pathlib import Path
@@ -49,6 +50,8 @@ from destila.targets.spec import TargetSpec
 log = logging.getLogger("destila.cache")
 _OWN_TARGETS = tuple(kind.row_columns[0] for kind in KINDS.values())  # each kind's id column
 _SAMPLE_ROWS = 64  # rows read to describe Axolotl rows' rest mass
+# Sequences a shuffled stream draws from (datasets' own default): a cache's rows are a few KiB to a few MiB each.
+SHUFFLE_BUFFER = 1000
 
 
 def is_cache_dataset(dataset) -> bool:
@@ -239,9 +242,29 @@ class StreamedCache(_CacheRows, torch.utils.data.IterableDataset):
         self.dataset = dataset
         self._setup(dataset, record, where or "<datasets.IterableDataset>", tokenizer_path, ordered)
 
+    shuffle: tuple[int, int] | None = None  # (seed, buffer) once shuffled
+    epoch = 0
+
     def __iter__(self):
-        for number, table in enumerate(self.dataset.with_format("arrow")):
+        rows = self.dataset.with_format("arrow")
+        rows.set_epoch(self.epoch)  # with_format starts a copy at epoch 0; a shuffled stream's order follows it
+        for number, table in enumerate(rows):
             yield self._item(table, f"row {number}", number)
+
+    def shuffled(self, seed: int, buffer_size: int = SHUFFLE_BUFFER) -> "StreamedCache":
+        """This stream read in a shuffled order, as the Trainer's sampler reads a cache:
+        ``datasets.IterableDataset.shuffle(seed, buffer_size)`` (the files' order shuffled, then each sequence
+        drawn at random from a buffer of ``buffer_size``). Rows are then no longer checked to hold their own
+        sequence index (row i is not sequence i); every other row check stays."""
+        twin = copy.copy(self)
+        twin.dataset = self.dataset.shuffle(seed=seed, buffer_size=buffer_size)
+        twin._ordered, twin.shuffle = False, (seed, buffer_size)
+        return twin
+
+    def set_epoch(self, epoch: int) -> None:
+        """Each epoch its own order (``datasets`` reseeds a shuffled stream with the epoch); the Trainer calls it
+        through its data loader."""
+        self.epoch = int(epoch)
 
 
 def open_cache(source, *, streaming: bool = False, split: str = "train"):

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from transformers import Trainer
 
-from destila.cache.dataset import is_cache_dataset, open_cache
+from destila.cache.dataset import StreamedCache, is_cache_dataset, open_cache
 from destila.cache.settings_match import settings_problems
 from destila.constants import IGNORE_INDEX
 from destila.data import collate, dataset_source
@@ -130,6 +130,10 @@ def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool, t
     for _, holder, key in places:
         if getattr(holder.get(key), "vocab_size", 0) is None and head_rows:  # rows that do not record it
             holder[key].assume_vocab_size(head_rows)
+    train = kwargs.get("train_dataset")
+    if isinstance(train, StreamedCache) and train.shuffle is None:
+        # A cache is read in the order of the Trainer's seeded sampler; a stream has no sampler: shuffle it too.
+        kwargs["train_dataset"] = train.shuffled(seed=args.data_seed if args.data_seed is not None else args.seed)
     kwargs.update(_held_out(kwargs.get("train_dataset"), kwargs.get("eval_dataset"), args.eval_fraction))
     if kwargs.get("data_collator") is None:
         pad = getattr(tokenizer, "pad_token_id", None)
