@@ -7,6 +7,7 @@
     open_cache("org/name")                # the same on the Hub (online)
     open_cache(dataset)                   # a datasets.Dataset (or IterableDataset) holding such rows,
                                           # or Axolotl's target_token_ids / target_logprobs / target_mask
+    open_cache("saved/")                  # such a Dataset written by save_to_disk: read as the rows in memory
 
 Every one reads like :class:`~destila.cache.TopKCache`: ``cache[i]`` is the
 same dense item (``input_ids``, ``position_ids``, ``labels``, ``topk_ids``,
@@ -14,7 +15,8 @@ same dense item (``input_ids``, ``position_ids``, ``labels``, ``topk_ids``,
 :func:`~destila.cache.rows.dense_item`, and the same attributes (``manifest``,
 ``seq_len``, ``top_k``, ``vocab_size``, ``tokenizer_path``, ``kind``). A
 streamed dataset (``IterableDataset``, or ``streaming=True``) gives a
-``torch`` IterableDataset of those items, in the dataset's order.
+``torch`` IterableDataset of those items, in the dataset's order (a trainer
+reads its training stream through :meth:`StreamedCache.shuffled`).
 
 A destila export carries its record (the cache's manifest, the fingerprint)
 in the dataset card's description, which ``datasets`` keeps in
@@ -286,8 +288,16 @@ def open_cache(source, *, streaming: bool = False, split: str = "train"):
             return TopKCache(path)
         if (path / RECORD).is_file():
             return _load_export(str(path), path, streaming, split)
+        from destila.data.sources import is_saved_dataset, load_saved_dataset  # datasets' folders, as data reads them
+
+        if is_saved_dataset(path):  # Dataset.save_to_disk of export rows or Axolotl's: read as the rows in memory
+            rows = load_saved_dataset(path, split)
+            if streaming:
+                return StreamedCache(rows.to_iterable_dataset(), where=str(path))
+            return DatasetCache(rows, where=str(path))
         raise FileNotFoundError(f"{path}: no {MANIFEST} and no {RECORD}; expected a cache folder written by "
-                                "`destila cache build` or a dataset written by `destila cache export`")
+                                "`destila cache build`, a dataset written by `destila cache export`, or a folder "
+                                "`Dataset.save_to_disk` wrote of cache rows (or of Axolotl's KD columns)")
     from destila.data.sources import _looks_like_hub_name  # the same test as data sources'
 
     if str(source).startswith((".", "/", "~")) or not _looks_like_hub_name(str(source)):

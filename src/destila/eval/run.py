@@ -95,6 +95,8 @@ def _held_out_items(spec: EvalSpec, model: str, lm, tokenizer, cached) -> tuple[
                          f"over other tokens; drop --teacher (the cache's KL and agreement are measured on the "
                          "aligned one-to-one positions)")
     rows = lm.get_output_embeddings().weight.shape[0]
+    if source is cached and source.vocab_size is None:  # rows that do not record it (Axolotl's): the model's, as
+        source.assume_vocab_size(rows)                  # training takes the student's; ids are checked against it
     if source is cached and rows != source.vocab_size:  # the cache's ids would index past the model's head
         raise ValueError(
             f"eval: {model} has a vocabulary of {rows} tokens but the cache at {spec.cache} was made with "
