@@ -68,3 +68,18 @@ def test_the_best_model_loads_without_a_missing_key_warning(tiny_cache, fresh_st
     best = load_file(f"{trainer.state.best_model_checkpoint}/model.safetensors")
     torch.testing.assert_close(trainer.model.get_output_embeddings().weight.detach(),
                                best["model.embed_tokens.weight"], rtol=0, atol=0)
+
+
+def test_only_a_head_that_is_the_embedding_is_declared_left_out(tmp_path):
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from destila.training.tied_weights import declare_tied_unsaved
+
+    shape = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                 num_key_value_heads=1)
+    tied = AutoModelForCausalLM.from_config(LlamaConfig(tie_word_embeddings=True, **shape))
+    assert declare_tied_unsaved(tied) == {"lm_head.weight"}
+    own_head = AutoModelForCausalLM.from_config(LlamaConfig(tie_word_embeddings=False, **shape))
+    assert declare_tied_unsaved(own_head) == set()
+    own_head.save_pretrained(tmp_path / "own")
+    assert "lm_head.weight" in load_file(tmp_path / "own" / "model.safetensors")  # a head of its own is kept

@@ -42,7 +42,6 @@ from destila.training.hidden_distillation import hidden_term
 from destila.training.sharing import check_push, write_model_card
 from destila.training.student_model import student_model as _student
 from destila.training.teacher_model import loaded_teacher
-from destila.training.tied_weights import really_missing
 from destila.training.trl_args import as_distillation_arguments, trl_data_options
 from destila.training.trl_defaults import describe_objective
 
@@ -356,13 +355,6 @@ class DistillationTrainer(Trainer):
             from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
             self.hidden.save(Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-
-    def _issue_warnings_after_load(self, load_result) -> None:
-        """The Trainer's warning after loading a checkpoint (``--resume``, the best model at the end), without the
-        tied weights that ``save_pretrained`` leaves out and loading their source filled
-        (:mod:`~destila.training.tied_weights`): ``lm_head.weight`` of a tied-embedding student is not missing."""
-        missing = really_missing(self.model, load_result.missing_keys)
-        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         super()._load_from_checkpoint(resume_from_checkpoint, model)
