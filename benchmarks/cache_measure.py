@@ -65,7 +65,7 @@ def _spec(args, output, max_tokens=None, **overrides):
     from destila.cache import BuildSpec
     from destila.targets.spec import TargetSpec
 
-    return BuildSpec(args.teacher, args.data, output, seq_len=args.seq_len, max_tokens=max_tokens,
+    return BuildSpec.from_options(args.teacher, args.data, output, seq_len=args.seq_len, max_tokens=max_tokens,
                      targets=TargetSpec(top_k=args.top_k, head_chunk_rows=args.head_chunk_rows),
                      encoding=args.encoding, batch_size=args.batch_size, progress=False, **overrides)
 

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     train, held = split_documents(pydoc_texts(), settings.holdout_every)
     record = {"load_before": os.getloadavg(), "task": settings.task, "batch_size": TASK_BATCH_SIZE}
     cpu, wall = time.process_time(), time.perf_counter()
-    report = build_cache(BuildSpec(teacher, held, args.out / "cache-heldout", max_tokens=settings.eval_tokens,
+    report = build_cache(BuildSpec.from_options(teacher, held, args.out / "cache-heldout", max_tokens=settings.eval_tokens,
                                    seq_len=settings.seq_len, targets=TargetSpec(top_k=settings.top_k),
                                    batch_size=settings.cache_batch_size))
     record["heldout_pass"] = {"tokens": report.tokens, "cpu_seconds": time.process_time() - cpu,

@@ -71,7 +71,7 @@ def teacher_pass(args, cache: Path) -> dict:
     packed = pack_documents(load_texts(args.data), load_tokenizer(args.teacher), args.seq_len, args.max_tokens)
     bare = bare_forward_seconds(model, packed, args.batch_size, args.device)
     del model
-    report = build_cache(BuildSpec(args.teacher, args.data, cache, seq_len=args.seq_len, max_tokens=args.max_tokens,
+    report = build_cache(BuildSpec.from_options(args.teacher, args.data, cache, seq_len=args.seq_len, max_tokens=args.max_tokens,
                                    batch_size=args.batch_size, device=args.device, dtype=args.dtype, progress=False))
     tokens = int(packed.numel())
     if report.written_tokens != tokens:

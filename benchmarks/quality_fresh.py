@@ -139,7 +139,7 @@ def prepare(out: Path, caches: list[str] | None = None) -> None:
     build = dict(seq_len=SEQ_LEN, batch_size=8, encoding="compact", progress=False)
     start, load = time.monotonic(), _load()
     if not cache_ready(out, "cache-heldout"):  # a complete cache is not opened (another prepare may hold none)
-        report = build_cache(BuildSpec(teacher, _data("test", HELDOUT_TOKENS), out / "cache-heldout",
+        report = build_cache(BuildSpec.from_options(teacher, _data("test", HELDOUT_TOKENS), out / "cache-heldout",
                                        max_tokens=HELDOUT_TOKENS, targets=TargetSpec(top_k=TOP_K), **build))
         _log(out, {"stage": "cache-heldout", "tokens": report.tokens, "seconds": round(time.monotonic() - start, 1),
                    "load_before": load, "load_after": _load()})
@@ -148,7 +148,7 @@ def prepare(out: Path, caches: list[str] | None = None) -> None:
         if cache_ready(out, name):
             continue
         start, load = time.monotonic(), _load()
-        report = build_cache(BuildSpec(teacher, _data("train", TRAIN_TOKENS), out / name, max_tokens=TRAIN_TOKENS,
+        report = build_cache(BuildSpec.from_options(teacher, _data("train", TRAIN_TOKENS), out / name, max_tokens=TRAIN_TOKENS,
                                        targets=TargetSpec(**CACHES[name].targets), **build))
         _log(out, {"stage": name, "tokens": report.tokens, "seconds": round(time.monotonic() - start, 1),
                    "load_before": load, "load_after": _load()})

@@ -86,12 +86,12 @@ def prepare(out: Path, train_tokens: int, temperature: float = 1.0) -> None:
     train, held = split_documents(pydoc_texts(), 5)
     teacher = str(embedded_teacher_dir())
     common = dict(seq_len=SEQ_LEN, targets=TargetSpec(top_k=TOP_K), batch_size=8)
-    build_cache(BuildSpec(teacher, held, out / "cache-heldout", max_tokens=8192, **common))
+    build_cache(BuildSpec.from_options(teacher, held, out / "cache-heldout", max_tokens=8192, **common))
     hidden = TeacherExtras(hidden_layers=",".join(map(str, HAND_CUT)), hidden_dim=HIDDEN_DIM)
     for name, extra in (("cache", {}), ("cache-hidden", dict(extras=hidden))):
         start = time.monotonic()
         spec = {**common, "targets": TargetSpec(top_k=TOP_K, temperature=temperature)}
-        report = build_cache(BuildSpec(teacher, train, out / name, max_tokens=train_tokens, **extra, **spec))
+        report = build_cache(BuildSpec.from_options(teacher, train, out / name, max_tokens=train_tokens, **extra, **spec))
         print(json.dumps({"cache": name, "train_tokens": report.tokens, "seconds": round(time.monotonic() - start, 1)}))
 
 

@@ -62,7 +62,7 @@ def _build(args, name: str, config) -> tuple[Path, float]:
     encoding, targets, dtype = config
     folder = Path(args.out) / name
     began = time.perf_counter()
-    report = build_cache(BuildSpec(args.teacher, args.data, folder, seq_len=args.seq_len, max_tokens=args.max_tokens,
+    report = build_cache(BuildSpec.from_options(args.teacher, args.data, folder, seq_len=args.seq_len, max_tokens=args.max_tokens,
                                    targets=TargetSpec(**targets), encoding=encoding, logprob_dtype=dtype,
                                    batch_size=args.batch_size, progress=False))
     seconds = time.perf_counter() - began

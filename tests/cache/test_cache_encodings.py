@@ -19,7 +19,7 @@ SMALL = dict(seq_len=32, max_tokens=32 * 11, shard_size=4, batch_size=3, progres
 
 
 def build(teacher, out, encoding="plain", **targets):
-    spec = BuildSpec(str(teacher), "pydoc", out, encoding=encoding, targets=TargetSpec(**targets), **SMALL)
+    spec = BuildSpec.from_options(str(teacher), "pydoc", out, encoding=encoding, targets=TargetSpec(**targets), **SMALL)
     report = build_cache(spec)
     assert report.complete
     return out
@@ -127,7 +127,7 @@ def test_sampled_targets_follow_the_teacher(tiny_llama_dir, tmp_path, encoding):
 
 def test_sampled_draws_do_not_depend_on_shards_or_head_chunks(tiny_llama_dir, tmp_path):
     a = TopKCache(build(tiny_llama_dir, tmp_path / "a", "compact", kind="sampled", samples=8))
-    spec = BuildSpec(str(tiny_llama_dir), "pydoc", tmp_path / "b", encoding="compact",
+    spec = BuildSpec.from_options(str(tiny_llama_dir), "pydoc", tmp_path / "b", encoding="compact",
                      targets=TargetSpec(kind="sampled", samples=8, head_chunk_rows=7),
                      **{**SMALL, "shard_size": 5})
     build_cache(spec)

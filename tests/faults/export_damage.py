@@ -114,6 +114,23 @@ def no_position_trained_entry_updated(export, tmp_path):
     resign(export, identity=False)
 
 
+def nothing_trained_resigned(export, tmp_path):
+    each_file(export, _nothing_trained)
+    resign(export, identity=True)
+
+
+def _documents_split(rows):
+    for row in rows:  # a plausible run restart halfway, where the loss mask still trains across it
+        half = len(row["position_ids"]) // 2
+        row["position_ids"] = list(range(half)) + list(range(len(row["position_ids"]) - half))
+    return rows
+
+
+def documents_split_resigned(export, tmp_path):
+    each_file(export, _documents_split)
+    resign(export, identity=True)
+
+
 def _shifted_positions(rows):
     for row in rows:
         row["position_ids"] = [p + 3 for p in row["position_ids"]]
@@ -172,7 +189,9 @@ DAMAGES = [
     (reordered_resigned, "reordered"),
     (mass_two_resigned, "do not sum to 1"),
     (no_position_trained_entry_updated, "no longer give the identity"),
+    (nothing_trained_resigned, "hold no trained position"),
     (positions_no_bounds_resigned, "no document bounds"),
+    (documents_split_resigned, "the loss mask crosses a document bound"),
     (card_points_outside, "configs name the data files"),
     (link_out, "a symbolic link to"),
     (temperature_edited, "no longer give the identity"),

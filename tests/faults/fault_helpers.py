@@ -156,6 +156,15 @@ def small_cache(tiny_llama_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def small_export(small_cache, tmp_path_factory):
+    """The small cache exported (`destila cache export`) as two Parquet files of 8 rows."""
+    out = tmp_path_factory.mktemp("small-export") / "export"
+    result = destila_in_process("cache", "export", small_cache, out, "--rows-per-file", "8", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
 def train_cache(tiny_cache):
     """The training tests' tiny cache (tests/conftest.py): about 200 sequences of 32 tokens."""
     return tiny_cache

@@ -11,19 +11,10 @@ import os
 import shutil
 
 import pytest
-from export_damage import DAMAGES, FIRST, record_of, rewrite_rows, trained_steps
-from fault_helpers import destila_in_process, error_line, small_cache, student  # noqa: F401 (fixtures)
+from export_damage import DAMAGES, FIRST, nothing_trained_resigned, record_of, rewrite_rows, trained_steps
+from fault_helpers import destila_in_process, error_line, small_cache, small_export, student  # noqa: F401 (fixtures)
 
 IDS = [damage.__name__ for damage, _ in DAMAGES]
-
-
-@pytest.fixture(scope="module")
-def small_export(small_cache, tmp_path_factory):  # noqa: F811
-    """The small cache (16 sequences of 32 tokens) exported as two Parquet files of 8 rows."""
-    out = tmp_path_factory.mktemp("small-export") / "export"
-    result = destila_in_process("cache", "export", small_cache, out, "--rows-per-file", "8", "--no-progress")
-    assert result.returncode == 0, result.stderr
-    return out
 
 
 def damaged(small_export, tmp_path, damage):
@@ -98,3 +89,17 @@ def test_the_identity_is_the_sha256_of_the_record_without_it(small_export):
 
     record = record_of(small_export)
     assert record["identity"] == export_identity(record)
+
+
+def test_a_loaded_export_with_nothing_trained_is_refused_when_opened(small_export, tmp_path):  # noqa: F811
+    """Rows with their record given in Python (a ``datasets.Dataset``) are refused as the export's files are."""
+    import datasets
+
+    from destila.cache.dataset import open_cache
+
+    export = damaged(small_export, tmp_path, nothing_trained_resigned)
+    rows = datasets.load_dataset(str(export), split="train", cache_dir=str(tmp_path / "hf"))
+    with pytest.raises(ValueError, match="hold no trained position"):
+        open_cache(rows)
+    intact = datasets.load_dataset(str(small_export), split="train", cache_dir=str(tmp_path / "hf"))
+    assert len(open_cache(intact)) == 16

@@ -89,3 +89,101 @@ def test_an_alignment_dir_that_belongs_to_something_else_is_refused(text_spans_c
                                 "--per_device_train_batch_size", "2")
     error_line(result, "train", 2, "alignment_dir: ", "aligned items go to a folder of their own")
     assert sorted(p.name for p in folder.iterdir()) == before and not (tmp_path / "out").exists()
+
+
+# -- the vocabulary map's store ------------------------------------------------------------------------------
+
+
+def _map_index(folder):
+    (index,) = folder.glob("vocab-map-*.json")
+    return index
+
+
+def test_a_vocabulary_map_changed_in_place_is_caught_and_written_again(tiny_chat_tokenizer, space_mark_tokenizer,
+                                                                      tmp_path, caplog):
+    from destila.crosstok.vocab_map import load_or_build, stored_map_fault
+
+    first = load_or_build(tiny_chat_tokenizer, space_mark_tokenizer, tmp_path)
+    index = json.loads(_map_index(tmp_path).read_text())
+    assert index["shards"][0]["name"] == first.path.name and len(index["key"]) == 16
+    raw = bytearray(first.path.read_bytes())
+    raw[-1] ^= 0x01  # one byte of the last id, changed in place: the same size, another SHA-256
+    first.path.write_bytes(bytes(raw))
+    assert "does not match its SHA-256" in stored_map_fault(first, tmp_path)
+    with caplog.at_level("WARNING", logger="destila.crosstok"):
+        again = load_or_build(tiny_chat_tokenizer, space_mark_tokenizer, tmp_path)
+    assert "does not match its SHA-256" in caplog.text and str(tmp_path) in caplog.text
+    assert stored_map_fault(again, tmp_path) is None and first.path.read_bytes() != bytes(raw)
+
+
+def test_a_vocabulary_map_whose_index_was_edited_to_fit_is_caught(tiny_chat_tokenizer, space_mark_tokenizer,
+                                                                   tmp_path):
+    """A map file of the pair edited and its index entry updated: the values are still checked against the
+    tokenizers, so the edit is caught (and written again)."""
+    import hashlib
+
+    import numpy as np
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    from destila.crosstok.vocab_map import load_or_build, stored_map_fault
+
+    first = load_or_build(tiny_chat_tokenizer, space_mark_tokenizer, tmp_path)
+    with safe_open(str(first.path), framework="numpy") as handle:
+        metadata = handle.metadata()
+    tensors = load_file(str(first.path))
+    tensors["teacher_to_student"] = np.where(tensors["teacher_to_student"] >= 0, 0, -1).astype(np.int32)
+    save_file(tensors, str(first.path), metadata=metadata)
+    index_file = _map_index(tmp_path)
+    index = json.loads(index_file.read_text())
+    payload = first.path.read_bytes()
+    index["shards"][0].update(bytes=len(payload), sha256=hashlib.sha256(payload).hexdigest())
+    index_file.write_text(json.dumps(index))
+    assert stored_map_fault(first, tmp_path) == "its values are not the tokenizers' map"
+    load_or_build(tiny_chat_tokenizer, space_mark_tokenizer, tmp_path)
+    assert stored_map_fault(first, tmp_path) is None
+
+
+@pytest.mark.slow  # a real process, killed
+def test_a_vocabulary_map_killed_while_written_leaves_nothing_that_breaks_the_next_run(
+        tiny_chat_tokenizer, space_mark_tokenizer, tmp_path):
+    from destila.crosstok.vocab_map import load_or_build, stored_map_fault
+
+    teacher, student = tmp_path / "teacher-tokenizer", tmp_path / "student-tokenizer"
+    tiny_chat_tokenizer.save_pretrained(teacher)
+    space_mark_tokenizer.save_pretrained(student)
+    folder = tmp_path / "alignment"
+    # The map written over and over (a writer of one small file is in its staging folder most of the time): the
+    # kill lands inside a write.
+    script = ("import sys; from transformers import AutoTokenizer; from destila.crosstok.vocab_map import "
+              "build_vocab_map, save_vocab_map; m = build_vocab_map(AutoTokenizer.from_pretrained(sys.argv[1]), "
+              "AutoTokenizer.from_pretrained(sys.argv[2]))\nwhile True: save_vocab_map(m, sys.argv[3])")
+    staging = lambda: folder.is_dir() and any(".tmp-" in p.name for p in folder.iterdir())  # noqa: E731
+    assert run_and_kill([sys.executable, "-c", script, str(teacher), str(student), str(folder)], staging)
+    assert staging()  # killed mid-write: a hidden staging folder is left
+    vocab = load_or_build(tiny_chat_tokenizer, space_mark_tokenizer, folder)
+    assert stored_map_fault(vocab, folder) is None
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]  # its staging folder and lock are gone
+
+
+@pytest.mark.parametrize("marker", ["manifest.json", "destila_cache.json", "config.json"])
+def test_a_vocabulary_map_is_never_written_into_a_folder_of_something_else(tiny_chat_tokenizer,
+                                                                          space_mark_tokenizer, tmp_path, marker):
+    from destila.crosstok.vocab_map import load_or_build
+
+    (tmp_path / marker).write_text("{}")
+    with pytest.raises(ValueError, match=f"vocabulary map: {tmp_path} holds {marker}"):
+        load_or_build(tiny_chat_tokenizer, space_mark_tokenizer, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [marker]
+
+
+def test_an_index_naming_a_file_elsewhere_is_never_followed(text_spans_cache, byte_level_student_tokenizer, tmp_path):
+    """An index edited to list a file outside the store's folder: refused by name, the file never hashed."""
+    data = CrossTokenizerCache(text_spans_cache, byte_level_student_tokenizer, map_folder=tmp_path / "store")
+    items = stored_items(data)
+    index = json.loads(items.index_path.read_text())
+    index["shards"][0]["name"] = "../victim.safetensors"
+    items.index_path.write_text(json.dumps(index))
+    (tmp_path / "victim.safetensors").write_bytes(b"not the store's")
+    with pytest.raises(ValueError, match="is not a plain file of the store's folder"):
+        StoredItems(items.index_path)

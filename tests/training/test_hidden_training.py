@@ -72,6 +72,14 @@ def test_online_hidden_training_with_a_projection_then_resume(tiny_llama_dir, na
     # The optimizer trains it: it moved between the checkpoints of steps 2 and 4.
     earlier = torch.load(out / "checkpoint-2" / PROJECTION_FILE)
     assert all(not torch.equal(projection[k], earlier[k]) for k in projection)
+    # Resume loads the projections from the checkpoint: without them it is refused, before any step.
+    kept = (out / "checkpoint-4" / PROJECTION_FILE).read_bytes()
+    (out / "checkpoint-4" / PROJECTION_FILE).unlink()
+    with pytest.raises(ValueError, match="holds no hidden-state projections"):
+        train_student(TrainSpec(str(narrow_student), out, args(out, max_steps=6, hidden_loss="cosine",
+                                                               online_loss="topk"), resume=True, **common))
+    assert sorted(read_log(out / "log.jsonl")) == [1, 2, 3, 4]
+    (out / "checkpoint-4" / PROJECTION_FILE).write_bytes(kept)
     # Resume runs the remaining steps from the checkpoint, projections included.
     train_student(TrainSpec(str(narrow_student), out, args(out, max_steps=6, hidden_loss="cosine", online_loss="topk"),
                             resume=True, **common))

@@ -95,11 +95,27 @@ def test_a_trl_default_beside_a_cache_is_accepted(text, tiny_cache, tmp_path):
     assert args.remove_unused_columns is False
 
 
-def test_trls_dataset_mixture_gets_one_line_with_destilas_data_flags(tmp_path, capsys):
-    err = refusal(tmp_path, capsys, "datasets:\n  - path: a.jsonl\n  - path: b.jsonl\ntest_split_size: 0.1\n")
-    assert err.count("\n") == 0 and "did you mean" not in err
-    assert "TRL's dataset mixture is not read; give one dataset as --data" in err
-    assert "test_split_size 0.1 (held-out data is --eval-fraction" in err
+def test_a_gkd_config_at_its_defaults_is_accepted_in_python_as_its_dump_is(tiny_cache, fresh_student, tmp_path):
+    from destila.training import DistillationTrainer
+
+    config = gkd_config(tmp_path / "out")  # lmbda 0.5, temperature 0.9, disable_dropout True: TRL's own defaults
+    trainer = DistillationTrainer(model=str(fresh_student), args=config, cache=tiny_cache)
+    _, from_yaml = parse([str(fresh_student), "--cache", str(tiny_cache), "--config", dump(tmp_path, config)])
+    names = ("divergence", "beta", "temperature", "soft_weight", "hard_weight", "learning_rate", "lr_scheduler_type")
+    assert {n: getattr(trainer.args, n) for n in names} == {n: getattr(from_yaml, n) for n in names}
+    assert (trainer.args.divergence, trainer.args.beta, trainer.args.temperature) == ("jsd", 0.5, 1.0)
+
+
+def test_a_gkd_config_with_a_temperature_of_its_own_is_refused_in_python_as_in_its_dump(tiny_cache, fresh_student,
+                                                                                          tmp_path, capsys):
+    from destila.training import DistillationTrainer
+
+    config = gkd_config(tmp_path / "out", temperature=0.5)
+    with pytest.raises(ValueError, match=r"temperature 0\.5 \(in TRL's GKD the temperature of the student's"):
+        DistillationTrainer(model=str(fresh_student), args=config, cache=tiny_cache)
+    with pytest.raises(SystemExit):
+        cli(["train", "s", "--cache", str(tiny_cache), "--config", dump(tmp_path, config)])
+    assert "temperature 0.5 (in TRL's GKD the temperature of the student's" in capsys.readouterr().err
 
 
 def test_the_defaults_read_as_unchosen_are_trls_own():

@@ -49,11 +49,11 @@ def test_a_gkd_config_trains_gkds_objective(tiny_cache, fresh_student, tmp_path)
 
 def test_a_gkd_config_asking_for_what_destila_lacks_is_refused_in_one_line(tiny_cache, fresh_student, tmp_path):
     with pytest.raises(ValueError) as error:
-        DistillationTrainer(model=str(fresh_student), args=gkd_config(tmp_path, seq_kd=True, use_liger_kernel=False),
-                            cache=tiny_cache)
+        DistillationTrainer(model=str(fresh_student), cache=tiny_cache,
+                            args=gkd_config(tmp_path, lmbda=0.7, seq_kd=True, use_liger_kernel=False))
     message = str(error.value)
     assert "\n" not in message
-    for part in ("lmbda 0.5 (on-policy distillation", "`destila recipe on-policy`", "seq_kd True (sequence-level"):
+    for part in ("lmbda 0.7 (on-policy distillation", "`destila recipe on-policy`", "seq_kd True (sequence-level"):
         assert part in message, part
     assert not (tmp_path / "runs").exists()
 

@@ -123,7 +123,7 @@ def cache_worker(teacher: str, data: str, output: str, seq_len: int, max_tokens:
     from destila.targets.spec import TargetSpec
 
     start = time.perf_counter()
-    report = build_cache(BuildSpec(teacher, data, output, seq_len=seq_len, max_tokens=max_tokens,
+    report = build_cache(BuildSpec.from_options(teacher, data, output, seq_len=seq_len, max_tokens=max_tokens,
                                    targets=TargetSpec(top_k=top_k), batch_size=1, device=device, progress=False))
     return {"seconds": time.perf_counter() - start, "tokens": report.tokens,
             "teacher_tokens_per_second": report.tokens_per_second}

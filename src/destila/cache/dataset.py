@@ -4,7 +4,7 @@
 
     open_cache("cache/")                  # a cache folder (manifest.json): TopKCache
     open_cache("export/")                 # `destila cache export` output: DatasetCache
-    open_cache("org/name")                # the same on the Hub (online)
+    open_cache("org/name")                # the same on the Hub: downloaded, then checked as a folder
     open_cache(dataset)                   # a datasets.Dataset (or IterableDataset) holding such rows,
                                           # or Axolotl's target_token_ids / target_logprobs / target_mask
     open_cache("saved/")                  # such a Dataset written by save_to_disk: read as the rows in memory
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from destila.cache import axolotl_columns
-from destila.cache.checks.export_files import check_export
+from destila.cache.checks.export_files import check_export, no_trained_position
 from destila.cache.checks.export_rows import ExportRowCheck
 from destila.cache.checks.rows import target_value_fault
 from destila.cache.dataset_rows import RECORD, RowFormatError, parse_record, stored_row
@@ -223,6 +223,17 @@ class DatasetCache(_CacheRows, torch.utils.data.Dataset):
         self.dataset = dataset.with_format("arrow")
         self._setup(dataset, record, where or f"<datasets.Dataset {len(dataset)} rows>", tokenizer_path, ordered)
         self.manifest.sequences = len(dataset)
+        if record is not None and not ordered:  # rows with a record, given in Python (an export's files: on open)
+            self._check_trained()
+
+    def _check_trained(self) -> None:
+        """Refuse rows none of which is trained (only the ``loss_mask`` column is read), as an export's files are."""
+        import pyarrow.compute as pc
+
+        column = self.dataset[:]["loss_mask"] if len(self) else None
+        if column is not None and not pc.any(pc.list_flatten(column)).as_py():
+            raise ValueError(f"{self.path}: {no_trained_position(len(self))}; the dataset is damaged: export the "
+                             "cache again")
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -306,10 +317,12 @@ def open_cache(source, *, streaming: bool = False, split: str = "train"):
     return _load_hub(str(source), streaming, split)
 
 
-def _load_export(name: str, folder: Path, streaming: bool, split: str):
+def _load_export(name: str, folder: Path, streaming: bool, split: str, links_within: Path | None = None):
     """An export folder read after its files are checked (:func:`~destila.cache.checks.export_files.check_export`):
     exactly the files its record lists, never what the card or ``data/`` says besides, through an Arrow cache of
-    ``datasets`` keyed by the files' content (a file restored after a damaged one was read is never served stale)."""
+    ``datasets`` keyed by the files' content (a file restored after a damaged one was read is never served stale).
+    ``links_within``: a folder the export's files may link into (a hub snapshot's repo folder; default the
+    export's own)."""
     import datasets
 
     from destila.data.sources import quiet_datasets
@@ -318,13 +331,13 @@ def _load_export(name: str, folder: Path, streaming: bool, split: str):
     if record is None:
         raise ValueError(f"{folder / RECORD}: not an export record; expected the file `destila cache export` writes: "
                          "export the cache again")
-    check_export(folder, record)
+    check_export(folder, record, links_within=links_within)
     files = [str((folder / entry["name"]).absolute()) for entry in record["files"]]
     with quiet_datasets():
         dataset = datasets.load_dataset("parquet", data_files={"train": files}, split=split, streaming=streaming,
                                         cache_dir=str(_arrow_cache(record)))
     reader = StreamedCache if streaming else DatasetCache
-    return reader(dataset, record=record, where=str(folder), tokenizer_path=folder / "tokenizer", ordered=True)
+    return reader(dataset, record=record, where=name, tokenizer_path=folder / "tokenizer", ordered=True)
 
 
 def _arrow_cache(record: dict) -> Path:
@@ -339,20 +352,43 @@ def _arrow_cache(record: dict) -> Path:
 
 
 def _load_hub(repo: str, streaming: bool, split: str):
+    """A hub dataset: an export (it holds the record) is downloaded whole into the hub cache and read from that
+    snapshot as an export folder, through every check a local one gets (its files are links into the repo's
+    ``blobs/``, which is where they may lead); rows without a record are read by their columns. Without the hub,
+    a snapshot already in the hub cache is used."""
     import datasets
-    from huggingface_hub import snapshot_download
 
     from destila.data.sources import quiet_datasets
     from destila.models.hub import hub_offline_reason
 
     reason = hub_offline_reason()
+    local = _hub_snapshot(repo, [RECORD, "tokenizer/*"], reason)
+    if (local / RECORD).is_file():
+        local = _hub_snapshot(repo, None, reason)  # the whole export: its files are checked as a folder's
+        return _load_export(repo, local, streaming, split, links_within=local.parent.parent)
     if reason is not None:
         raise ValueError(f"cache: {repo!r} is not a local folder, and the Hub is out of reach ({reason}); download "
                          "the dataset elsewhere and pass its folder")
-    local = Path(snapshot_download(repo, repo_type="dataset", allow_patterns=[RECORD, "tokenizer/*"]))
-    record = parse_record((local / RECORD).read_text(), f"{repo}/{RECORD}") if (local / RECORD).is_file() else None
     with quiet_datasets():
         dataset = datasets.load_dataset(repo, split=split, streaming=streaming)
     reader = StreamedCache if streaming else DatasetCache
     tokenizer = local / "tokenizer" if (local / "tokenizer").is_dir() else None
-    return reader(dataset, record=record, where=repo, tokenizer_path=tokenizer)
+    return reader(dataset, record=None, where=repo, tokenizer_path=tokenizer)
+
+
+def _hub_snapshot(repo: str, patterns: list[str] | None, offline_reason: str | None) -> Path:
+    """The hub cache's snapshot folder of the dataset ``repo`` (``patterns``: only those files; None: all),
+    downloaded, or found in the cache when the hub is out of reach."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo, repo_type="dataset", allow_patterns=patterns,
+                                      local_files_only=offline_reason is not None))
+    except LocalEntryNotFoundError as err:
+        raise ValueError(f"cache: {repo!r} is not a local folder, and the Hub is out of reach ({offline_reason or err})"
+                         " with no copy of it in the hub cache; download the dataset elsewhere and pass its "
+                         "folder") from err
+    except HfHubHTTPError as err:
+        raise FileNotFoundError(f"cache: {repo!r} could not be downloaded from the Hub ({type(err).__name__}); "
+                                "check the dataset id and your access to it") from err

@@ -4,21 +4,21 @@ The command line's flags (``destila cache build --help``) are generated from
 these fields and from :class:`~destila.targets.spec.TargetSpec`'s; Python
 users pass the same object to :func:`~destila.cache.writer.build_cache`::
 
-    build_cache(BuildSpec("smollm2", "pydoc", "cache/", seq_len=512, encoding="compact",
+    build_cache(BuildSpec("smollm2", DataSpec("pydoc", seq_len=512), "cache/", encoding="compact",
                           targets=TargetSpec(top_k=100)))
+    build_cache("smollm2", "pydoc", "cache/", seq_len=512, top_k=100)   # the same, flat
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Sequence
 
 from destila.cache.encodings import ENCODINGS, encoding_of
 from destila.cache.extras import TeacherExtras
 from destila.cache.format import LOGPROB_DTYPES
 from destila.cache.kinds import check_target_fields, kind_of
-from destila.data.spec import DataSpec, as_data_spec, rows_given
+from destila.data.spec import DataSpec, GivenRows, as_data
 from destila.models.placement import PlacementSpec
 from destila.ranges import check_int_at_least
 from destila.targets.spec import TargetSpec
@@ -42,16 +42,13 @@ class BuildSpec(PlacementSpec):
     teacher: str = field(metadata={
         "help": "HF model folder, hub id, .gguf file, or 'smollm2' (on the command line TEACHER may be repeated: "
                 "TEACHER1 TEACHER2 … DATA caches the mixture of those teachers)", "metavar": "TEACHER", "nargs": "+"})
-    data: str | Path | Sequence[str] = field(metadata={
+    data: DataSpec | GivenRows = field(metadata={
         "help": "'pydoc', 'stdlib', a .txt/.jsonl/.parquet/.csv file, a folder of them, or a folder datasets can load "
-                "(from Python also a list of documents)", "metavar": "DATA"})
+                "(from Python a DataSpec, a list of documents, a datasets.Dataset or a list of rows; the row layout, "
+                "seq_len and max_tokens among it, is the DataSpec's)", "metavar": "DATA"})
     output: str | Path = field(metadata={
         "help": "cache folder (created, or resumed)", "metavar": "CACHE", "aliases": ["-o"]})
     gguf_file: str | None = field(default=None, metadata={"help": "GGUF file name inside the TEACHER folder"})
-    text_field: str = field(default="text", metadata={"help": "field holding the text in jsonl/parquet/csv"})
-    seq_len: int = field(default=512, metadata={"help": "tokens per packed sequence"})
-    max_tokens: int | None = field(default=None, metadata={
-        "help": "stop after this many tokens (whole sequences); default: all the data"})
     targets: TargetSpec = field(default_factory=TargetSpec, metadata={
         "help": "what the teacher provides per position (its own flags)"})
     encoding: str = field(default="plain", metadata={
@@ -83,10 +80,8 @@ class BuildSpec(PlacementSpec):
         for name, choices in (("encoding", ENCODINGS), ("logprob_dtype", LOGPROB_DTYPES), ("dtype", TEACHER_DTYPES)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name}: expected one of {', '.join(choices)}, found {getattr(self, name)!r}")
-        for name in ("seq_len", "batch_size", "shard_size"):
+        for name in ("batch_size", "shard_size"):
             check_int_at_least(name, getattr(self, name), 1)
-        if self.seq_len < 2:
-            raise ValueError(f"seq_len: expected at least 2 tokens (one input and one label), found {self.seq_len}")
         if self.logprob_dtype != "float16":  # the default: a chosen dtype that nothing stores is refused
             if not encoding_of(self.encoding).keeps_logprob_dtype:
                 raise ValueError(f"logprob_dtype: --logprob-dtype {self.logprob_dtype} applies to the plain encoding; "
@@ -95,13 +90,8 @@ class BuildSpec(PlacementSpec):
             if not kind_of(self.targets.kind).has_logprobs:
                 raise ValueError(f"logprob_dtype: --targets {self.targets.kind} stores counts, not log-probs, and "
                                  f"would ignore --logprob-dtype {self.logprob_dtype}: drop it")
-        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < self.seq_len):
-            raise ValueError(f"max_tokens: expected at least one sequence of {self.seq_len} tokens, found "
-                             f"{self.max_tokens!r}; raise --max-tokens or lower --seq-len")
         self.output = Path(self.output).expanduser()
-        if not rows_given(self.data):  # rows given in Python are read by their columns
-            self.data = as_data_spec(self.data, text_field=self.text_field, seq_len=self.seq_len,
-                                     max_tokens=self.max_tokens)
+        self.data = as_data(self.data)  # the row layout (seq_len, max_tokens, fields) is the data's, declared there
         if not isinstance(self.extras, TeacherExtras):
             raise ValueError(f"extras: expected a TeacherExtras, found {type(self.extras).__name__}")
         if self.extras.mixture and not kind_of(self.targets.kind).supports_mixture:
@@ -123,11 +113,10 @@ class BuildSpec(PlacementSpec):
     def from_options(cls, teacher, data, output, **options) -> BuildSpec:
         """A spec from flat keyword options, the target spec's among them (``top_k=…``, ``temperature=…``).
 
-        Naive equivalent: ``BuildSpec(teacher, data, output, targets=TargetSpec(top_k=…), seq_len=…)``.
+        Naive equivalent: ``BuildSpec(teacher, DataSpec(data, seq_len=…), output, targets=TargetSpec(top_k=…))``.
         """
-        if isinstance(data, DataSpec):  # the data spec carries the row layout; explicit options must agree with it
-            for name in ("seq_len", "max_tokens", "text_field"):
-                options.setdefault(name, getattr(data, name))
+        data_names = {f.name for f in fields(DataSpec)} - {"source"}
+        data = as_data(data, **{k: options.pop(k) for k in list(options) if k in data_names})
         target_names = {f.name for f in fields(TargetSpec)}
         target_options = {k: options.pop(k) for k in list(options) if k in target_names}
         extra_names = {f.name for f in fields(TeacherExtras)}

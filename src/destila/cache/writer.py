@@ -193,8 +193,8 @@ def _content(spec: BuildSpec, tokenizer, source, data_fingerprint: str) -> dict:
 
     return dict(
         format_version=FORMAT_VERSION, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
-        targets=asdict(spec.targets), encoding=spec.encoding, compact=None, seq_len=spec.seq_len,
-        logprob_dtype=spec.logprob_dtype, text_field=spec.text_field, max_tokens=spec.max_tokens,
+        targets=asdict(spec.targets), encoding=spec.encoding, compact=None, seq_len=source.spec.seq_len,
+        logprob_dtype=spec.logprob_dtype, text_field=source.spec.text_field, max_tokens=source.spec.max_tokens,
         data_fingerprint=data_fingerprint, ids_fingerprint=source.fingerprint, sequences=len(source),
         extras=spec.extras.record(), spans=spec.spans,
     )
@@ -225,9 +225,7 @@ _TEACHER_FIELDS = ("compact", "extras")
 def _plan(group, spec: BuildSpec) -> _Plan:
     """Tokenise and pack the data (rank 0 first), and decide the content it gives."""
     tokenizer = load_tokenizer(spec.teacher, spec.gguf_file)
-    source = as_sequences(spec.data, tokenizer, seq_len=spec.seq_len, max_tokens=spec.max_tokens,
-                          text_field=spec.text_field, main_first=lambda: distributed.main_first(group),
-                          spans=spec.spans)
+    source = as_sequences(spec.data, tokenizer, main_first=lambda: distributed.main_first(group), spans=spec.spans)
     description = describe_data(spec.data, source)
     return _Plan(tokenizer, source, description, _content(spec, tokenizer, source, source.store.fingerprint),
                  {"data_source": description, "teacher": str(spec.teacher)})
@@ -299,7 +297,7 @@ def _load_teacher(spec: BuildSpec, plan: _Plan, device):
         teacher_weight_fingerprint=weight_fingerprint(model),
         teacher_dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         tokenizer_size=len(tokenizer), eos_token_id=int(tokenizer.eos_token_id), vocab_size=vocab_size,
-        data_source=plan.description, tokens=len(source) * spec.seq_len, destila_version=__version__,
+        data_source=plan.description, tokens=len(source) * source.spec.seq_len, destila_version=__version__,
         data=source.spec.describe() if hasattr(source, "spec") else None, **fields,
     )
     manifest.identity = cache_identity(manifest)  # every shard carries it (a resumed cache keeps its own)
@@ -344,7 +342,7 @@ def _check_ids(model, input_ids) -> None:
 
 
 def _check_fits(model, source, spec: BuildSpec) -> None:
-    config, seq_len = model.config, spec.seq_len
+    config, seq_len = model.config, source.spec.seq_len
     for attr in _CONTEXT_ATTRS:
         context = getattr(config, attr, None)
         if isinstance(context, int) and context > 0:

@@ -16,8 +16,6 @@ from destila.data.spec import DataSpec
 from destila.io import names_user_path
 from destila.targets.spec import TargetSpec
 
-# DataSpec fields that BuildSpec already declares (and the positional DATA).
-_BUILD_DATA_FIELDS = ("source", "text_field", "seq_len", "max_tokens")
 
 
 @dataclass
@@ -40,8 +38,8 @@ def register(subparsers) -> None:
         "teacher instead).",
     )
     add_fields(build, BuildSpec, positional=("teacher", "data"), exclude=("targets", "extras"))
-    add_fields(build.add_argument_group("data (conversations, prompt/completion pairs, hub names, packing)"),
-               DataSpec, exclude=_BUILD_DATA_FIELDS)
+    add_fields(build.add_argument_group("data (row length, conversations, prompt/completion pairs, hub names, "
+                                        "packing)"), DataSpec, exclude=("source",))
     add_fields(build.add_argument_group("targets (what the teacher provides per position)"), TargetSpec)
     add_fields(build.add_argument_group("several teachers, teacher hidden states"), TeacherExtras,
                exclude=("mixture_teachers",))
@@ -72,8 +70,7 @@ def _build(args) -> int:
     values = values_of(args, BuildSpec, exclude=("targets", "extras"))
     first, *others = values.pop("teacher")
     extras = TeacherExtras(mixture_teachers=tuple(others), **values_of(args, TeacherExtras, exclude=("mixture_teachers",)))
-    data = DataSpec(values.pop("data"), **{name: values[name] for name in _BUILD_DATA_FIELDS[1:]},
-                    **values_of(args, DataSpec, exclude=_BUILD_DATA_FIELDS))
+    data = DataSpec(values.pop("data"), **values_of(args, DataSpec, exclude=("source",)))
     spec = BuildSpec(teacher=first, data=data, **values, targets=TargetSpec(**values_of(args, TargetSpec)),
                      extras=extras)
     with names_user_path(args.output):  # a full disk reported by a Rust writer names no file: name the cache folder

@@ -22,7 +22,7 @@ from pathlib import Path
 from destila.cli.fields import add_fields, given_flags, values_of
 from destila.cli.parser import Parser
 from destila.cli.train_trl import add_trl_flags, apply_trl_flags, check_against_cache, flag_names
-from destila.cli.train_trl import check_trl_temperature, given_on_command_line, trl_terms
+from destila.cli.train_trl import check_trl_temperature, distillation_terms, given_on_command_line, trl_terms
 from destila.data.spec import DataSpec
 from destila.models.placement import PlacementSpec
 
@@ -111,7 +111,7 @@ def parse(argv: list[str]):
     from destila.training import DistillationArguments, TrainSpec  # heavy: transformers
     from destila.training.objective import recorded_defaults  # heavy: transformers
     from destila.training.output_dir import read_run_record  # heavy: transformers
-    from destila.training.trl_defaults import gkd_defaults
+    from destila.training.trl_defaults import trl_defaults
     from destila.training.trl_keys import unchosen_data_options
 
     parser = build_parser()
@@ -125,7 +125,7 @@ def parse(argv: list[str]):
     config = read_config(known.config) if known.config else {}
     in_trl_terms = trl_terms(argv, config)
     # TRL's meaning for TRL's words: GKDConfig's defaults; a resumed run's record, the config and the flags win.
-    parser.set_defaults(**(gkd_defaults([*flag_names(argv), *config]) if in_trl_terms else {}))
+    parser.set_defaults(**(trl_defaults([*flag_names(argv), *config]) if in_trl_terms else {}))
     if known.resume and known.output_dir:
         # The run's recorded objective is the default; a flag given that differs is refused by train_student.
         dests = set(vars(parser.parse_args([])))
@@ -135,7 +135,7 @@ def parse(argv: list[str]):
     namespace = parser.parse_args(argv)
     spelt.update({dest: "--" + dest.replace("_", "-") for dest in given_on_command_line(parser, argv)})
     spelt.update(apply_trl_flags(namespace, parser))
-    check_trl_temperature(namespace, spelt, in_trl_terms)
+    check_trl_temperature(namespace, spelt, in_trl_terms and not distillation_terms(argv, config))
     check_against_cache(namespace, spelt, unchosen_data_options(config))
     _beta_selects_divergence(namespace, argv)
     if namespace.student is None:
@@ -172,6 +172,7 @@ def _beta_selects_divergence(namespace, argv: list[str]) -> None:
 def run(argv: list[str]) -> int:
     from destila.training import TrainSpec, train_student  # heavy: transformers
     from destila.training.sharing import SPEED_KEYS
+    from destila.training.trl_datasets import materialised
 
     args, training_args = parse(argv)
     resume = args.resume
@@ -193,7 +194,8 @@ def run(argv: list[str]) -> int:
     fields = values_of(args, TrainSpec, only=("student", "cache", "teacher", "teacher_gguf_file", "alignment_dir"))
     spec = TrainSpec(
         **fields, out=training_args.output_dir, args=training_args, resume=resume,
-        data=DataSpec(args.data, **values_of(args, DataSpec, exclude=("source",))) if args.data is not None else None,
+        data=DataSpec(materialised(args.data), **values_of(args, DataSpec, exclude=("source",)))
+        if args.data is not None else None,
         teacher_placement=values_of(args, PlacementSpec, **_TEACHER_PLACEMENT) if args.teacher is not None else None,
     )
     result = train_student(spec)

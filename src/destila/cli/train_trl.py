@@ -72,6 +72,14 @@ def trl_terms(argv: list[str], config: dict) -> bool:
     return in_trl_terms(flag_names(argv)) or in_trl_terms(config)
 
 
+def distillation_terms(argv: list[str], config: dict) -> bool:
+    """Whether the command line or the config is TRL's ``DistillationConfig`` (a key only it has): its
+    ``temperature`` is the loss's."""
+    from destila.training.trl_distillation import is_distillation_config
+
+    return is_distillation_config([*flag_names(argv), *config])
+
+
 def given_on_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
     """The destinations set by ``argv`` itself (not by a default, a config or a run record): ``argv`` parsed again
     with every default a marker."""

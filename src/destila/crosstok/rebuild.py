@@ -35,7 +35,9 @@ def spans_rebuild_command(manifest, path: str | Path) -> str | None:
     source = data.get("source", manifest.data_source)
     if not isinstance(source, str) or not source or source.startswith("<") or manifest.extras:
         return None
-    build, targets = _defaults(BuildSpec), manifest.targets if isinstance(manifest.targets, dict) else {}
+    # The row length and budget are the data's fields (DataSpec), the encoding the build's (BuildSpec).
+    build = {**_defaults(DataSpec), **_defaults(BuildSpec)}
+    targets = manifest.targets if isinstance(manifest.targets, dict) else {}
     words = ["destila", "cache", "build", manifest.teacher, source, "-o", f"{str(path).rstrip('/')}-spans", "--spans"]
     if manifest.teacher_gguf_file:
         words += ["--gguf-file", manifest.teacher_gguf_file]

@@ -32,7 +32,9 @@ caught and the store written again. A store is written by one process at a
 time (a lock beside it) into a hidden staging folder
 (``.items-KEY.tmp-RANDOM``) whose shards, then index, are renamed into place:
 a killed build leaves no index, and the next build removes its staging
-folder before writing the store again.
+folder before writing the store again; a folder that belongs to a cache, an
+export or a model is refused (:mod:`~destila.crosstok.staged_store`, which
+the vocabulary map's store shares).
 """
 
 from __future__ import annotations
@@ -41,15 +43,13 @@ import hashlib
 import json
 import logging
 import math
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from destila.io import exclusive_lock, fsync_dir, write_atomic
-from destila.io.temporaries import create_staging_dir, remove_staging_leftovers
+from destila.crosstok.staged_store import check_file, file_entry, write_staged
+from destila.io import write_atomic
 
 STORE_VERSION = 2  # 2: the index records each shard's size and SHA-256
 SHARD_SEQUENCES = 256
@@ -109,36 +109,19 @@ def _ragged(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def write_store(data, folder: Path, key: str, *, progress=None) -> Path:
     """Align every sequence of ``data`` and write the shards, then the index (see the module docstring)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"items-{key}"
-    busy = f"alignment: another run is writing the aligned items in {folder}"
-    with exclusive_lock(folder / f".items-{key}.lock", busy, remove_on_release=True, blocking=True):
-        remove_staging_leftovers(target)  # a killed writer's; we hold the lock, so no live one's
+
+    def write(staging: Path) -> None:
         threads = torch.get_num_threads()
         # Many small operations per sequence: one thread (as in a DataLoader worker) measured several times faster
         # than a thread pool contending for busy cores.
         torch.set_num_threads(1)
-        staging = create_staging_dir(target)
         try:
             _write_shards(data, staging, key, progress)
-            return _publish(staging, folder, key)
         finally:
             torch.set_num_threads(threads)
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
 
-
-def _publish(staging: Path, folder: Path, key: str) -> Path:
-    """Move the finished shards, then the index, from ``staging`` into ``folder``: the index last, so a reader
-    never finds an index whose shards are not there yet."""
-    index = index_path(staging, key)
-    for shard in json.loads(index.read_text())["shards"]:
-        os.replace(staging / shard["name"], folder / shard["name"])
-    fsync_dir(folder)
-    os.replace(index, index_path(folder, key))
-    fsync_dir(folder)
-    staging.rmdir()
-    return index_path(folder, key)
+    busy = f"alignment: another run is writing the aligned items in {folder}"
+    return write_staged(Path(folder), f"items-{key}", write, busy=busy)
 
 
 def _write_shards(data, folder: Path, key: str, progress) -> Path:
@@ -180,8 +163,7 @@ def _write_shards(data, folder: Path, key: str, progress) -> Path:
         name = f"items-{key}-{len(shards):05d}.safetensors"
         payload = save(tensors, metadata={"key": key})
         write_atomic(folder / name, payload)
-        shards.append({"name": name, "first": first, "sequences": len(lengths), "bytes": len(payload),
-                       "sha256": hashlib.sha256(payload).hexdigest()})
+        shards.append({**file_entry(name, payload), "first": first, "sequences": len(lengths)})
     index = {"version": STORE_VERSION, "key": key, "sequences": total, "width": data.width, "uld": data.uld,
              "longest": longest, "dtype": str(data.dtype).removeprefix("torch."), "shards": shards, "stats": stats,
              "vocab": data.vocab_map.summary(), "coverage": summarise(stats, total, data.vocab_map.summary())}
@@ -224,7 +206,7 @@ class StoredItems(torch.utils.data.Dataset):
 
             shard = self.index["shards"][number]
             if number not in self._checked:
-                _check_shard(self.index_path.parent / shard["name"], shard)
+                check_file(self.index_path.parent / shard["name"], shard)
                 self._checked.add(number)
             handle = safe_open(str(self.index_path.parent / shard["name"]), framework="pt")
             if handle.metadata().get("key") != self.index["key"]:
@@ -258,17 +240,3 @@ class StoredItems(torch.utils.data.Dataset):
                 handle.get_slice("uld_flat")[u0:u1]
             item["uld_logprobs"] = uld
         return item
-
-
-def _check_shard(file: Path, shard: dict) -> None:
-    """Raise ``ValueError`` when ``file`` is not the size and SHA-256 the index recorded for it."""
-    from destila.cache.format import sha256_file
-
-    if not file.is_file():
-        raise ValueError(f"shard {shard['name']} is missing")
-    size = file.stat().st_size
-    if size != shard["bytes"]:
-        raise ValueError(f"shard {shard['name']} has {size} bytes, the index says {shard['bytes']}")
-    if sha256_file(file) != shard["sha256"]:
-        raise ValueError(f"shard {shard['name']} does not match its SHA-256 in the index: changed after it was "
-                         "written")

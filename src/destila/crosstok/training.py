@@ -97,13 +97,12 @@ def training_items(data, folder: str | Path, model=None, *, main_process_first=N
 
     from destila.crosstok.coverage import warn_if_low
     from destila.crosstok.store import stored_items
-    from destila.crosstok.vocab_map import map_file_name, save_vocab_map
+    from destila.crosstok.vocab_map import keep_vocab_map
 
     folder = Path(folder)
     vocab_map = data.vocab_map
     with (main_process_first() if main_process_first is not None else contextlib.nullcontext()):
-        if not (folder / map_file_name(vocab_map.teacher_fingerprint, vocab_map.student_fingerprint)).is_file():
-            save_vocab_map(vocab_map, folder)
+        keep_vocab_map(vocab_map, folder)  # checked against its index, or written
         items = stored_items(data, folder, progress=_bar(folder))
     items.cache = data.cache  # the teacher's cache behind the items: the model card names it, its teacher and data
     config = getattr(model, "config", None)

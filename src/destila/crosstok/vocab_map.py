@@ -14,26 +14,37 @@ rest bucket of the loss. Naive equivalent::
     student = {bytes_of(s): s for s in reversed(range(len(student_tokenizer)))}
     teacher_to_student = [student.get(bytes_of(t), -1) for t in range(len(teacher_tokenizer))]
 
-The map is computed once per pair and stored as ``vocab-map-<teacher
+The map is computed from the tokenizers and kept as ``vocab-map-<teacher
 fingerprint>-<student fingerprint>.safetensors`` (:func:`load_or_build`), a
-small file keyed by both tokenizers' fingerprints: a changed tokenizer
-builds a new one.
+small file keyed by both tokenizers' fingerprints (a changed tokenizer
+builds a new one), beside its index ``vocab-map-….json``: the map's
+identity (a hash of the version and both fingerprints, also in the file's
+metadata), and the file's size and SHA-256. As the aligned items' store
+(:mod:`~destila.crosstok.staged_store`), it is written staged under a lock
+(a killed write leaves a hidden staging folder that the next write removes),
+checked when found (a byte changed in place, a file of another map, values
+that are not the tokenizers' map: written again, with a warning), and never
+written into a folder that belongs to a cache, an export or a model.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from destila.crosstok.staged_store import check_file, check_folder, file_entry, write_staged
 from destila.data.spans import Speller, check_spells_bytes
 from destila.io import write_atomic
 from destila.models import tokenizer_fingerprint
 
-MAP_VERSION = 1
+MAP_VERSION = 2  # 2: an index beside the map records its identity, size and SHA-256
+log = logging.getLogger("destila.crosstok")
 _ROLES = ("eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id")
 _BYTE_FALLBACK = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
@@ -112,43 +123,88 @@ def build_vocab_map(teacher_tokenizer, student_tokenizer) -> VocabMap:
 
 
 def map_file_name(teacher_fingerprint: str, student_fingerprint: str) -> str:
-    return f"vocab-map-{teacher_fingerprint}-{student_fingerprint}.safetensors"
+    return f"{_store_name(teacher_fingerprint, student_fingerprint)}.safetensors"
+
+
+def _store_name(teacher_fingerprint: str, student_fingerprint: str) -> str:
+    return f"vocab-map-{teacher_fingerprint}-{student_fingerprint}"
+
+
+def map_key(vocab_map: VocabMap) -> str:
+    """The map's identity: 16 hex digits of its version and both tokenizers' fingerprints."""
+    parts = [MAP_VERSION, vocab_map.teacher_fingerprint, vocab_map.student_fingerprint]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
 def save_vocab_map(vocab_map: VocabMap, folder: str | Path) -> Path:
-    """Write the map into ``folder`` (atomically) under its two fingerprints; returns the file."""
+    """Write the map into ``folder`` under its two fingerprints, with its index (its identity, size and SHA-256),
+    staged (:func:`~destila.crosstok.staged_store.write_staged`); returns the file."""
     from safetensors.numpy import save
 
-    path = Path(folder) / map_file_name(vocab_map.teacher_fingerprint, vocab_map.student_fingerprint)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"version": str(MAP_VERSION), "teacher_fingerprint": vocab_map.teacher_fingerprint,
+    folder = Path(folder)
+    name = _store_name(vocab_map.teacher_fingerprint, vocab_map.student_fingerprint)
+    key = map_key(vocab_map)
+    meta = {"version": str(MAP_VERSION), "key": key, "teacher_fingerprint": vocab_map.teacher_fingerprint,
             "student_fingerprint": vocab_map.student_fingerprint, "summary": json.dumps(vocab_map.summary())}
-    write_atomic(path, save({"teacher_to_student": vocab_map.teacher_to_student.astype(np.int32)}, metadata=meta))
-    vocab_map.path = path
-    return path
+
+    def write(staging: Path) -> None:
+        payload = save({"teacher_to_student": vocab_map.teacher_to_student.astype(np.int32)}, metadata=meta)
+        write_atomic(staging / f"{name}.safetensors", payload)
+        index = {"version": MAP_VERSION, "key": key, "shards": [file_entry(f"{name}.safetensors", payload)]}
+        write_atomic(staging / f"{name}.json", json.dumps(index, indent=1))
+
+    write_staged(folder, name, write, busy=f"vocabulary map: another run is writing it in {folder}")
+    vocab_map.path = folder / f"{name}.safetensors"
+    return vocab_map.path
+
+
+def stored_map_fault(vocab_map: VocabMap, folder: str | Path) -> str | None:
+    """Why the map stored in ``folder`` is not ``vocab_map`` as it was written (no index, a file of another size
+    or SHA-256, another identity, other values), else None."""
+    from safetensors import safe_open
+
+    name = _store_name(vocab_map.teacher_fingerprint, vocab_map.student_fingerprint)
+    index_file = Path(folder) / f"{name}.json"
+    if not index_file.is_file():
+        return "no index"
+    try:
+        index = json.loads(index_file.read_text())
+        (entry,) = index["shards"]
+        if index.get("version") != MAP_VERSION or index.get("key") != map_key(vocab_map):
+            return f"its index is of another version or identity ({index.get('key')})"
+        if entry["name"] != f"{name}.safetensors":
+            return f"its index names another file ({entry['name']!r:.80})"
+        check_file(Path(folder) / entry["name"], entry)
+        with safe_open(str(Path(folder) / entry["name"]), framework="numpy") as handle:
+            if handle.metadata().get("key") != index["key"]:
+                return "its file belongs to another map"
+            stored = handle.get_tensor("teacher_to_student").astype(np.int64)
+    except Exception as err:  # noqa: BLE001 - an edited index or a damaged file (safetensors' own error type too)
+        return str(err) or type(err).__name__
+    if not np.array_equal(stored, vocab_map.teacher_to_student):
+        return "its values are not the tokenizers' map"
+    return None
+
+
+def keep_vocab_map(vocab_map: VocabMap, folder: str | Path) -> Path:
+    """The map's file in ``folder``: the one stored there when :func:`stored_map_fault` finds nothing wrong, else
+    written again (a damaged one with a warning that names it)."""
+    folder = Path(folder)
+    check_folder(folder, "vocabulary map")
+    fault = stored_map_fault(vocab_map, folder)
+    if fault is None:
+        vocab_map.path = folder / map_file_name(vocab_map.teacher_fingerprint, vocab_map.student_fingerprint)
+        return vocab_map.path
+    if fault != "no index":
+        log.warning("the vocabulary map in %s cannot be used (%s); writing it again", folder, fault)
+    return save_vocab_map(vocab_map, folder)
 
 
 def load_or_build(teacher_tokenizer, student_tokenizer, folder: str | Path | None = None) -> VocabMap:
-    """The pair's map: read from ``folder`` when a file of both fingerprints is there, else built (and written
-    there when ``folder`` is given).
-
-    A stored map whose length or content disagrees with the tokenizers is
-    rebuilt and rewritten (it was damaged or edited).
-    """
+    """The pair's map, built from the tokenizers, and kept in ``folder`` when one is given
+    (:func:`keep_vocab_map`: the stored file is checked against its index and the tokenizers, and written again
+    when damaged, edited or absent)."""
     built = build_vocab_map(teacher_tokenizer, student_tokenizer)
-    if folder is None:
-        return built
-    path = Path(folder) / map_file_name(built.teacher_fingerprint, built.student_fingerprint)
-    if path.is_file():
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(path), framework="numpy") as handle:
-                stored = handle.get_tensor("teacher_to_student").astype(np.int64)
-        except Exception:  # safetensors' own error type for a damaged file: rebuilt below
-            stored = None
-        if stored is not None and np.array_equal(stored, built.teacher_to_student):
-            built.path = path
-            return built
-    save_vocab_map(built, folder)
+    if folder is not None:
+        keep_vocab_map(built, folder)
     return built

@@ -14,7 +14,7 @@ from destila.data.loader import packed_source, texts_source
 from destila.data.naive import data_fingerprint, ids_fingerprint, pack_documents
 from destila.data.packed import PackedSource
 from destila.data.sequences import as_sequences, describe_data
-from destila.data.spec import as_data_spec
+from destila.data.spec import GivenRows, as_data, as_data_spec
 from destila.data.sources import PYDOC, load_records, load_texts, pydoc_texts
 from destila.data.spec import FORMATS, LOSS_ON, PACKING, DataSpec
 from destila.data.split import split_indices
@@ -22,7 +22,7 @@ from destila.data.stdlib import STDLIB, stdlib_texts
 from destila.data.store import TokenStore, build_store
 
 __all__ = [
-    "DataSpec", "as_data_spec", "as_sequences", "dataset_source", "describe_data", "hf_labels", "FORMATS", "LOSS_ON", "PACKING", "PYDOC", "PackedSource", "TokenStore", "build_store", "collate",
+    "DataSpec", "GivenRows", "as_data", "as_data_spec", "as_sequences", "dataset_source", "describe_data", "hf_labels", "FORMATS", "LOSS_ON", "PACKING", "PYDOC", "PackedSource", "TokenStore", "build_store", "collate",
     "data_fingerprint", "ids_fingerprint", "load_records", "load_texts", "next_token_labels", "pack_documents",
     "packed_source", "pydoc_texts", "shift_labels", "split_indices", "STDLIB", "stdlib_texts", "texts_source",
 ]

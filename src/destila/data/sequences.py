@@ -26,7 +26,7 @@ from __future__ import annotations
 from destila.data.from_dataset import dataset_source
 from destila.data.loader import packed_source, texts_source
 from destila.data.packed import PackedSource
-from destila.data.spec import TEXTS, DataSpec, as_data_spec, rows_given
+from destila.data.spec import TEXTS, DataSpec, GivenRows, as_data_spec, rows_given
 
 
 def as_sequences(data, tokenizer, *, main_first=None, spans: bool = False, **options) -> PackedSource:
@@ -48,6 +48,8 @@ def as_sequences(data, tokenizer, *, main_first=None, spans: bool = False, **opt
         from destila.data.from_dataset import spec_for
         from destila.data.sources import in_memory_records
 
+        if isinstance(data, GivenRows):
+            data, options = data.rows, {**data.options, **options}
         records = in_memory_records(data)
         if "input_ids" in (records.column_names or []):
             raise ValueError("data: rows already tokenised (input_ids) carry no text for the teacher's loss masks; "
@@ -67,6 +69,7 @@ def describe_data(data, source: PackedSource | None = None) -> str:
     :func:`as_sequences`'s result for it, whose spec names the format of rows given in Python (read from their
     columns when left out)."""
     if rows_given(data):
+        data = data.rows if isinstance(data, GivenRows) else data
         if source is None:
             from destila.data.from_dataset import spec_for
             from destila.data.sources import in_memory_records

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from destila.ranges import check_int_at_least, check_optional_int_at_least
+
 FORMATS = ("text", "messages", "prompt_completion")
 """The data formats a source is read as (``DataSpec.format``); a target kind is another thing (``TargetSpec.kind``)."""
 TEXTS = "<texts>"
@@ -110,8 +112,8 @@ class DataSpec:
             object.__setattr__(self, "packing", DEFAULT_PACKING[self.format])
         if self.packing not in PACKING:
             raise ValueError(f"packing: expected one of {', '.join(PACKING)}, found {self.packing!r}")
-        if self.seq_len < 2:
-            raise ValueError(f"seq_len: expected at least 2 tokens (one input and one label), found {self.seq_len}")
+        check_int_at_least("seq_len", self.seq_len, 2, "a row holds at least one input and one label")
+        check_optional_int_at_least("max_tokens", self.max_tokens, 1)
         if self.max_tokens is not None and self.max_tokens < self.seq_len:
             raise ValueError(
                 f"max_tokens: {self.max_tokens} is less than one sequence of {self.seq_len} tokens; raise "
@@ -165,11 +167,38 @@ class DataSpec:
         return described
 
 
+@dataclass(frozen=True)
+class GivenRows:
+    """Rows given in Python (``rows``: a ``datasets.Dataset`` or a list of dicts) with the :class:`DataSpec`
+    ``options`` that cut them (``seq_len=``, ``max_tokens=``, ``packing=``, ...); their format is read from
+    their columns (:func:`~destila.data.from_dataset.spec_for`). What a cache build holds where a named source
+    would be a :class:`DataSpec`."""
+
+    rows: object
+    options: dict = field(default_factory=dict)
+
+
+def as_data(data, **options) -> DataSpec | GivenRows:
+    """``data`` with ``options`` as the one object a spec keeps: rows given in Python as :class:`GivenRows`,
+    anything else as :func:`as_data_spec` makes it.
+
+    Naive equivalent: ``GivenRows(data, options) if rows_given(data) else as_data_spec(data, **options)``.
+    """
+    if isinstance(data, GivenRows):
+        return GivenRows(data.rows, {**data.options, **options})
+    if rows_given(data):  # cut into rows of DataSpec's default length unless told otherwise, as a named source is
+        return GivenRows(data, {"seq_len": DataSpec.__dataclass_fields__["seq_len"].default, **options})
+    return as_data_spec(data, **options)
+
+
 def rows_given(data) -> bool:
-    """Rows given in Python: a ``datasets.Dataset``, or a list of dicts (text, messages, prompt/completion); they
-    are read by their columns (:func:`~destila.data.sequences.as_sequences`), not through a :class:`DataSpec`."""
+    """Rows given in Python: a ``datasets.Dataset``, or a list of dicts (text, messages, prompt/completion), bare
+    or as :class:`GivenRows`; they are read by their columns (:func:`~destila.data.sequences.as_sequences`), not
+    through a :class:`DataSpec`."""
     import sys
 
+    if isinstance(data, GivenRows):
+        return True
     datasets = sys.modules.get("datasets")  # checked without importing datasets when it is not loaded
     if datasets is not None and isinstance(data, (datasets.Dataset, datasets.IterableDataset)):
         return True

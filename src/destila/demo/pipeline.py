@@ -153,7 +153,7 @@ class Demo:
         s = self.settings
         _, held = self._documents()
         start = self.clock()
-        report = build_cache(BuildSpec(teacher, held, self.out / "cache-heldout", max_tokens=s.eval_tokens,
+        report = build_cache(BuildSpec.from_options(teacher, held, self.out / "cache-heldout", max_tokens=s.eval_tokens,
                                        **self._cache_options()))
         seconds = self.clock() - start
         # Wall-clock speed (loading and tokenising included): what the plan must pay per token.
@@ -222,7 +222,7 @@ class Demo:
             planned = read_manifest(self.out / "cache").max_tokens or planned
         except (FileNotFoundError, ValueError):
             pass
-        report = build_cache(BuildSpec(teacher, train, self.out / "cache", max_tokens=planned,
+        report = build_cache(BuildSpec.from_options(teacher, train, self.out / "cache", max_tokens=planned,
                                        **self._cache_options(training=True)))
         summary = inspect_cache(self.out / "cache")
         return {

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from destila.cache import CorruptShardError
+from destila.cache.checks.rows import target_value_fault
 from destila.cache.dataset import open_cache
 from destila.constants import IGNORE_INDEX
 from destila.data import as_sequences, collate, split_indices
@@ -52,9 +53,12 @@ def evaluate_model(spec: EvalSpec, model: str | None = None, *, progress_file: s
     prompts = load_prompts(spec.prompts) if spec.prompts is not None else [Prompt(text=spec.prompt or DEFAULT_PROMPT)]
     cached = open_cache(spec.cache) if spec.cache is not None else None  # its files checked before the model loads
     meter = PeakMeter(spec.device)
-    lm = load_causal_lm(model, device=spec.device)
     tokenizer = load_tokenizer(model)
-    items, scored, byte_tokenizer = _held_out_items(spec, model, lm, tokenizer, cached)
+    # The held-out rows are read (each checked) or the data tokenised before the model loads: an empty or
+    # damaged input costs no model load.
+    items, scored, byte_tokenizer, source = _held_out_items(spec, model, tokenizer, cached)
+    lm = load_causal_lm(model, device=spec.device)
+    _check_vocabulary(spec, model, lm, source, cached, items)
     batches = [{k: v.to(spec.device) for k, v in collate(items[i:i + spec.batch_size]).items()}
                for i in range(0, len(items), spec.batch_size)]
     report(0, None, "forward speed")
@@ -83,25 +87,17 @@ def _model_of(spec: EvalSpec, model: str | None) -> str:
     return model
 
 
-def _held_out_items(spec: EvalSpec, model: str, lm, tokenizer, cached) -> tuple[list[dict], str, object]:
-    """``(items, scored positions, tokenizer of the label ids)``: the held-out sequences, from the opened cache
-    ``cached`` (read in the model's tokens when its tokenizer is another) or from ``spec.data``."""
+def _held_out_items(spec: EvalSpec, model: str, tokenizer, cached) -> tuple[list[dict], str, object, object]:
+    """``(items, scored positions, tokenizer of the label ids, the source read)``: the held-out sequences, from the
+    opened cache ``cached`` (read in the model's tokens when its tokenizer is another) or from ``spec.data``."""
     if cached is None:
         packed = as_sequences(spec.data, tokenizer)
-        return [packed[i] for i in range(len(packed))], spec.data.loss_on, tokenizer
+        return [packed[i] for i in range(len(packed))], spec.data.loss_on, tokenizer, packed
     source = held_out_source(cached, model, tokenizer, spec.cache)  # another tokenizer: the cache in its tokens
     if source is not cached and spec.teacher is not None:
         raise ValueError(f"eval: {model} has another tokenizer than the teacher's, so the teacher's logits are "
                          f"over other tokens; drop --teacher (the cache's KL and agreement are measured on the "
                          "aligned one-to-one positions)")
-    rows = lm.get_output_embeddings().weight.shape[0]
-    if source is cached and source.vocab_size is None:  # rows that do not record it (Axolotl's): the model's, as
-        source.assume_vocab_size(rows)                  # training takes the student's; ids are checked against it
-    if source is cached and rows != source.vocab_size:  # the cache's ids would index past the model's head
-        raise ValueError(
-            f"eval: {model} has a vocabulary of {rows} tokens but the cache at {spec.cache} was made with "
-            f"{source.vocab_size}; evaluate on a cache of this model's teacher, or pass --data instead"
-        )
     chosen = list(range(len(source))) if spec.indices is None else list(spec.indices)
     if spec.eval_fraction is not None:
         chosen = split_indices(len(source), spec.eval_fraction)[1]
@@ -111,7 +107,25 @@ def _held_out_items(spec: EvalSpec, model: str, lm, tokenizer, cached) -> tuple[
     # Without spans: the bytes each label id spells, in the tokenizer of the ids (the cache's own copy of
     # the teacher's; the model's when the cache is read in its tokens).
     byte_tokenizer = (_cache_tokenizer(cached) or tokenizer) if source is cached else tokenizer
-    return items, (cached.manifest.data or {}).get("loss_on") or "all", byte_tokenizer
+    return items, (cached.manifest.data or {}).get("loss_on") or "all", byte_tokenizer, source
+
+
+def _check_vocabulary(spec: EvalSpec, model: str, lm, source, cached, items) -> None:
+    """Refuse a model whose output head is not the cache's vocabulary (the cache's ids would index past it).
+    Rows that do not record their vocabulary (Axolotl's) take the model's, as training takes the student's, and
+    their ``items`` are checked against it."""
+    rows = lm.get_output_embeddings().weight.shape[0]
+    if cached is not None and source is cached and source.vocab_size is None:
+        source.assume_vocab_size(rows)
+        fault = next((found for found in (target_value_fault(item, rows) for item in items) if found), None)
+        if fault is not None:
+            raise ValueError(f"eval: the rows of {spec.cache} hold {fault}, outside {model}'s vocabulary of {rows} "
+                             "tokens; evaluate on rows of this model's teacher")
+    if cached is not None and source is cached and rows != source.vocab_size:
+        raise ValueError(
+            f"eval: {model} has a vocabulary of {rows} tokens but the cache at {spec.cache} was made with "
+            f"{source.vocab_size}; evaluate on a cache of this model's teacher, or pass --data instead"
+        )
 
 
 def _scored_sums(spec: EvalSpec, lm, batches, meter, byte_lengths, scoring, report) -> tuple:

@@ -15,7 +15,8 @@ import torch
 
 from destila.cache import TopKCache
 from destila.constants import IGNORE_INDEX
-from destila.data import load_texts
+from destila.data import DataSpec, as_data_spec, as_sequences, collate, describe_data
+from destila.ranges import check_int_at_least
 from destila.models import tokenizer_fingerprint
 from destila.student.spec import DEFAULT_CALIBRATION_TOKENS
 
@@ -66,6 +67,19 @@ class Calibration:
         return kwargs
 
 
+def _first_rows(sequences, tokens: int, name: str) -> list[dict]:
+    """The first items of ``sequences`` (a cache or packed sequences) holding about ``tokens`` tokens."""
+    items, total = [], 0
+    for index in range(len(sequences)):
+        items.append(sequences[index])
+        total += items[-1]["input_ids"].numel()
+        if total >= tokens:
+            break
+    if not items:
+        raise ValueError(f"calibration: {name} holds no full row of tokens; give more text or lower the row length")
+    return items
+
+
 def from_cache(path, tokens: int = DEFAULT_CALIBRATION_TOKENS, tokenizer=None) -> Calibration:
     """The first rows of the cache at ``path`` holding about ``tokens`` tokens.
 
@@ -78,53 +92,36 @@ def from_cache(path, tokens: int = DEFAULT_CALIBRATION_TOKENS, tokenizer=None) -
             f"--cache: {path} was built with another tokenizer than the teacher's; "
             "pass a cache of this teacher (or --data for plain text)"
         )
-    ids, positions, scored, total = [], [], [], 0
-    for index in range(len(cache)):
-        item = cache[index]
-        ids.append(item["input_ids"])
-        positions.append(item["position_ids"])
-        scored.append(item["labels"] != IGNORE_INDEX)
-        total += item["input_ids"].numel()
-        if total >= tokens:
-            break
-    if not ids:
-        raise ValueError(f"--cache: {path} holds no sequences; expected at least one for calibration")
-    return Calibration(torch.stack(ids), torch.stack(scored), torch.stack(positions), source=f"cache {path}")
+    items = _first_rows(cache, tokens, f"--cache {path}")
+    return Calibration(torch.stack([item["input_ids"] for item in items]),
+                       torch.stack([item["labels"] != IGNORE_INDEX for item in items]),
+                       torch.stack([item["position_ids"] for item in items]), source=f"cache {path}")
+
+
+def from_data(data, tokenizer, tokens: int = DEFAULT_CALIBRATION_TOKENS,
+              seq_len: int = DEFAULT_CALIBRATION_SEQ_LEN, source: str = "") -> Calibration:
+    """About ``tokens`` tokens of ``data`` (a :class:`~destila.data.DataSpec`, a source name or path, or a list
+    of documents), packed as a cache build packs them: documents concatenated and cut into rows of ``seq_len``
+    tokens (fewer when ``tokens`` is smaller), positions restarting at each document.
+
+    Naive equivalent: ``ids = sum((tok(t).input_ids + [eos] for t in texts), [])[:tokens]`` reshaped to
+    ``[-1, seq_len]`` (an incomplete last row dropped), each document attending to itself only.
+    """
+    check_int_at_least("calibration_tokens", tokens, 2)
+    check_int_at_least("seq_len", seq_len, 2)
+    spec = as_data_spec(data) if isinstance(data, DataSpec) else as_data_spec(data, packing="documents")
+    length = min(seq_len, tokens)
+    spec = spec.replace(seq_len=length, max_tokens=max(tokens // length, 1) * length)
+    name = source or describe_data(spec)
+    batch = collate(_first_rows(as_sequences(spec, tokenizer), tokens, name))
+    return Calibration(batch["input_ids"], batch["labels"] != IGNORE_INDEX, batch["position_ids"],
+                       source=source or f"data {name}")
 
 
 def from_texts(texts: list[str], tokenizer, tokens: int = DEFAULT_CALIBRATION_TOKENS,
                seq_len: int = DEFAULT_CALIBRATION_SEQ_LEN, source: str = "") -> Calibration:
-    """Documents joined by EOS and cut into rows of ``seq_len`` tokens, about ``tokens`` in all.
-
-    Naive equivalent: ``ids = sum((tok(t).input_ids + [eos] for t in texts), [])[:tokens]``
-    reshaped to ``[-1, seq_len]`` (a short last row is dropped unless it is the only one).
-    """
-    if tokens < 2 or seq_len < 2:
-        raise ValueError(f"calibration: expected at least 2 tokens per row and in all, found tokens={tokens}, "
-                         f"seq_len={seq_len}")
-    eos = tokenizer.eos_token_id
-    stream: list[int] = []
-    for text in texts:
-        stream += tokenizer(text, add_special_tokens=False)["input_ids"]
-        if eos is not None:
-            stream.append(eos)
-        if len(stream) >= tokens:
-            break
-    stream = stream[:tokens]
-    if len(stream) < 2:
-        raise ValueError(f"calibration: {source or 'the text'} holds fewer than 2 tokens; give more text")
-    length = min(seq_len, len(stream))
-    rows = len(stream) // length
-    ids = torch.tensor(stream[: rows * length], dtype=torch.long).view(rows, length)
-    scored = torch.ones_like(ids, dtype=torch.bool)
-    scored[:, -1] = False  # the last position of a row has no next token in the row
-    return Calibration(ids, scored, None, source=source)
-
-
-def from_data(source: str, tokenizer, tokens: int = DEFAULT_CALIBRATION_TOKENS, text_field: str = "text",
-              seq_len: int = DEFAULT_CALIBRATION_SEQ_LEN) -> Calibration:
-    """:func:`from_texts` over a data source (``pydoc``, a .txt/.jsonl/... file, a folder, a datasets name)."""
-    return from_texts(load_texts(source, text_field=text_field), tokenizer, tokens, seq_len, source=f"data {source}")
+    """:func:`from_data` over documents given in Python."""
+    return from_data(list(texts), tokenizer, tokens, seq_len, source=source)
 
 
 def next_token_nll(model, calibration: Calibration) -> tuple[float, int]:

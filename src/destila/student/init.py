@@ -66,7 +66,7 @@ def resolve_calibration(tokenizer, spec: StudentInitSpec):
     if cache is not None:
         return calib.from_cache(cache, tokens, tokenizer)
     if data is not None:
-        return calib.from_data(str(data), tokenizer, tokens, text_field=spec.text_field)
+        return calib.from_data(data, tokenizer, tokens)
     if calibration is None or isinstance(calibration, calib.Calibration):
         return calibration
     ids = torch.as_tensor(calibration, dtype=torch.long)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from destila.crosstok.spec import check_tokenizer_folder
+from destila.data.spec import as_data_spec
 from destila.student.fresh import parse_config_overrides
 from destila.student.layers import CRITERIA, SELECTIONS, parse_layers
 
@@ -125,6 +126,8 @@ class StudentInitSpec:
             raise ValueError(f"--calibration-tokens: expected at least 2, found {self.calibration_tokens}")
         if self.tokenizer is not None:  # refused before the teacher is loaded
             check_tokenizer_folder(self.tokenizer)
+        if self.data is not None:  # calibration text is packed as a cache build packs it (documents, then rows)
+            self.data = as_data_spec(self.data, text_field=self.text_field, packing="documents")
 
     @property
     def width(self) -> dict:

@@ -123,11 +123,12 @@ def train_student(spec: TrainSpec | str, out: str | Path | None = None, args: Di
     spec = _spec_of(spec, out, args, options)
     out, args = spec.out, spec.args
     check_push(args)  # before anything loads: without a Hub the run would fail at its end
-    # Opened first: a cache's files are checked before a model loads.
+    # Opened first: the files of a cache and of the eval cache are checked before a model loads.
     cache = open_cache(spec.cache) if not spec.online else None
+    held_out = _eval_cache(spec, cache)
     model = load_causal_lm(spec.student)
     targets = _offline_targets(spec, model, cache) if cache is not None else _online_targets(spec, model)
-    eval_dataset, held_crossed = _held_out(spec, model, targets)
+    eval_dataset, held_crossed = _held_out(spec, model, targets, held_out)
     claim = _claim(spec, targets)
     try:
         for note in claim.notes:
@@ -221,15 +222,23 @@ def _online_targets(spec: TrainSpec, model) -> _Targets:
     return _Targets(source, tokenizer, teacher, data=source.spec if spec.data.documents is None else None)
 
 
-def _held_out(spec: TrainSpec, model, targets: _Targets) -> tuple:
-    """``(eval dataset, the eval cache read in the student's tokens)``: the first ``eval_sequences`` of
-    ``spec.eval_cache``, or ``(None, None)`` (with ``args.eval_fraction`` the trainer holds out its split)."""
+def _eval_cache(spec: TrainSpec, cache):
+    """``spec.eval_cache`` opened (its files checked, as the training cache's are) and of the training cache's
+    tokenizer, or None; before any model loads, so a damaged one costs no model load."""
     if spec.eval_cache is None:
-        return None, None
+        return None
     held_out = open_cache(spec.eval_cache)
-    if held_out.manifest.tokenizer_fingerprint != targets.source.manifest.tokenizer_fingerprint:
+    if cache is not None and held_out.manifest.tokenizer_fingerprint != cache.manifest.tokenizer_fingerprint:
         raise ValueError(f"train: the eval cache {spec.eval_cache} was built with another tokenizer than the "
                          "training cache; build both with the same teacher")
+    return held_out
+
+
+def _held_out(spec: TrainSpec, model, targets: _Targets, held_out) -> tuple:
+    """``(eval dataset, the eval cache read in the student's tokens)``: the first ``eval_sequences`` of the opened
+    eval cache ``held_out``, or ``(None, None)`` (with ``args.eval_fraction`` the trainer holds out its split)."""
+    if held_out is None:
+        return None, None
     held_crossed = None
     if targets.crossed is not None:
         held_crossed = cross_tokenizer_dataset(held_out, spec.student, model, tail=spec.args.tail,

@@ -68,7 +68,8 @@ def final_model_saved(out: Path, step: int) -> bool:
 
 def restore_end(trainer, checkpoint: str | Path) -> None:
     """Give ``trainer`` the checkpoint's weights and state, as resuming does, without a training step."""
-    # The Trainer's own loader: it knows every layout a checkpoint can have (full weights, sharded, an
-    # adapter, FSDP and DeepSpeed states), and destila's trainer adds its hidden-state projections to it.
+    # The Trainer's own loader, private: it knows every layout a checkpoint can have (full weights, sharded, an
+    # adapter, FSDP and DeepSpeed states), and its public door (train) would train a step past the end.
     trainer._load_from_checkpoint(str(checkpoint))
+    trainer.load_checkpoint_extras(checkpoint)
     trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / STATE_FILE))

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from destila.cache.dataset import StreamedCache, is_cache_dataset, open_cache
 from destila.cache.settings_match import settings_problems
@@ -162,6 +163,18 @@ def _cache_of(dataset):
     return dataset if hasattr(dataset, "manifest") else None
 
 
+class _SaveProjections(TrainerCallback):
+    """Writes the hidden-state projections (``--hidden_loss``) into each checkpoint the Trainer has just saved;
+    they are checkpointed so that a resumed run continues them, and never saved with the student."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.trainer.hidden is not None and args.should_save:
+            self.trainer.hidden.save(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+
+
 class DistillationTrainer(Trainer):
     """Trainer for ``DistillationArguments``, shaped like TRL's trainers::
 
@@ -179,6 +192,18 @@ class DistillationTrainer(Trainer):
     target spec). Built from the args, checked before the Trainer's own
     construction: the online teacher, K′ against the cache, the hidden-state
     term (``--hidden_loss``), LoRA adapters and frozen embeddings.
+
+    It overrides public Trainer methods only: ``compute_loss`` (the
+    distillation loss) and ``training_step`` (a non-finite loss stops the
+    run); ``evaluate``, ``predict`` and ``log`` (the objective's metrics; ``predict`` returns the Trainer's
+    ``PredictionOutput``); ``create_optimizer``
+    (the hidden-state projections join it); ``save_model`` (non-finite weights
+    are never saved); ``train`` (the objective line, and a checkpoint's
+    projections loaded on resume); ``create_model_card`` and ``push_to_hub``
+    (destila's card, an offline Hub refused in one line);
+    ``create_accelerator_and_postprocess`` (FSDP on a CPU-only machine). The
+    projections are written into each checkpoint by a callback. One private
+    attribute is set, ``_loss_shifts_labels`` (below).
     """
 
     # compute_loss divides by num_items_in_batch itself: the Trainer must not
@@ -228,24 +253,32 @@ class DistillationTrainer(Trainer):
                              "torchrun, or drop --hidden_loss")
         super().__init__(model, arguments, **kwargs)
         self.add_callback(FiniteGradients())  # never an optimizer step on NaN gradients
+        self.add_callback(_SaveProjections(self))  # checkpoints carry the hidden-state projections
         check_plain_head(self.model)
         self.teacher = teacher.to(self.args.device) if teacher is not None else None
         self.hidden = hidden.to(self.args.device) if hidden is not None else None
         self._hidden_window = torch.zeros(2, dtype=torch.float64)
         # Count valid labels for num_items_in_batch (the Trainer only does so
         # for models that "accept loss kwargs"); collate's labels are position-aligned already, counted as they are.
+        # No public hook says so: the Trainer would drop each row's first label from its count (a causal LM's loss
+        # shifts labels), and get_batch_samples, which it would take to override, gathers counts across processes.
         self.model_accepts_loss_kwargs = True
         self._loss_shifts_labels = False
         self._window = torch.zeros(len(_STATS), dtype=torch.float64)
         self.loss_path: str | None = None  # how the loss runs, once a training step has run it
         self._schedule_checked = False  # whether the run's length was checked against the weight schedule
 
-    def train(self, *args, **kwargs):
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         """The Trainer's ``train``, after one line saying what the run trains towards and how that compares with
-        TRL's ``GKDConfig`` (:func:`~destila.training.trl_defaults.describe_objective`)."""
+        TRL's ``GKDConfig`` (:func:`~destila.training.trl_defaults.describe_objective`); a resumed run first
+        loads what its checkpoint holds beside the model (:meth:`load_checkpoint_extras`)."""
         if self.is_world_process_zero():
             print(describe_objective(self.args), flush=True)
-        return super().train(*args, **kwargs)
+        if resume_from_checkpoint is True:  # the Trainer's own meaning: the output folder's last checkpoint
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir) or True
+        if isinstance(resume_from_checkpoint, (str, Path)):
+            self.load_checkpoint_extras(resume_from_checkpoint)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def create_model_card(self, model_name: str | None = None, **_hf_card_fields) -> None:
         """destila's card (:mod:`destila.training.sharing`: teacher, cache, data fingerprints, objective,
@@ -348,18 +381,15 @@ class DistillationTrainer(Trainer):
                 optimizer.add_param_group({"params": self.hidden.parameters(), "weight_decay": 0.0})
         return optimizer
 
-    def _save_checkpoint(self, model, trial):
-        check_weights(self.model, self.state, self.args, f"checkpoint-{self.state.global_step}")
-        super()._save_checkpoint(model, trial)
-        if self.hidden is not None and self.args.should_save:
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+    def save_model(self, output_dir: str | None = None, *args, **kwargs) -> None:
+        """The Trainer's save (of a checkpoint's model too), refused first when a weight is non-finite."""
+        check_weights(self.model, self.state, self.args, Path(output_dir or self.args.output_dir).name)
+        super().save_model(output_dir, *args, **kwargs)
 
-            self.hidden.save(Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-
-    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        super()._load_from_checkpoint(resume_from_checkpoint, model)
-        if self.hidden is not None and not self.hidden.load(resume_from_checkpoint):
-            raise ValueError(f"resume: {resume_from_checkpoint} holds no hidden-state projections; it was not "
+    def load_checkpoint_extras(self, checkpoint: str | Path) -> None:
+        """Load what a checkpoint holds beside the model: the hidden-state projections (``--hidden_loss``)."""
+        if self.hidden is not None and not self.hidden.load(checkpoint):
+            raise ValueError(f"resume: {checkpoint} holds no hidden-state projections; it was not "
                              "trained with --hidden_loss. Resume with the options it was trained with")
 
     # -- logging and evaluation -------------------------------------------------

@@ -4,17 +4,19 @@ TRL's ``SFTTrainer`` turns a plain ``TrainingArguments`` into its own config
 with the same values (``args.to_dict()``); :func:`as_distillation_arguments`
 does the same into :class:`~destila.training.DistillationArguments`, so every
 Trainer setting keeps the value given and the loss options keep destila's
-defaults. A TRL config (``GKDConfig``, ``SFTConfig``: a ``TrainingArguments``
-subclass with fields of its own) is read in TRL's terms: its ``beta`` is
-GKD's (β chooses the divergence, as in TRL's generalised JSD), the loss runs
-at T 1 as GKD's does (its ``temperature`` is the temperature of on-policy
-samples, which neither TRL off-policy nor destila draws), its learning rate
-and schedule are its own (2e-5, linear), and every
-other field of its own that is not at TRL's default is mapped or refused as
-in a YAML config (:mod:`destila.training.trl_keys`), ``lmbda`` included:
-``GKDConfig``'s default 0.5 is on-policy, so it must be given as 0. What it
-leaves out of the objective takes ``GKDConfig``'s defaults (no cross-entropy,
-T 1), as the same config given as YAML does, and its data keys
+defaults. A TRL config (``GKDConfig``, ``SFTConfig``, ``trl.DistillationConfig``: a
+``TrainingArguments`` subclass with fields of its own) is read exactly as its
+``to_dict()`` written to YAML is read by ``destila train --config``
+(:func:`~destila.training.trl_keys.map_trl_keys` on a config written out in
+full): every field of its own is mapped, accepted at a value that leaves it
+without effect, or refused, all refusals in one message. So ``GKDConfig()``
+at its defaults trains as its YAML does: ``lmbda`` 0.5 and the sampling
+``temperature`` 0.9 are what TRL wrote, the run stays off-policy at T 1 and
+its first line says so; a ``temperature`` of its own is refused as in YAML.
+Its ``beta`` is GKD's (β chooses the divergence, as in TRL's generalised
+JSD), its learning rate and schedule its own (2e-5, linear). What it leaves
+out of the objective takes its class's defaults (no cross-entropy, T 1;
+:func:`~destila.training.trl_defaults.trl_defaults`), and its data keys
 (``max_length``, ``packing``, ...) are the data's (:func:`trl_data_options`).
 
 ``remove_unused_columns`` is always False: the batches carry the teacher's
@@ -31,17 +33,12 @@ import dataclasses
 
 from transformers import TrainingArguments
 
-# GKD's own fields that say what is trained, read even at their defaults (the others only when changed).
-_ALWAYS_READ = ("beta", "lmbda")
-# GKD's sampling temperature: TRL's loss does not read it (see destila.training.trl_defaults).
-_NOT_THE_LOSS = ("temperature",)
-
 
 def as_distillation_arguments(args):
     """``args`` as :class:`~destila.training.DistillationArguments` (see the module docstring); one of those is
     returned as is."""
     from destila.training.arguments import DistillationArguments
-    from destila.training.trl_defaults import gkd_defaults
+    from destila.training.trl_defaults import trl_defaults
     from destila.training.trl_keys import map_trl_keys
 
     if isinstance(args, DistillationArguments) or args is None:
@@ -53,16 +50,13 @@ def as_distillation_arguments(args):
     trainer_fields = {f.name for f in dataclasses.fields(TrainingArguments) if f.init}
     values = {**args.to_dict(), "hub_token": args.hub_token}  # to_dict hides the token, as TRL's conversion undoes
     base = {k: v for k, v in values.items() if k in trainer_fields and k in names}
-    defaults = {f.name: f.default for f in dataclasses.fields(type(args))}
-    own = {f.name: getattr(args, f.name) for f in dataclasses.fields(type(args))  # not to_dict's masked *_token
-           if f.init and f.name not in trainer_fields and f.name not in _NOT_THE_LOSS}
-    own = {k: v for k, v in own.items() if k in _ALWAYS_READ or v != defaults.get(k, dataclasses.MISSING)}
-    options, problems = map_trl_keys(own, names)
+    own = _trl_fields(args)  # at their values, not to_dict's masked *_token
+    options, problems = map_trl_keys(own, names, in_full=True)  # an object holds every field, as a full dump does
     options = {o: v for o, v in options.items() if o in names}  # data options: the dataset's (trl_data_options)
     if problems:
         raise ValueError(f"args: this {type(args).__name__} asks for what destila does not do: {'; '.join(problems)}")
-    # A TRL config means TRL's objective for what it leaves out (no cross-entropy, T 1), as its YAML does.
-    trl_terms = gkd_defaults([*base, *options]) if _trl_fields(args) else {}
+    # A TRL config means its class's objective for what it leaves out (no cross-entropy, T 1), as its YAML does.
+    trl_terms = trl_defaults([*base, *own]) if own else {}
     return DistillationArguments(**{**trl_terms, **base, **options, "remove_unused_columns": False})
 
 

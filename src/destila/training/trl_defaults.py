@@ -4,7 +4,10 @@ A config (or a command line, or a ``GKDConfig`` passed as ``args``) written in
 TRL's terms gets TRL's defaults for what it leaves out, read from TRL 1.16's
 ``trl.experimental.gkd.GKDConfig`` (which extends ``SFTConfig``, so an SFT
 YAML is one too): the generalised JSD with β 0.5 at T 1 and no cross-entropy,
-learning rate 2e-5 and the Trainer's linear schedule without warm-up.
+learning rate 2e-5 and the Trainer's linear schedule without warm-up. One
+holding a key only TRL's ``DistillationConfig`` has gets that class's
+defaults instead (reverse KL, T 1, no cross-entropy, learning rate 1e-6:
+:mod:`destila.training.trl_distillation`).
 Anything else gets destila's own defaults (forward KL plus cross-entropy
 1:1, T 1, 5e-4 held constant after a short warm-up). A test reads
 ``GKDConfig``'s fields and ``GKDTrainer``'s loss to keep :data:`GKD_DEFAULTS`
@@ -30,6 +33,7 @@ Naive equivalent::
 
 from __future__ import annotations
 
+from destila.training.trl_distillation import DISTILLATION_CONFIG_DEFAULTS, is_distillation_config
 from destila.training.trl_keys import ON_POLICY
 
 # GKDConfig's defaults for the objective and the schedule (TRL 1.16): beta is GKDConfig's own, learning_rate
@@ -50,11 +54,14 @@ GKD_LMBDA = 0.5
 GKD_SAMPLING_TEMPERATURE = 0.9
 
 
-def gkd_defaults(given) -> dict:
-    """:data:`GKD_DEFAULTS` less the options in ``given`` (names, TRL's or destila's): GKD's ``beta`` alone
-    already chooses the divergence, and a ``divergence`` given keeps its own β unless one is given."""
+def trl_defaults(given) -> dict:
+    """The defaults of the TRL config ``given`` is written for, less the options in ``given`` (names, TRL's or
+    destila's): TRL's ``DistillationConfig``'s (:data:`~destila.training.trl_distillation.DISTILLATION_CONFIG_DEFAULTS`)
+    when a key only it has is given, :data:`GKD_DEFAULTS` otherwise. ``beta`` alone already chooses the divergence,
+    and a ``divergence`` given keeps its own β unless one is given."""
     given = {str(key).lstrip("-").replace("-", "_") for key in given}
-    defaults = {k: v for k, v in GKD_DEFAULTS.items() if k not in given}
+    table = DISTILLATION_CONFIG_DEFAULTS if is_distillation_config(given) else GKD_DEFAULTS
+    defaults = {k: v for k, v in table.items() if k not in given}
     if "beta" in given or "divergence" in given:
         defaults.pop("divergence", None)
         defaults.pop("beta", None)
@@ -65,8 +72,22 @@ def _plain(value):
     return getattr(value, "value", value)  # SchedulerType and other enums
 
 
+# The TRL configs a run's line compares with: (their defaults, what TRL would sample that `destila train` does not).
+REFERENCES = {
+    "GKDConfig": (GKD_DEFAULTS, f"TRL's default lmbda {GKD_LMBDA} samples from the student"),
+    "DistillationConfig": (DISTILLATION_CONFIG_DEFAULTS, "TRL's DistillationTrainer samples every batch from the "
+                                                         "student"),
+}
+
+
+def nearest_reference(values: dict) -> str:
+    """The TRL config of :data:`REFERENCES` whose defaults ``values`` share most (GKDConfig on a tie)."""
+    return max(REFERENCES, key=lambda name: sum(values.get(k) == v for k, v in REFERENCES[name][0].items()))
+
+
 def describe_objective(args) -> str:
-    """One line: the objective and the schedule of ``args`` and how they compare with TRL's ``GKDConfig``.
+    """One line: the objective and the schedule of ``args`` and how they compare with the nearest of TRL's
+    ``GKDConfig`` and ``DistillationConfig`` (:func:`nearest_reference`).
 
     ``objective: jsd β 0.5, T 1, soft 1 + hard 0; schedule: lr 2e-05, linear, warm-up 0 steps. TRL's GKDConfig
     defaults: divergence, beta, ...; off-policy ...``
@@ -76,13 +97,15 @@ def describe_objective(args) -> str:
     line = (f"objective: {values['divergence']}{beta}, T {values['temperature']:g}, soft {args.soft_weight:g} + "
             f"hard {args.hard_weight:g}; schedule: lr {values['learning_rate']:g}, {values['lr_scheduler_type']}, "
             f"warm-up {values['warmup_steps']:g} steps.")
-    compared = {k: v for k, v in values.items() if not (k == "beta" and values["divergence"] != "jsd")}
-    same = [k for k, v in compared.items() if v == GKD_DEFAULTS[k]]
-    differ = [f"{k} {v:g} (TRL {GKD_DEFAULTS[k]:g})" if isinstance(v, float) else f"{k} {v} (TRL {GKD_DEFAULTS[k]})"
-              for k, v in compared.items() if v != GKD_DEFAULTS[k]]
+    name = nearest_reference(values)
+    defaults, sampled = REFERENCES[name]
+    compared = {k: v for k, v in values.items()
+                if k in defaults and not (k == "beta" and values["divergence"] != "jsd")}
+    same = [k for k, v in compared.items() if v == defaults[k]]
+    differ = [f"{k} {v:g} (TRL {defaults[k]:g})" if isinstance(v, float) else f"{k} {v} (TRL {defaults[k]})"
+              for k, v in compared.items() if v != defaults[k]]
     if same:
-        line += f" As TRL's GKDConfig defaults: {', '.join(same)}."
+        line += f" As TRL's {name} defaults: {', '.join(same)}."
     if differ:
-        line += f" Not TRL's GKDConfig defaults: {', '.join(differ)}."
-    return line + (f" Off-policy: fixed sequences only (TRL's default lmbda {GKD_LMBDA} samples from the student; "
-                   f"that is {ON_POLICY}).")
+        line += f" Not TRL's {name} defaults: {', '.join(differ)}."
+    return line + f" Off-policy: fixed sequences only ({sampled}; that is {ON_POLICY})."

@@ -15,10 +15,13 @@ destila's ``jsd``. A ``divergence`` given beside it wins, and must be ``jsd``
 when β is strictly between 0 and 1.
 
 A config TRL wrote out in full (``to_dict()`` as YAML: every
-``TrainingArguments`` field present, :func:`written_in_full`) holds every
-default TRL has: GKD's ``lmbda 0.5``, ``temperature 0.9`` and
-``disable_dropout true`` (:data:`GKD_DUMP_DEFAULTS`) are accepted there, and
-``to_dict()``'s ``<EOS_TOKEN>``-style masks are read as not set everywhere.
+``TrainingArguments`` field present, :func:`written_in_full`; or the config
+object itself, passed in Python) holds every default TRL has: GKD's
+``lmbda 0.5``, ``temperature 0.9`` and ``disable_dropout true``
+(:data:`GKD_DUMP_DEFAULTS`) are accepted there, and ``to_dict()``'s
+``<EOS_TOKEN>``-style masks are read as not set everywhere. TRL's own
+``DistillationConfig``'s keys are :mod:`destila.training.trl_distillation`'s,
+and its ``datasets:`` mixture is :mod:`destila.training.trl_datasets`'.
 
 Naive equivalent::
 
@@ -28,6 +31,8 @@ Naive equivalent::
 from __future__ import annotations
 
 from destila.io.markdown import table_lines
+from destila.training.trl_datasets import DatasetMixture, test_fraction
+from destila.training.trl_distillation import DISTILLATION_MEANINGS, DISTILLATION_REFUSED, is_distillation_config
 
 # Packed rows that never split a sequence: what TRL's `packing: true` does.
 PACKED = "bfd"
@@ -55,14 +60,21 @@ MAPPED = {
     "completion_only_loss": ("loss_on", lambda v: "completion" if v else "all",
                              "true: --loss-on completion; false: --loss-on all"),
     "lora_target_modules": ("lora_target_modules", _lora_modules, "--lora-target-modules (a list becomes a,b,c)"),
+    "datasets": ("data", DatasetMixture, "the online data (--data): TRL's mixture, loaded by TRL's get_dataset and "
+                                         "saved once as a datasets folder (each entry's path, name, data_dir, "
+                                         "data_files, split, columns and fraction as TRL reads them); beside it "
+                                         "streaming must stay false"),
+    "test_split_size": ("eval_fraction", test_fraction, "--eval_fraction: that fraction of the packed sequences "
+                                                        "held out and evaluated (a fraction; a count of rows is "
+                                                        "refused)"),
 }
 
 # The command that runs what GKD's lmbda asks for.
 ON_POLICY = "`destila recipe on-policy`"
 
 # TRL key: (values that leave the feature off, TRL's default among them, so the key is harmless; the reason it is
-# refused otherwise). Every field of TRL's GKDConfig, SFTConfig, ModelConfig and ScriptArguments that is neither a
-# TrainingArguments field nor destila's own option is here or in MAPPED (a test reads TRL's classes for it).
+# refused otherwise). Every field of TRL's GKDConfig, SFTConfig, DistillationConfig, ModelConfig and ScriptArguments
+# that is neither a TrainingArguments field nor destila's own option is here or in MAPPED (tests read TRL's classes).
 REFUSED = {
     "lmbda": ((0,), f"on-policy distillation (the student's own samples, scored by the teacher) is {ON_POLICY}; "
                     "`destila train` trains on fixed sequences: set lmbda: 0 here, or run the recipe (its --lmbda "
@@ -107,9 +119,7 @@ REFUSED = {
     "activation_offloading": ((False,), "activations are not offloaded; use --gradient_checkpointing"),
     "router_aux_loss_coef": ((), "a mixture-of-experts router's auxiliary loss is not added"),
     "ignore_bias_buffers": ((False,), "DDP's bias buffers are left as the Trainer keeps them"),
-    "datasets": ((), "TRL's dataset mixture is not read; give one dataset as --data (a file, a folder or a hub "
-                     "name, with --subset and --split), or build a cache from each and train on it"),
-    "test_split_size": ((), "held-out data is --eval-fraction of the training data, or an eval cache"),
+    **DISTILLATION_REFUSED,
 }
 
 # What TrainingArguments.to_dict() writes for a field named *_token (eos_token, pad_token, hub_token), whatever
@@ -166,9 +176,10 @@ def trl_temperature_problem(value) -> str | None:
             f"--temperature tempers the loss, in options without TRL's keys, and must equal the cache's)")
 
 
-def refusal(name: str, value) -> str | None:
-    """The problem line of the TRL key ``name`` at ``value``, or None when the value leaves the feature off."""
-    harmless, why = REFUSED[name]
+def refusal(name: str, value, table=None) -> str | None:
+    """The problem line of the TRL key ``name`` at ``value``, or None when the value leaves the feature off;
+    ``table``: where the key is read (:data:`REFUSED` by default)."""
+    harmless, why = (REFUSED if table is None else table)[name]
     if value is None or value in harmless:
         return None
     return f"{name} {value!r} ({why})"
@@ -204,19 +215,29 @@ def beta_problem(beta: float, divergence: str, flag: str = "") -> str | None:
             "drop one of them")
 
 
-def map_trl_keys(values: dict, known) -> tuple[dict, list[str]]:
+def map_trl_keys(values: dict, known, *, in_full: bool | None = None) -> tuple[dict, list[str]]:
     """``(options, problems)``: ``values`` with TRL keys mapped; one problem line per key refused or unknown
-    (with the nearest name). ``known`` holds destila's option names (they pass through unchanged)."""
+    (with the nearest name). ``known`` holds destila's option names (they pass through unchanged). ``in_full``:
+    whether ``values`` are a TRL config written out in full (default: :func:`written_in_full`); a config object
+    passed in Python always is. A config holding a key only TRL's ``DistillationConfig`` has is read as one
+    (:mod:`destila.training.trl_distillation`): its ``temperature`` is the loss's, its ``top_k``, ``top_p`` and
+    ``shuffle_dataset`` keep that class's meaning."""
     options, problems = {}, []
-    in_full = written_in_full(values)
+    in_full = written_in_full(values) if in_full is None else in_full
+    distillation = is_distillation_config(values)
     for key, value in values.items():
         name = str(key).lstrip("-").replace("-", "_")
         if masked_token(name, value):
             continue
-        if in_full and name in GKD_DUMP_DEFAULTS and value == GKD_DUMP_DEFAULTS[name]:
+        if in_full and not distillation and name in GKD_DUMP_DEFAULTS and value == GKD_DUMP_DEFAULTS[name]:
             continue  # TRL's default, written out with every other field
         if name == "remove_unused_columns" and value is True:
             continue  # the Trainer's and TRL's default: destila keeps the columns, which carry the targets
+        if distillation and name in DISTILLATION_MEANINGS:
+            problem = refusal(name, value, DISTILLATION_MEANINGS)
+            if problem:
+                problems.append(problem)
+            continue
         if name == "use_peft":
             if value is None:  # TRL's "not set"
                 continue
@@ -236,16 +257,25 @@ def map_trl_keys(values: dict, known) -> tuple[dict, list[str]]:
             if value is None:  # TRL's "not set"
                 continue
             target, convert, _ = MAPPED[name]
-            if target in options and options[target] != convert(value):
+            try:
+                converted = convert(value)
+            except (TypeError, ValueError) as err:
+                problems.append(f"{name}: {err}")
+                continue
+            if target in options and options[target] != converted:
                 problems.append(f"{name} (sets {target}, which another key sets to {options[target]!r})")
-            options[target] = convert(value)
+            options[target] = converted
         elif name in known:
-            problem = name == "temperature" and in_trl_terms(values) and trl_temperature_problem(value)
+            problem = (name == "temperature" and not distillation and in_trl_terms(values)
+                       and trl_temperature_problem(value))
             if problem:  # GKD's sampling temperature, named with the other refusals
                 problems.append(problem)
             options[name] = value
         else:
             problems.append(f"unknown option {key!r}{did_you_mean(name, known)}")
+    if isinstance(options.get("data"), DatasetMixture) and options.get("streaming"):
+        problems.append("streaming true beside datasets (TRL's mixture is loaded whole and saved once; to stream, "
+                        "give one source as --data with --streaming)")
     if "beta" in options and "divergence" not in options:
         options.update(gkd_divergence(float(options.pop("beta"))))
     return options, problems
@@ -278,5 +308,14 @@ def markdown_table() -> str:
                                                "on-policy samples (its loss runs at T 1), and nothing is sampled")]
     rows += [(key, f"refused unless {_shown(harmless)}" if harmless else "refused", why)
              for key, (harmless, why) in REFUSED.items()]
+    rows += [("temperature (DistillationConfig)", "`temperature`", "the loss's temperature, as in TRL's "
+                                                                  "DistillationTrainer (a cache's must equal it)")]
+    rows += [(f"{key} (DistillationConfig)", f"refused unless {_shown(harmless)}", why)
+             for key, (harmless, why) in DISTILLATION_MEANINGS.items()]
     return "\n".join(table_lines(["TRL key", "destila option", "meaning"],
-                                 [(f"`{key}`", target, meaning) for key, target, meaning in rows], "lll"))
+                                 [(_key_cell(key), target, meaning) for key, target, meaning in rows], "lll"))
+
+
+def _key_cell(key: str) -> str:
+    name, _, where = key.partition(" ")
+    return f"`{name}` {where}".rstrip()

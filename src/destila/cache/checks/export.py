@@ -7,9 +7,11 @@ the lengths its loss mask implies, its ``sequence_index`` is the next one,
 and it passes the row checks of the cache's own ``verify`` (ids within the
 vocabulary and distinct per position, log-probs finite, ≤ 0 and descending,
 the tail finite, the mass summing to 1 within the stored dtype's rounding,
-sampled counts summing to S); the rows are the manifest's ``sequences``; the
-SHA-256 of their values is the record's ``content_sha256``; the
-``tokenizer/`` files match the manifest's digests.
+sampled counts summing to S, position ids and loss mask that are documents
+as the cache writes them: :mod:`~.documents`); at least one position is
+trained; the rows are the manifest's ``sequences``; the SHA-256 of their
+values is the record's ``content_sha256``; the ``tokenizer/`` files match
+the manifest's digests.
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from destila.cache.checks.export_files import card_faults, file_fault, name_fault, unlisted_faults
+from destila.cache.checks.export_files import (
+    card_faults,
+    file_fault,
+    name_fault,
+    no_trained_position,
+    unlisted_faults,
+)
 from destila.cache.checks.export_identity import has_identity, record_identity_fault
 from destila.cache.checks.rows import VerifyReport, row_faults
 from destila.cache.dataset_rows import RECORD, ContentDigest, RowFormatError, parse_record, stored_row
@@ -68,7 +76,7 @@ def verify_export(path: str | Path) -> VerifyReport:
     report.faults.extend(unlisted_faults(path, listed))
     kind, width = record["kind"], int(record["width"])
     dtype, encoding = record.get("logprob_dtype") or "float32", _ExportedRows(record.get("logprob_rounding"))
-    digest, expected = ContentDigest(), 0
+    digest, expected, trained = ContentDigest(), 0, 0
     for name, entry in listed.items():
         file = path / name
         fault = name_fault(path, name) or file_fault(file, entry)
@@ -91,12 +99,15 @@ def verify_export(path: str | Path) -> VerifyReport:
                     report.faults.extend(f"{where}: {fault}" for fault in faults)
                     digest.update(index, stored, kind, dtype)
                     expected += 1
+                    trained += int(stored["loss_mask"].sum())
         except (RowFormatError, KeyError, pa.ArrowException, OSError) as err:
             report.faults.append(f"{name}: does not read as the export's rows ({err})")
     report.stored_sequences = expected
     if expected != manifest.sequences or expected != record["rows"]:
         report.faults.append(f"{expected} rows read, the record says {record['rows']} and the manifest "
                              f"{manifest.sequences}")
+    elif trained == 0:
+        report.faults.append(no_trained_position(expected))
     elif digest.hexdigest() != record["content_sha256"]:
         report.faults.append(f"content sha256 {digest.hexdigest()[:16]}…, the record says "
                              f"{record['content_sha256'][:16]}…: the rows were changed")

@@ -14,7 +14,11 @@ uploaded, recompressed or added to. Before a reader hands its rows to
   the record's kind implies (a renamed column, an empty file);
 - the ``sequence_index`` column (a few bytes a row) counts 0, 1, 2, ... across
   the files in the record's order, to the manifest's number of sequences:
-  rows reordered, removed or added are refused here.
+  rows reordered, removed or added are refused here;
+- the ``position_ids`` and ``loss_mask`` columns (a few bytes a position) are
+  documents as the cache writes them (:mod:`~.documents`: runs from 0, a
+  loss mask that never crosses a run's end), and at least one position is
+  trained, as in every cache (its reader refuses one without).
 
 What needs the targets of every row (the mass summing to 1, ids within the
 vocabulary) is checked as each row is read (:class:`~destila.cache.dataset.DatasetCache`)
@@ -28,6 +32,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from destila.cache.checks.documents import document_fault
 from destila.cache.checks.export_identity import record_identity_fault
 from destila.cache.dataset_rows import DATA_DIR, RECORD, schema
 from destila.cache.format import sha256_file
@@ -37,14 +42,15 @@ README = "README.md"
 DATA_FILES = f"{DATA_DIR}/train-*.parquet"  # what the card written by `destila cache export` names
 
 
-def name_fault(path: Path, name) -> str | None:
+def name_fault(path: Path, name, links_within: Path | None = None) -> str | None:
     """A listed name that is not a plain ``data/NAME.parquet`` of the export, or leads outside it through a link:
-    nothing outside the export is read or hashed."""
+    nothing outside the export is read or hashed. ``links_within``: where links may lead instead (a hub
+    snapshot's files link into its repo's ``blobs/``)."""
     parts = name.split("/") if isinstance(name, str) else []
     if len(parts) != 2 or parts[0] != DATA_DIR or not parts[1].endswith(".parquet") or parts[1].startswith("."):
         return (f"not a plain {DATA_DIR}/NAME.parquet file name inside the export; an export never names a file "
                 "elsewhere: do not use it")
-    link = outside_link(path, path / name)
+    link = outside_link(links_within or path, path / name)
     if link is not None:
         return f"a symbolic link to {link}, outside the export; copy the file in (cp -L) if you trust it"
     return None
@@ -119,23 +125,33 @@ def footer_fault(file: Path, entry: dict, record: dict) -> str | None:
     return None
 
 
-def order_fault(file: Path, first: int) -> str | None:
-    """The file's ``sequence_index`` column (read alone) is ``first, first + 1, ...``; else what it is."""
+def rows_fault(file: Path, first: int) -> tuple[str | None, int]:
+    """``(fault, trained positions)`` of the file's small columns, read without the targets: ``sequence_index``
+    is ``first, first + 1, ...``, and ``position_ids`` with ``loss_mask`` are documents as the cache writes them
+    (:mod:`~.documents`)."""
     import numpy as np
     import pyarrow.parquet as pq
 
-    found = pq.read_table(str(file), columns=["sequence_index"]).column(0).to_numpy()
+    table = pq.read_table(str(file), columns=["sequence_index", "position_ids", "loss_mask"])
+    found = table.column("sequence_index").to_numpy()
     expected = np.arange(first, first + len(found))
     if not np.array_equal(found, expected):
         at = int(np.flatnonzero(found != expected)[0])
         return (f"row {at} holds sequence {int(found[at])} where {int(expected[at])} comes next: the rows were "
-                "reordered, removed or added")
-    return None
+                "reordered, removed or added"), 0
+    positions, mask = (table.column(name).combine_chunks() for name in ("position_ids", "loss_mask"))
+    if not np.array_equal(positions.offsets.to_numpy(), mask.offsets.to_numpy()):
+        return "position_ids and loss_mask differ in length in some row", 0
+    mask_values = mask.flatten().to_numpy(zero_copy_only=False)
+    fault = document_fault(positions.flatten().to_numpy(), mask_values, positions.offsets.to_numpy())
+    if fault is not None:
+        return f"row of sequence {first + fault[0]}: {fault[1]}", 0
+    return None, int(mask_values.sum())
 
 
-def export_faults(path: str | Path, record: dict, *, rows: bool = True) -> list[str]:
-    """Every fault of the checks above, in that order, each naming its file (``rows``: also the footers and the
-    ``sequence_index`` order)."""
+def export_faults(path: str | Path, record: dict, *, rows: bool = True, links_within: Path | None = None) -> list[str]:
+    """Every fault of the checks above, in that order, each naming its file (``rows``: also the footers, the
+    ``sequence_index`` order, the documents and the trained positions)."""
     path = Path(path)
     faults = []
     identity = record_identity_fault(record)
@@ -144,12 +160,15 @@ def export_faults(path: str | Path, record: dict, *, rows: bool = True) -> list[
     faults.extend(card_faults(path, record))
     listed = [entry["name"] for entry in record["files"]]
     faults.extend(unlisted_faults(path, listed))
-    first = 0
+    first, trained = 0, 0
     for entry in record["files"]:
         name = entry["name"]
-        fault = name_fault(path, name) or file_fault(path / name, entry)
+        fault = name_fault(path, name, links_within) or file_fault(path / name, entry)
         if fault is None and rows:
-            fault = footer_fault(path / name, entry, record) or order_fault(path / name, first)
+            fault = footer_fault(path / name, entry, record)
+            if fault is None:
+                fault, count = rows_fault(path / name, first)
+                trained += count
         if fault is not None:
             faults.append(f"{name}: {fault}")
         first += int(entry["rows"])
@@ -157,13 +176,20 @@ def export_faults(path: str | Path, record: dict, *, rows: bool = True) -> list[
     if first != record["rows"] or first != sequences:
         faults.append(f"{RECORD}: its files hold {first} rows, the record says {record['rows']} and the manifest "
                       f"{sequences}")
+    if rows and not faults and trained == 0:  # as a cache's reader refuses one: a loss of 0.0 teaches nothing
+        faults.append(no_trained_position(first))
     return faults
 
 
-def check_export(path: str | Path, record: dict) -> None:
+def no_trained_position(rows: int) -> str:
+    return (f"its {rows} rows hold no trained position (every loss mask is false), which no cache is written with; "
+            "a loss of 0.0 at every step would teach nothing")
+
+
+def check_export(path: str | Path, record: dict, *, links_within: Path | None = None) -> None:
     """Raise ``ValueError`` (one line: the first fault, and what to do) unless :func:`export_faults` finds none."""
     try:
-        faults = export_faults(path, record)
+        faults = export_faults(path, record, links_within=links_within)
     except (KeyError, TypeError, ValueError) as err:  # a record edited by hand: a field missing or of another type
         raise ValueError(f"export {path}: {RECORD} lacks or mistypes a field the export writes ({type(err).__name__}: "
                          f"{err}); export the cache again") from err

@@ -12,8 +12,9 @@ row read is
   (ids within the vocabulary and distinct, log-probs finite, ≤ 0 and
   descending, the mass ``logsumexp(top-K, tail)`` 0 within the stored
   dtype's rounding, sampled counts summing to S);
-- a row of documents: position ids count 0, 1, 2, ... from the row's start
-  and restart only at 0 (where a packed document starts).
+- a row of documents (:mod:`~.documents`, part of the row checks): position
+  ids count 0, 1, 2, ... from the row's start and restart only at 0 (where a
+  packed document starts), and the loss mask never trains across a restart.
 
 Costs about what decoding the row costs; a fault is a ``ValueError`` naming the
 row and what to do.
@@ -23,22 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from destila.cache.checks.rows import VerifyReport, row_faults
-
-
-def position_fault(positions: np.ndarray) -> str | None:
-    """What is wrong when ``positions`` are not runs ``0, 1, 2, ...`` (each restart at 0), else None."""
-    if not positions.size:
-        return None
-    previous = np.concatenate([[-1], positions[:-1]])
-    bad = (positions != 0) & (positions != previous + 1)
-    if bad.any():
-        at = int(np.flatnonzero(bad)[0])
-        return (f"position id {int(positions[at])} at {at} after {int(previous[at])}: positions count up from 0 "
-                "within each document, so these are no document bounds")
-    return None
 
 
 class ExportRowCheck:
@@ -56,4 +42,4 @@ class ExportRowCheck:
             return (f"holds sequence {found} at place {index}: the rows were reordered, removed or added (the "
                     "held-out split would not be the cache's)")
         faults = row_faults(stored, self.manifest, self._report, self.encoding)
-        return faults[0] if faults else position_fault(np.asarray(stored["position_ids"]))
+        return faults[0] if faults else None

@@ -5,7 +5,8 @@
   cache breaks first), so neither statistics nor a loss are computed from them.
 - :func:`row_faults`: one stored row checked by its kind and encoding (ids
   distinct, log-probs ordered, the mass summing to 1, ...), into a
-  :class:`VerifyReport`; a cache's verification and an export's share it.
+  :class:`VerifyReport`; a cache's verification and an export's share it,
+  the row's document bounds among them (:mod:`~.documents`).
 
 Naive equivalent: decode every row and compare it with a fresh teacher pass.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from destila.cache.checks.documents import document_fault
 from destila.cache.encodings import encoding_of
 from destila.cache.kinds import kind_of
 from destila.constants import IGNORE_INDEX
@@ -101,5 +103,9 @@ def row_faults(stored: dict, manifest, report: VerifyReport, encoding=None) -> l
     positions = stored.get("position_ids")
     if positions is not None and positions.size and positions.min() < 0:
         faults.append(f"negative position_ids (min {int(positions.min())})")
+    elif positions is not None:  # runs from 0, and a loss mask inside them (checks/documents.py)
+        fault = document_fault(positions, stored["loss_mask"], [0, len(positions)])
+        if fault is not None:
+            faults.append(fault[1])
     kind = kind_of(manifest.target_kind)
     return faults + kind.check_row(stored, manifest, encoding or encoding_of(manifest.encoding), report)
