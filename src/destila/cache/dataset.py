@@ -249,14 +249,14 @@ class DatasetCache(_CacheRows, torch.utils.data.Dataset):
 class StreamedCache(_CacheRows, torch.utils.data.IterableDataset):
     """A ``datasets.IterableDataset`` of cache rows, read as a stream of :class:`~destila.cache.TopKCache` items."""
 
+    shuffle: tuple[int, int] | None = None  # (seed, buffer) once shuffled (:meth:`shuffled`)
+    epoch = 0  # the epoch a shuffled stream's order follows (:meth:`set_epoch`)
+
     def __init__(self, dataset, *, record: dict | None = None, where: str | None = None, tokenizer_path=None,
                  ordered: bool = False):
         record = record if record is not None else parse_record(dataset.info.description, "dataset description")
         self.dataset = dataset
         self._setup(dataset, record, where or "<datasets.IterableDataset>", tokenizer_path, ordered)
-
-    shuffle: tuple[int, int] | None = None  # (seed, buffer) once shuffled
-    epoch = 0
 
     def __iter__(self):
         rows = self.dataset.with_format("arrow")
