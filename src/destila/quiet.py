@@ -2,6 +2,9 @@
 
 - DeepSpeed (an optional engine, imported by accelerate whenever installed)
   warns at import that a CPU machine has no GPU: nobody asked for it.
+- torchao (installed beside peft by the benchmarks' extra; peft looks at it
+  whenever it makes a LoRA layer) warns at import that its C++ extensions
+  were built for another torch: destila uses none of them.
 - transformers warns once that ``input_ids`` "may be padded" and recommends
   an ``attention_mask`` when a row holds the pad id (GPT-2's is its EOS) and
   no mask is given. destila gives a mask whenever it pads; packed rows carry
@@ -18,6 +21,7 @@ import logging
 _DROPPED = {
     "DeepSpeed": "unable to detect it",
     "transformers.modeling_utils": "We strongly recommend passing in an `attention_mask`",
+    "torchao": "Skipping import of cpp extensions due to incompatible torch version",
 }
 
 

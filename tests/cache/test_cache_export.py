@@ -3,6 +3,7 @@ verified, and refused when damaged."""
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -197,3 +198,44 @@ def test_verify_reads_no_file_an_export_record_names_outside_it(caches, tmp_path
     first.symlink_to(outside)
     code, out, _ = run_cli(["cache", "verify", str(hostile)], capsys)
     assert code == 1 and f"FAULT data/train-00000-of-00003.parquet: a symbolic link to {outside}" in out
+
+
+# What differs between a cache and its export by construction: where they are, and the bytes that hold them.
+_PLACE_AND_SIZE = ("path", "shards", "shard_bytes", "folder_bytes", "bytes_per_token", "bytes_per_entry", "export",
+                   "files")
+
+
+@pytest.mark.parametrize("name", ["plain", "sampled"])
+def test_inspect_reads_an_export_as_its_cache(caches, name, capsys):
+    cache_path, export_path = caches[name]
+    code, exported, err = run_cli(["cache", "inspect", str(export_path), "--json"], capsys)
+    assert code == 0, err
+    code, original, _ = run_cli(["cache", "inspect", str(cache_path), "--json"], capsys)
+    exported, original = json.loads(exported), json.loads(original)
+    assert exported["export"] is True and exported["shards"] == 3 and len(exported["files"]) == 3
+    assert exported["tokenizer"].pop("path") == str(export_path / "tokenizer")
+    original["tokenizer"].pop("path")
+    for key in _PLACE_AND_SIZE:
+        exported.pop(key, None), original.pop(key, None)
+    for key in ("name", "path"):  # an export names no local folder: the teacher by its last component
+        original["teacher"][key] = Path(original["teacher"][key]).name
+    assert exported == original
+
+
+def test_inspect_of_an_export_prints_the_summary_and_refuses_damage_in_one_line(caches, tmp_path, capsys):
+    _, export_path = caches["plain"]
+    code, out, _ = run_cli(["cache", "inspect", str(export_path)], capsys)
+    assert code == 0 and "(an export: Parquet files" in out and "23 of 23 × 32 tokens" in out
+    assert "3 Parquet file(s)" in out and "top-K mass" in out
+    damaged = shutil.copytree(export_path, tmp_path / "flipped")
+    target = damaged / "data" / "train-00001-of-00003.parquet"
+    raw = bytearray(target.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    target.write_bytes(bytes(raw))
+    code, _, err = run_cli(["cache", "inspect", str(damaged)], capsys)
+    assert code == 2 and err.strip().count("\n") == 0 and "checksum" in err
+
+
+def test_the_top_level_help_names_export(capsys):
+    code, out, _ = run_cli(["--help"], capsys)
+    assert code == 0 and "build, inspect, verify or export" in out

@@ -79,3 +79,24 @@ def test_documented_lora_command(tiny_cache, fresh_student, tmp_path):
     assert "merged student saved to lora/merged" in launched.stdout
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "lora" / "merged")
     assert not any("lora" in key for key in merged.state_dict())
+
+
+def test_the_adapters_last_line_says_how_to_load_it_where_transformers_cannot(tiny_cache, fresh_student, tmp_path,
+                                                                              capsys):
+    import importlib.util
+
+    from destila.cli.main import main as cli
+
+    out = tmp_path / "lora"
+    with pytest.raises(SystemExit) as exit_:
+        cli(["train", str(fresh_student), "--cache", str(tiny_cache), "-o", str(out), "--use_cpu", "--max_steps", "1",
+             "--save_strategy", "no", "--lora_r", "4"])
+    assert exit_.value.code in (0, None)
+    printed = capsys.readouterr().out.splitlines()
+    notes = [line for line in printed if line.startswith("note: AutoModelForCausalLM.from_pretrained")]
+    if importlib.util.find_spec("peft.utils.transformers_weight_conversion") is not None:
+        assert not notes  # transformers reads the folder (tested in test_lora_outputs.py)
+    else:  # transformers would raise ModuleNotFoundError inside peft: the run says what to call instead
+        assert len(notes) == 1 and f"(installed {peft.__version__})" in notes[0]
+        assert "AutoPeftModelForCausalLM" in notes[0] and "--merge" in notes[0]
+    assert printed[printed.index(f"adapter saved to {out}") + 1:] == notes

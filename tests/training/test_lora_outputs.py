@@ -1,7 +1,6 @@
 """A LoRA student's output folder works everywhere: peft's own loader from any folder, `destila eval` and
 lm-evaluation-harness's `peft=`, with the merged copy one flag away."""
 
-import importlib.util
 import os
 
 import pytest
@@ -51,12 +50,6 @@ def test_the_adapter_names_a_base_that_loads_from_any_folder(lora_run, fresh_stu
     torch.testing.assert_close(logits(on_disk, vocab), expected, rtol=0, atol=1e-5)
 
 
-_TRANSFORMERS_READS_ADAPTERS = importlib.util.find_spec("peft.utils.transformers_weight_conversion") is not None
-
-
-@pytest.mark.skipif(not _TRANSFORMERS_READS_ADAPTERS, reason=(
-    "transformers 5 loads an adapter folder through peft.utils.transformers_weight_conversion (peft ≥ 0.19); the "
-    "pinned peft 0.18.1 lacks it (peft ≥ 0.19 refuses the torchao that torchtune, in the peers extra, needs)"))
 def test_plain_transformers_loads_the_adapter_folder(lora_run, tmp_path, monkeypatch):
     out, _ = lora_run
     monkeypatch.chdir(tmp_path)

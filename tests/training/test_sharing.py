@@ -33,6 +33,41 @@ def test_the_card_names_teacher_cache_data_objective_and_held_out_figures(traine
     assert f"| ce | {result['eval']['eval_ce']:.4g} |" in text
 
 
+def test_the_cards_metadata_holds_the_held_out_figures_as_eval_results(trained):
+    out, result = trained
+    data = ModelCard.load(out / "README.md").data
+    figures = {entry.metric_type: entry.metric_value for entry in data.eval_results}
+    for name in ("loss", "kl", "ce", "ppl", "top1_agreement"):
+        assert figures[name] == pytest.approx(result["eval"][f"eval_{name}"]), name
+    assert "runtime" not in figures  # how fast, not how good
+    entry = data.eval_results[0]
+    assert (entry.task_type, entry.dataset_name, entry.dataset_split) == (
+        "text-generation", "cache", "0.1 of the training sequences, held out")
+    assert data.model_name == out.name
+    assert data.base_model is None and data.datasets is None  # a fresh local student, a cache of local data
+
+
+def test_a_student_cut_from_a_hub_model_names_it_as_base_model_and_hub_data_as_datasets(tiny_cache, fresh_student,
+                                                                                        tmp_path, monkeypatch):
+    import dataclasses
+    import shutil
+
+    from destila.training.sharing import model_card
+
+    student = shutil.copytree(fresh_student, tmp_path / "student")
+    record = json.loads((student / "destila_student.json").read_text())
+    record.update(teacher="HuggingFaceTB/SmolLM2-135M-Instruct", method="cut")  # as `student init HUB_ID` writes it
+    (student / "destila_student.json").write_text(json.dumps(record))
+    trainer = DistillationTrainer(model=str(student), cache=str(tiny_cache), args=DistillationArguments(
+        output_dir=str(tmp_path / "out"), max_steps=1, save_strategy="no", report_to="none", use_cpu=True))
+    cache = trainer.train_dataset
+    monkeypatch.setattr(cache, "manifest", dataclasses.replace(cache.manifest, data_source="HuggingFaceFW/fineweb-edu"))
+    data = ModelCard(model_card(trainer)).data
+    assert data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert data.datasets == ["HuggingFaceFW/fineweb-edu"]
+    assert data.eval_results is None  # no evaluation ran
+
+
 def test_shareable_files_name_no_local_folder(trained, tiny_cache, fresh_student):
     out, _ = trained
     for name in ("README.md", "destila_run.json"):

@@ -59,6 +59,32 @@ def test_the_trainer_takes_a_loaded_or_streamed_export_without_a_teacher(tiny_ca
     assert streamed.train().global_step == 2 and math.isfinite(streamed.state.log_history[0]["loss"])
 
 
+def test_a_streamed_export_is_shuffled_by_the_runs_seed_as_the_cache_is(exported, fresh_student, tmp_path):
+    import datasets
+
+    def trainer_with(seed):
+        stream = datasets.load_dataset(str(exported), split="train", streaming=True)
+        return DistillationTrainer(model=str(fresh_student), args=args_for(tmp_path / f"seed{seed}", seed=seed),
+                                   train_dataset=stream)
+
+    def first_batch(trainer):
+        return next(iter(trainer.get_train_dataloader()))["input_ids"]
+
+    trainer = trainer_with(3)
+    in_file_order = torch.stack([item["input_ids"] for item, _ in zip(open_cache(exported), range(4))])
+    first = first_batch(trainer)
+    assert not torch.equal(first, in_file_order)
+    assert torch.equal(first, first_batch(trainer_with(3)))  # the run's seed decides the order
+    assert not torch.equal(first, first_batch(trainer_with(4)))
+    assert trainer.train_dataset.shuffle == (3, 1000)
+    # Every sequence once per epoch, and another order in the next epoch.
+    rows = lambda stream: [tuple(item["input_ids"].tolist()) for item in stream]  # noqa: E731
+    epoch_0, expected = rows(trainer.train_dataset), rows(open_cache(exported))
+    assert sorted(epoch_0) == sorted(expected) and epoch_0 != expected
+    trainer.train_dataset.set_epoch(1)
+    assert rows(trainer.train_dataset) != epoch_0
+
+
 def axolotl_rows(cache, renormalise: bool = False):
     """The cache's items in Axolotl's KD columns: targets at t for token t+1, a per-entry mask, no rest mass."""
     rows = []
@@ -157,3 +183,61 @@ def test_export_rows_without_their_record_read_the_same_and_say_what_they_assume
         found, expected = reader[i], cache[i]
         for key in expected:
             assert torch.equal(found[key], expected[key]), key
+
+
+@pytest.fixture(scope="module")
+def saved_axolotl(tiny_cache, tmp_path_factory):
+    """Axolotl's KD columns of the cache's first 40 sequences, saved with Dataset.save_to_disk, and as a DatasetDict."""
+    import datasets
+
+    rows = datasets.Dataset.from_list(axolotl_rows(TopKCache(tiny_cache))[:40])
+    root = tmp_path_factory.mktemp("saved")
+    rows.save_to_disk(root / "rows")
+    datasets.DatasetDict({"train": rows, "test": rows.select(range(4))}).save_to_disk(root / "dict")
+    return rows, root / "rows", root / "dict"
+
+
+def test_axolotl_rows_saved_to_a_folder_read_as_the_rows_in_memory(saved_axolotl, tiny_cache):
+    rows, folder, split_folder = saved_axolotl
+    in_memory = open_cache(rows)
+    for reader in (open_cache(str(folder)), open_cache(str(split_folder))):
+        assert len(reader) == len(in_memory) == 40
+        for i in (0, 7, 39):
+            for key, value in in_memory[i].items():
+                assert torch.equal(reader[i][key], value), (i, key)
+    streamed = open_cache(str(folder), streaming=True)
+    assert [item["input_ids"].tolist() for item in streamed] == [in_memory[i]["input_ids"].tolist()
+                                                                 for i in range(40)]
+
+
+def test_a_saved_axolotl_folder_trains_and_evaluates_from_the_command_line(saved_axolotl, fresh_student, tmp_path,
+                                                                            capsys):
+    from destila.cli.main import main as cli
+    from destila.eval import EvalSpec, evaluate_models
+
+    _, folder, _ = saved_axolotl
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_:
+        cli(["train", str(fresh_student), "--cache", str(folder), "-o", str(out), "--use_cpu", "--max_steps", "2",
+             "--save_strategy", "no"])
+    assert exit_.value.code in (0, None), capsys.readouterr().err
+    assert (out / "model.safetensors").is_file()
+    (scores,) = evaluate_models(EvalSpec([str(out)], cache=str(folder), max_tokens=32 * 8, new_tokens=2),
+                                isolated=False)
+    assert math.isfinite(scores["kl_to_teacher"]) and scores["kl_to_teacher"] > 0
+
+
+def test_a_saved_folder_of_other_rows_is_refused_in_one_line(fresh_student, tmp_path, capsys):
+    import datasets
+
+    from destila.cli.main import main as cli
+
+    datasets.Dataset.from_list([{"text": "hello"}]).save_to_disk(tmp_path / "texts")
+    capsys.readouterr()  # the saving bar
+    with pytest.raises(SystemExit) as exit_:
+        cli(["train", str(fresh_student), "--cache", str(tmp_path / "texts"), "-o", str(tmp_path / "out"),
+             "--use_cpu", "--max_steps", "1"])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and err.count("\n") == 0
+    assert "columns text; expected a cache's rows" in err and "Axolotl's" in err
+    assert not (tmp_path / "out").exists()

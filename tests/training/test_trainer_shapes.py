@@ -1,7 +1,11 @@
-"""DistillationTrainer answers in the Trainer's shapes: dicts of eval sets, timing keys, pushes, LoRA targets."""
+"""DistillationTrainer answers in the Trainer's shapes: dicts of eval sets, timing keys, predictions, pushes, LoRA
+targets."""
 
+import numpy as np
 import pytest
+import torch
 from torch.utils.data import Subset
+from transformers.trainer_utils import PredictionOutput
 
 from destila.cache.dataset import open_cache
 from destila.cli.main import main as cli
@@ -34,6 +38,44 @@ def test_evaluate_reports_the_trainers_timing_keys(tiny_cache, fresh_student, tm
     metrics = trainer.evaluate()
     assert metrics["eval_runtime"] > 0 and metrics["eval_steps_per_second"] > 0
     assert metrics["eval_samples_per_second"] > 0
+
+
+def test_predict_returns_the_trainers_prediction_output_with_the_objectives_metrics(tiny_cache, fresh_student,
+                                                                                   tmp_path):
+    held = Subset(open_cache(tiny_cache), [0, 1, 2])
+    trainer = trainer_for(fresh_student, tiny_cache, tmp_path)
+    output = trainer.predict(held)
+    assert isinstance(output, PredictionOutput)
+    vocab = trainer.model.config.vocab_size
+    assert isinstance(output.predictions, np.ndarray) and output.predictions.shape == (3, 32, vocab)
+    assert isinstance(output.label_ids, np.ndarray) and output.label_ids.shape == (3, 32)
+    first = held[0]
+    with torch.no_grad():
+        logits = trainer.model(input_ids=torch.as_tensor(first["input_ids"])[None]).logits[0]
+    np.testing.assert_allclose(output.predictions[0], logits.numpy(), atol=1e-5)
+    # Hugging Face's labels: labels[t] is token t (the model shifts them), the first one never predicted.
+    assert output.label_ids[0, 0] == -100
+    assert (output.label_ids[0, 1:] == np.asarray(first["input_ids"])[1:]).all()
+    expected = trainer.evaluate(held, metric_key_prefix="test")
+    for key in ("loss", "kl", "ce", "ppl", "top1_agreement"):
+        assert output.metrics[f"test_{key}"] == pytest.approx(expected[f"test_{key}"], rel=1e-6), key
+    assert output.metrics["test_runtime"] > 0 and output.metrics["test_samples_per_second"] > 0
+    assert not [key for key in output.metrics if not key.startswith("test_")]
+
+
+def test_predict_calls_compute_metrics_and_honours_prediction_loss_only(tiny_cache, fresh_student, tmp_path):
+    held = Subset(open_cache(tiny_cache), [0, 1])
+    seen = []
+
+    def compute_metrics(prediction):
+        seen.append(prediction.predictions.shape)
+        return {"rows": float(prediction.label_ids.shape[0])}
+
+    output = trainer_for(fresh_student, tiny_cache, tmp_path, compute_metrics=compute_metrics).predict(held)
+    assert output.metrics["test_rows"] == 2.0 and len(seen) == 1
+    quiet = DistillationTrainer(model=str(fresh_student), cache=tiny_cache, args=DistillationArguments(
+        output_dir=str(tmp_path / "q"), prediction_loss_only=True, **RUN)).predict(held)
+    assert quiet.predictions is None and quiet.label_ids is None and "test_kl" in quiet.metrics
 
 
 def test_push_to_hub_from_python_without_a_hub_is_the_clis_line(tiny_cache, fresh_student, tmp_path, monkeypatch):

@@ -7,6 +7,7 @@
     open_cache("org/name")                # the same on the Hub: downloaded, then checked as a folder
     open_cache(dataset)                   # a datasets.Dataset (or IterableDataset) holding such rows,
                                           # or Axolotl's target_token_ids / target_logprobs / target_mask
+    open_cache("saved/")                  # such a Dataset written by save_to_disk: read as the rows in memory
 
 Every one reads like :class:`~destila.cache.TopKCache`: ``cache[i]`` is the
 same dense item (``input_ids``, ``position_ids``, ``labels``, ``topk_ids``,
@@ -14,7 +15,8 @@ same dense item (``input_ids``, ``position_ids``, ``labels``, ``topk_ids``,
 :func:`~destila.cache.rows.dense_item`, and the same attributes (``manifest``,
 ``seq_len``, ``top_k``, ``vocab_size``, ``tokenizer_path``, ``kind``). A
 streamed dataset (``IterableDataset``, or ``streaming=True``) gives a
-``torch`` IterableDataset of those items, in the dataset's order.
+``torch`` IterableDataset of those items, in the dataset's order (a trainer
+reads its training stream through :meth:`StreamedCache.shuffled`).
 
 A destila export carries its record (the cache's manifest, the fingerprint)
 in the dataset card's description, which ``datasets`` keeps in
@@ -28,6 +30,7 @@ said in ``notes`` (and logged once). Naive equivalent of an item::
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import asdict
 from pathlib import Path
@@ -49,6 +52,8 @@ from destila.targets.spec import TargetSpec
 log = logging.getLogger("destila.cache")
 _OWN_TARGETS = tuple(kind.row_columns[0] for kind in KINDS.values())  # each kind's id column
 _SAMPLE_ROWS = 64  # rows read to describe Axolotl rows' rest mass
+# Sequences a shuffled stream draws from (datasets' own default): a cache's rows are a few KiB to a few MiB each.
+SHUFFLE_BUFFER = 1000
 
 
 def is_cache_dataset(dataset) -> bool:
@@ -244,6 +249,9 @@ class DatasetCache(_CacheRows, torch.utils.data.Dataset):
 class StreamedCache(_CacheRows, torch.utils.data.IterableDataset):
     """A ``datasets.IterableDataset`` of cache rows, read as a stream of :class:`~destila.cache.TopKCache` items."""
 
+    shuffle: tuple[int, int] | None = None  # (seed, buffer) once shuffled (:meth:`shuffled`)
+    epoch = 0  # the epoch a shuffled stream's order follows (:meth:`set_epoch`)
+
     def __init__(self, dataset, *, record: dict | None = None, where: str | None = None, tokenizer_path=None,
                  ordered: bool = False):
         record = record if record is not None else parse_record(dataset.info.description, "dataset description")
@@ -251,8 +259,25 @@ class StreamedCache(_CacheRows, torch.utils.data.IterableDataset):
         self._setup(dataset, record, where or "<datasets.IterableDataset>", tokenizer_path, ordered)
 
     def __iter__(self):
-        for number, table in enumerate(self.dataset.with_format("arrow")):
+        rows = self.dataset.with_format("arrow")
+        rows.set_epoch(self.epoch)  # with_format starts a copy at epoch 0; a shuffled stream's order follows it
+        for number, table in enumerate(rows):
             yield self._item(table, f"row {number}", number)
+
+    def shuffled(self, seed: int, buffer_size: int = SHUFFLE_BUFFER) -> "StreamedCache":
+        """This stream read in a shuffled order, as the Trainer's sampler reads a cache:
+        ``datasets.IterableDataset.shuffle(seed, buffer_size)`` (the files' order shuffled, then each sequence
+        drawn at random from a buffer of ``buffer_size``). Rows are then no longer checked to hold their own
+        sequence index (row i is not sequence i); every other row check stays."""
+        twin = copy.copy(self)
+        twin.dataset = self.dataset.shuffle(seed=seed, buffer_size=buffer_size)
+        twin._ordered, twin.shuffle = False, (seed, buffer_size)
+        return twin
+
+    def set_epoch(self, epoch: int) -> None:
+        """Each epoch its own order (``datasets`` reseeds a shuffled stream with the epoch); the Trainer calls it
+        through its data loader."""
+        self.epoch = int(epoch)
 
 
 def open_cache(source, *, streaming: bool = False, split: str = "train"):
@@ -274,8 +299,16 @@ def open_cache(source, *, streaming: bool = False, split: str = "train"):
             return TopKCache(path)
         if (path / RECORD).is_file():
             return _load_export(str(path), path, streaming, split)
+        from destila.data.sources import is_saved_dataset, load_saved_dataset  # datasets' folders, as data reads them
+
+        if is_saved_dataset(path):  # Dataset.save_to_disk of export rows or Axolotl's: read as the rows in memory
+            rows = load_saved_dataset(path, split)
+            if streaming:
+                return StreamedCache(rows.to_iterable_dataset(), where=str(path))
+            return DatasetCache(rows, where=str(path))
         raise FileNotFoundError(f"{path}: no {MANIFEST} and no {RECORD}; expected a cache folder written by "
-                                "`destila cache build` or a dataset written by `destila cache export`")
+                                "`destila cache build`, a dataset written by `destila cache export`, or a folder "
+                                "`Dataset.save_to_disk` wrote of cache rows (or of Axolotl's KD columns)")
     from destila.hub_ids import missing_cache_problem  # the same test as data sources' and `destila train`'s
 
     if problem := missing_cache_problem(source):

@@ -25,7 +25,8 @@ def _check_folder(cache) -> None:
 class InspectSpec:
     """The cache folder, how many sequences the statistics read, and the mass K′ must cover."""
 
-    cache: str | Path = field(metadata={"help": "the cache folder", "metavar": "CACHE"})
+    cache: str | Path = field(metadata={"help": "the cache folder, or its export (`destila cache export`)",
+                                        "metavar": "CACHE"})
     max_sequences: int | None = field(default=None, metadata={
         "help": "compute the statistics on the first N sequences only"})
     coverage: float = field(default=DEFAULT_COVERAGE, metadata={
@@ -53,7 +54,8 @@ class InspectSpec:
 class VerifySpec:
     """The cache folder (or export) whose every shard is checked."""
 
-    cache: str | Path = field(metadata={"help": "the cache folder", "metavar": "CACHE"})
+    cache: str | Path = field(metadata={"help": "the cache folder, or its export (`destila cache export`)",
+                                        "metavar": "CACHE"})
 
     def __post_init__(self):
         _check_folder(self.cache)

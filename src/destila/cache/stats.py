@@ -1,23 +1,11 @@
-"""``inspect_cache``: what a cache holds and what the teacher's distributions look like.
-
-The distribution statistics are per position (token), averaged over the
-stored positions (or the first ``max_sequences`` sequences):
-
-- ``topk_mass_mean``: mean of ``Σ_k p_k``, the share of the teacher's
-  probability the top-K keeps (1 − tail mass);
-- ``tail_logmass_percentiles``: percentiles of ``log(1 − Σ_k p_k)``;
-- ``entropy_topk_mean``: mean of ``−Σ_k p_k log p_k``, the part of the
-  teacher's entropy the top-K carries (a lower bound on the full entropy);
-- ``entropy_bucket_mean``: the same plus the tail bucket ``−p_R log p_R``,
-  the entropy of the K+1-bucket distribution the default loss compares.
+"""``inspect_cache``: what a cache holds and what the teacher's distributions look like
+(:mod:`destila.cache.distribution`); an export is inspected by :mod:`destila.cache.export_stats`.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors import safe_open
 
@@ -25,21 +13,21 @@ from destila.cache.checks.manifest import check_manifest
 from destila.cache.checks.rows import target_value_fault
 from destila.cache.checks.shards import CorruptShardError, open_checked_shard, order_fault
 from destila.cache.encodings import encoding_of
+from destila.cache.export_stats import inspect_export, is_export_folder
 from destila.cache.format import TOKENIZER_DIR, read_manifest
-from destila.cache.k_prime import KCoverage, format_table, suggest_k
+from destila.cache.distribution import distribution_stats, trained_targets
+from destila.cache.k_prime import format_table
 from destila.cache.read_specs import InspectSpec
 from destila.cache.kinds import kind_of
 from destila.cache.rows import ShardRows, dense_item
-from destila.cache.tokenizer_files import check_tokenizer_files
+from destila.cache.tokenizer_files import check_tokenizer_files, tokenizer_class
 from destila.constants import IGNORE_INDEX
-from destila.losses.divergences import entropy_terms
-
-PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 
 
 def inspect_cache(spec: InspectSpec | str | Path, max_sequences: int | None = None,
                   coverage: float | None = None) -> dict:
-    """A JSON-ready summary of the cache ``spec`` names (works on an incomplete cache too).
+    """A JSON-ready summary of the cache ``spec`` names (works on an incomplete cache too), or of an export
+    (:mod:`destila.cache.export_stats`).
 
     ``inspect_cache(InspectSpec(path, max_sequences=…, coverage=…))``, or the
     path and the same keywords. ``bytes_per_token`` is shard bytes over stored
@@ -54,11 +42,13 @@ def inspect_cache(spec: InspectSpec | str | Path, max_sequences: int | None = No
     """
     spec = InspectSpec.of(spec, max_sequences=max_sequences, coverage=coverage)
     path = Path(spec.cache).expanduser()
+    if is_export_folder(path):  # `destila cache export`'s folder: the same summary, read from its rows
+        return inspect_export(spec)
     m = read_manifest(path)
     check_manifest(path, m)
     check_tokenizer_files(path, m.tokenizer_files)
     summary = _contents(path, m)
-    stats = _distribution_stats(path, m, spec)
+    stats = distribution_stats(_shard_targets(path, m, spec), m, spec.coverage)
     if stats is not None:
         summary["stats"] = stats
     return summary
@@ -95,7 +85,7 @@ def _contents(path: Path, m) -> dict:
             "config_hash": m.teacher_config_hash, "weight_fingerprint": m.teacher_weight_fingerprint,
         },
         "tokenizer": {
-            "path": str(path / TOKENIZER_DIR), "class": _tokenizer_class(path / TOKENIZER_DIR),
+            "path": str(path / TOKENIZER_DIR), "class": tokenizer_class(path / TOKENIZER_DIR),
             "size": m.tokenizer_size, "eos_token_id": m.eos_token_id, "fingerprint": m.tokenizer_fingerprint,
         },
         "data": {"source": m.data_source, "text_field": m.text_field, "fingerprint": m.data_fingerprint,
@@ -112,46 +102,16 @@ def _contents(path: Path, m) -> dict:
     return summary
 
 
-def _distribution_stats(path: Path, m, spec: InspectSpec) -> dict | None:
-    """The teacher's distribution statistics over the trained positions of the first ``spec.max_sequences``
-    sequences (all when None); None when they hold no trained position."""
-    tails, masses, entropy_topk, entropy_bucket, taken = [], [], [], [], 0
-    k_table = KCoverage(m.top_k, m.vocab_size) if kind_of(m.target_kind).ranked else None
+def _shard_targets(path: Path, m, spec: InspectSpec):
+    """``(sequences, log-probs, tail)`` of the trained positions of each shard, up to ``spec.max_sequences``
+    sequences (all when None)."""
+    taken = 0
     for shard in m.shards:
         if spec.max_sequences is not None and taken >= spec.max_sequences:
-            break
+            return
         rows = shard.rows if spec.max_sequences is None else min(shard.rows, spec.max_sequences - taken)
-        lp, tail = _trained_targets(path, m, shard, rows)
-        p = lp.exp()
-        h_topk = entropy_terms(p, lp).sum(-1)
-        h_tail = entropy_terms(tail.exp(), tail)  # 0 · log 0 = 0 when the tail is empty (K = V)
-        masses.append(p.sum(-1).double().numpy())
-        tails.append(tail.numpy())
-        if k_table is not None:
-            k_table.add(lp, tail)
-        entropy_topk.append(h_topk.double().numpy())
-        entropy_bucket.append((h_topk + h_tail).double().numpy())
+        yield (rows, *_trained_targets(path, m, shard, rows))
         taken += rows
-    if not (taken and sum(len(m) for m in masses)):  # sequences with no trained position have no statistics
-        return None
-    tail_all = np.concatenate(tails)
-    finite = tail_all[np.isfinite(tail_all)]
-    stats = {
-        "sequences": taken,
-        "positions": int(len(tail_all)),
-        "topk_mass_mean": float(np.concatenate(masses).mean()),
-        "tail_logmass_percentiles": (
-            {f"p{q}": float(v) for q, v in zip(PERCENTILES, np.percentile(finite, PERCENTILES))}
-            if len(finite) else None
-        ),
-        "tail_logmass_neg_inf": int(len(tail_all) - len(finite)),
-        "entropy_topk_mean": float(np.concatenate(entropy_topk).mean()),
-        "entropy_bucket_mean": float(np.concatenate(entropy_bucket).mean()),
-    }
-    if k_table is not None:
-        stats["k_coverage"] = k_table.rows()
-        stats["k_suggestion"] = suggest_k(k_table.rows(), spec.coverage)
-    return stats
 
 
 def _trained_targets(path: Path, m, shard, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -164,10 +124,7 @@ def _trained_targets(path: Path, m, shard, rows: int) -> tuple[torch.Tensor, tor
     if fault is not None:
         raise CorruptShardError(f"{path / shard.name}: {fault}; no statistics from damaged data: run "
                                 f"`destila cache verify {path}` and rebuild the cache")
-    trained = torch.cat([item["labels"] != IGNORE_INDEX for item in stored])
-    lp = torch.cat([item["topk_logprobs"] for item in stored]).float()[trained]
-    tail = torch.cat([item["tail_logmass"] for item in stored])[trained]
-    return lp.masked_fill(~torch.isfinite(lp), -torch.inf), tail  # padding of sampled targets: p = 0
+    return trained_targets(stored)
 
 
 def _trained_positions(path: Path, m) -> int:
@@ -191,11 +148,6 @@ def _stored_entries(path: Path, m) -> int:
     return sum(encoding.stored_entries(open_checked_shard(path, m, shard, checksum=False), m) for shard in m.shards)
 
 
-def _tokenizer_class(folder: Path) -> str | None:
-    try:
-        return json.loads((folder / "tokenizer_config.json").read_text()).get("tokenizer_class")
-    except (OSError, ValueError):
-        return None
 
 
 def _targets_line(summary: dict) -> str:
@@ -225,12 +177,13 @@ def _size(count: int) -> str:
 def format_summary(summary: dict) -> str:
     """The human-readable form printed by ``destila cache inspect``."""
     lines = [
-        f"cache          {summary['path']}" + ("" if summary["complete"] else "  (INCOMPLETE)"),
+        f"cache          {summary['path']}" + ("" if summary["complete"] else "  (INCOMPLETE)")
+        + ("  (an export: Parquet files, read as training reads them)" if summary.get("export") else ""),
         f"sequences      {summary['stored_sequences']:,} of {summary['sequences']:,} × {summary['seq_len']} tokens "
-        f"= {summary['tokens']:,} tokens in {summary['shards']} shards",
+        f"= {summary['tokens']:,} tokens in {summary['shards']} {'Parquet file(s)' if summary.get('export') else 'shards'}",
         f"targets        {_targets_line(summary)}, {summary['encoding']} encoding, "
         f"temperature {summary['temperature']}",
-        f"disk           {_size(summary['shard_bytes'])} in shards"
+        f"disk           {_size(summary['shard_bytes'])} in {'files' if summary.get('export') else 'shards'}"
         + (f", {summary['bytes_per_token']:.1f} bytes/token" if summary["bytes_per_token"] else "")
         + (f", {summary['bytes_per_entry']:.2f} bytes/entry" if summary["bytes_per_entry"] else ""),
         *([f"hidden states  layers {summary['extras']['hidden']['layers']} at D = "

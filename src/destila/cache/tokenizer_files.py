@@ -18,6 +18,7 @@ pile up copies and a build needs no more space than a fresh one.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -35,6 +36,14 @@ def file_digests(folder: Path) -> dict[str, str]:
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         digests[path.relative_to(folder).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
     return digests
+
+
+def tokenizer_class(folder: Path) -> str | None:
+    """The ``tokenizer_class`` a tokenizer folder's ``tokenizer_config.json`` names, or None."""
+    try:
+        return json.loads((folder / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def tokenizer_faults(cache: Path, recorded: dict[str, str]) -> list[str]:

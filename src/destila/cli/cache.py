@@ -26,7 +26,7 @@ class _Printed:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("cache", help="build, inspect or verify a teacher's top-K cache")
+    parser = subparsers.add_parser("cache", help="build, inspect, verify or export a teacher's top-K cache")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     build = verbs.add_parser(
@@ -45,12 +45,12 @@ def register(subparsers) -> None:
                exclude=("mixture_teachers",))
     build.set_defaults(func=_build)
 
-    inspect = verbs.add_parser("inspect", help="counts, sizes and teacher-distribution statistics of a cache")
+    inspect = verbs.add_parser("inspect", help="counts, sizes and teacher-distribution statistics of a cache or an export")
     add_fields(inspect, _Printed)
     add_fields(inspect, InspectSpec, positional=("cache",))
     inspect.set_defaults(func=_inspect)
 
-    verify = verbs.add_parser("verify", help="check every shard's checksum, shapes and values; exit 1 if any fault")
+    verify = verbs.add_parser("verify", help="check every shard's (or export file's) checksum, shapes and values; exit 1 if any fault")
     add_fields(verify, VerifySpec, positional=("cache",))
     verify.set_defaults(func=_verify)
 

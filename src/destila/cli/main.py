@@ -31,7 +31,7 @@ COMMANDS = ["cache", "student", "train", "eval", "bench", "demo", "generate", "r
 OWN_PARSERS = ("train",)
 # Each command's line in `destila --help`, as its module registers it.
 SUMMARIES = {
-    "cache": "build, inspect or verify a teacher's top-K cache",
+    "cache": "build, inspect, verify or export a teacher's top-K cache",
     "student": "create a student model",
     "train": "train a student from a cache (or online from a teacher)",
     "eval": "compare models on held-out data (perplexity, agreement and KL to the teacher, speed, size, memory) "

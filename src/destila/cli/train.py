@@ -186,4 +186,10 @@ def run(argv: list[str]) -> int:
         print(f"{'adapter' if training_args.lora_arguments().enabled else 'student'} saved to {spec.out}")
         if result["merged"]:
             print(f"merged student saved to {result['merged']}")
+        if training_args.lora_arguments().enabled:
+            from destila.training.peft_student import plain_loading_note  # heavy: transformers
+
+            note = plain_loading_note(merged=bool(result["merged"]))
+            if note:
+                print(note)
     return 0

@@ -187,8 +187,8 @@ def _not_utf8(paths: list[str]) -> str | None:
 def _load_folder(path: Path, spec):
     import datasets
 
-    if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
-        return _pick_split(datasets.load_from_disk(str(path)), spec.split, path)
+    if is_saved_dataset(path):
+        return load_saved_dataset(path, spec.split)
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in BUILDERS)
     if files:
         return _load_files(files, spec)
@@ -204,6 +204,19 @@ def _load_folder(path: Path, spec):
     return _pick_split(loaded, spec.split, path)
 
 
+def is_saved_dataset(path) -> bool:
+    """A folder ``Dataset.save_to_disk`` (``state.json``) or ``DatasetDict.save_to_disk`` (``dataset_dict.json``)
+    wrote."""
+    path = Path(path).expanduser()
+    return (path / "state.json").is_file() or (path / "dataset_dict.json").is_file()
+
+
+def load_saved_dataset(path, split: str = "train"):
+    """The ``datasets.Dataset`` a :func:`is_saved_dataset` folder holds (of a ``DatasetDict``, ``split``, or its
+    only split). Naive equivalent: ``datasets.load_from_disk(path)[split]``."""
+    import datasets
+
+    return _pick_split(datasets.load_from_disk(str(Path(path).expanduser())), split, Path(path))
 
 
 def _load_hub(spec):

@@ -31,6 +31,8 @@ DEFAULT_PACKING = {"text": "documents", "messages": "bfd", "prompt_completion": 
 # Each data format and the spec fields naming the source columns it reads.
 _FORMAT_FIELDS = {"text": ("text_field",), "messages": ("messages_field",),
                 "prompt_completion": ("prompt_field", "completion_field")}
+# Every spec field that names a source column, whatever the format.
+COLUMN_FIELDS = tuple(name for names in _FORMAT_FIELDS.values() for name in names)
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,11 @@ class DataSpec:
     def columns(self) -> tuple[str, ...]:
         """The source fields this spec reads."""
         return tuple(getattr(self, name) for name in _FORMAT_FIELDS[self.format])
+
+    @property
+    def column_fields(self) -> tuple[str, ...]:
+        """The names of the spec fields this spec reads its columns from (``("messages_field",)``)."""
+        return _FORMAT_FIELDS[self.format]
 
     @property
     def documents(self) -> tuple[str, ...] | None:

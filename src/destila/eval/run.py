@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from destila.cache import CorruptShardError
+from destila.cache.checks.rows import target_value_fault
 from destila.cache.dataset import open_cache
 from destila.constants import IGNORE_INDEX
 from destila.data import as_sequences, collate, split_indices
@@ -57,7 +58,7 @@ def evaluate_model(spec: EvalSpec, model: str | None = None, *, progress_file: s
     # damaged input costs no model load.
     items, scored, byte_tokenizer, source = _held_out_items(spec, model, tokenizer, cached)
     lm = load_causal_lm(model, device=spec.device)
-    _check_vocabulary(spec, model, lm, source, cached)
+    _check_vocabulary(spec, model, lm, source, cached, items)
     batches = [{k: v.to(spec.device) for k, v in collate(items[i:i + spec.batch_size]).items()}
                for i in range(0, len(items), spec.batch_size)]
     report(0, None, "forward speed")
@@ -109,9 +110,17 @@ def _held_out_items(spec: EvalSpec, model: str, tokenizer, cached) -> tuple[list
     return items, (cached.manifest.data or {}).get("loss_on") or "all", byte_tokenizer, source
 
 
-def _check_vocabulary(spec: EvalSpec, model: str, lm, source, cached) -> None:
-    """Refuse a model whose output head is not the cache's vocabulary (the cache's ids would index past it)."""
+def _check_vocabulary(spec: EvalSpec, model: str, lm, source, cached, items) -> None:
+    """Refuse a model whose output head is not the cache's vocabulary (the cache's ids would index past it).
+    Rows that do not record their vocabulary (Axolotl's) take the model's, as training takes the student's, and
+    their ``items`` are checked against it."""
     rows = lm.get_output_embeddings().weight.shape[0]
+    if cached is not None and source is cached and source.vocab_size is None:
+        source.assume_vocab_size(rows)
+        fault = next((found for found in (target_value_fault(item, rows) for item in items) if found), None)
+        if fault is not None:
+            raise ValueError(f"eval: the rows of {spec.cache} hold {fault}, outside {model}'s vocabulary of {rows} "
+                             "tokens; evaluate on rows of this model's teacher")
     if cached is not None and source is cached and rows != source.vocab_size:
         raise ValueError(
             f"eval: {model} has a vocabulary of {rows} tokens but the cache at {spec.cache} was made with "

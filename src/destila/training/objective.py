@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from destila.data.spec import COLUMN_FIELDS
 from destila.io.shareable import relative_to
 
 # The loss (LossOptions, less the computation-only impl / chunk_size / ignore_index), K′, and the extra terms.
@@ -53,6 +54,10 @@ def objective_of(args, *, cache=None, teacher=None, data=None, student=None, cac
     if data is not None:
         described = data.describe() if hasattr(data, "describe") else None  # a list of texts: not recorded
         if described is not None:
+            # The spec as read (its format detected): the column fields of other formats are not read, and
+            # recording their defaults (text_field "text" beside messages) would say another format.
+            described = {name: value for name, value in described.items()
+                         if name not in COLUMN_FIELDS or name in data.column_fields}
             described = {**described, "source": _where(described.get("source"), out)}
         targets["data"] = described
     plain = lambda value: getattr(value, "value", value)  # noqa: E731  (enums such as SchedulerType)

@@ -28,6 +28,22 @@ from destila.models import load_causal_lm, resolve_source
 MERGED_DIR = "merged"
 
 
+def plain_loading_note(merged: bool) -> str | None:
+    """A line for an adapter folder that ``AutoModelForCausalLM.from_pretrained(OUT)`` cannot read with the
+    installed peft, else None: transformers 5 reads adapters through ``peft.utils.transformers_weight_conversion``,
+    which peft 0.19 added (and raises ``ModuleNotFoundError`` without it)."""
+    import importlib.util
+
+    import peft
+
+    if importlib.util.find_spec("peft.utils.transformers_weight_conversion") is not None:
+        return None
+    return (f"note: AutoModelForCausalLM.from_pretrained on this adapter folder needs peft >= 0.19 (installed "
+            f"{peft.__version__}): `pip install 'destila[peft]'` upgrades it; peft's AutoPeftModelForCausalLM loads "
+            "it as it is" + (", and the merged copy is a plain model" if merged else
+                             ", and --merge writes a plain copy"))
+
+
 def _require_peft():
     try:
         import peft  # noqa: F401

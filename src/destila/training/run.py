@@ -218,7 +218,8 @@ def _online_targets(spec: TrainSpec, model) -> _Targets:
         fingerprint=tokenizer_fingerprint(tokenizer), seq_len=source.seq_len,
         allow_tokenizer_mismatch=spec.args.allow_tokenizer_mismatch, source="teacher",
     )
-    return _Targets(source, tokenizer, teacher, data=spec.data if spec.data.documents is None else None)
+    # The spec as read (a chat file detected as messages, its loss on the assistant, bfd packing): what the card says.
+    return _Targets(source, tokenizer, teacher, data=source.spec if spec.data.documents is None else None)
 
 
 def _eval_cache(spec: TrainSpec, cache):

@@ -16,12 +16,14 @@ the same one. Local paths appear as their last component only
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from destila.cache.kinds import kind_of
 from destila.io import write_atomic
 from destila.io.markdown import table_lines
 from destila.io.shareable import is_local_path, shareable_name
+from destila.student.init import RECORD as STUDENT_RECORD  # what `destila student init` writes beside a student
 
 CARD = "README.md"
 # The Trainer's timing keys (eval_runtime, ...): how fast, not how good; left out of the figures shown.
@@ -55,6 +57,46 @@ def _hub_id(name) -> str | None:
     """``name`` when it reads as a Hub model id (``org/name``) rather than a local path."""
     text = str(name or "")
     return text if text.count("/") == 1 and not is_local_path(text) else None
+
+
+def _base_model(base) -> str | None:
+    """The Hub id the student comes from: its own, or, for a local student that ``destila student init`` cut
+    from a Hub model (its layers, its width), that model's. A fresh student (``--config``) has none."""
+    if base is None or _hub_id(base) is not None:
+        return _hub_id(base)
+    record = Path(str(base)).expanduser() / STUDENT_RECORD
+    try:
+        made = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None  # a folder not made by `destila student init`
+    return _hub_id(made.get("teacher")) if made.get("method") not in (None, "fresh") else None
+
+
+def _data_names(trainer) -> tuple[list[str], str]:
+    """``(Hub dataset ids, the held-out data's name)``: the cache (when given by its Hub id) and the data it or
+    the online run read, as far as they are Hub datasets; the name is the first of them, else the cache's or the
+    data's last path component."""
+    cache, _ = _cache_behind(trainer.train_dataset)
+    if cache is not None:
+        given = [str(cache.path), cache.manifest.data_source]  # a cache opened by its Hub id has it as path
+    else:
+        data = getattr(trainer.train_dataset, "source", trainer.train_dataset)
+        given = [getattr(getattr(data, "spec", None), "source", None)]
+    given = [name for name in given if isinstance(name, str) and name]
+    hub = list(dict.fromkeys(name for name in given if _hub_id(name)))
+    return hub, (hub[0] if hub else str(shareable_name(given[0])) if given else "held-out data")
+
+
+def _eval_results(trainer, dataset: str) -> list:
+    """The last evaluation's figures as ``huggingface_hub.EvalResult`` entries (the card's ``model-index``)."""
+    from huggingface_hub import EvalResult
+
+    split = (f"{trainer.args.eval_fraction:g} of the training sequences, held out" if trainer.args.eval_fraction
+             else "the evaluation set given to the run")
+    return [EvalResult(task_type="text-generation", task_name="knowledge distillation", dataset_type=dataset,
+                       dataset_name=dataset, dataset_split=split, metric_type=name, metric_name=f"eval_{name}",
+                       metric_value=value)
+            for name, value in _last_figures(trainer)[1]]
 
 
 def _student_base(model) -> tuple[str | None, bool]:
@@ -121,14 +163,21 @@ def _schedule(trainer) -> str:
             f"{args.learning_rate:g} ({scheduler}), seed {args.seed}")
 
 
-def _held_out(trainer) -> list[str]:
-    """The last evaluation's figures as a table, or a line saying there was none."""
+def _last_figures(trainer) -> tuple[dict | None, list[tuple[str, float]]]:
+    """``(the last evaluation's log record, its figures as (name without eval_, value))``, or ``(None, [])``."""
     records = [r for r in trainer.state.log_history if any(k.startswith("eval_") for k in r)]
     if not records:
+        return None, []
+    return records[-1], [(key.removeprefix("eval_"), value) for key, value in records[-1].items()
+                         if key.startswith("eval_") and isinstance(value, (int, float)) and not isinstance(value, bool)
+                         and not key.endswith(SPEED_KEYS)]
+
+
+def _held_out(trainer) -> list[str]:
+    """The last evaluation's figures as a table, or a line saying there was none."""
+    last, rows = _last_figures(trainer)
+    if last is None:
         return ["No held-out evaluation was run (set `eval_fraction`, or give a held-out cache)."]
-    last = records[-1]
-    rows = [(key.removeprefix("eval_"), value) for key, value in last.items()
-            if key.startswith("eval_") and isinstance(value, (int, float)) and not key.endswith(SPEED_KEYS)]
     where = (f"{trainer.args.eval_fraction:g} of the training sequences, held out"
              if trainer.args.eval_fraction else "the evaluation set given to the run")
     table = table_lines(["metric", "value"], [(name, f"{value:.4g}") for name, value in rows], "ll")
@@ -146,9 +195,12 @@ def model_card(trainer, model_name: str | None = None, merged: bool = False) -> 
             + (" merged into its weights" if merged else "") if adapter else shareable_name(base))
     adapter = adapter and not merged
     tags = ["destila", "knowledge-distillation", "distillation", *(["lora", "peft"] if adapter else [])]
-    metadata = ModelCardData(library_name="peft" if adapter else "transformers", pipeline_tag="text-generation",
-                             tags=tags, base_model=_hub_id(base))
     name = model_name or Path(trainer.args.output_dir).name
+    datasets, held_out = _data_names(trainer)
+    results = _eval_results(trainer, held_out)
+    metadata = ModelCardData(library_name="peft" if adapter else "transformers", pipeline_tag="text-generation",
+                             tags=tags, base_model=_base_model(base), datasets=datasets or None,
+                             model_name=name if results else None, eval_results=results or None)
     load = (f"AutoPeftModelForCausalLM.from_pretrained(\"{name}\")  # from peft: the base student "
             f"({shareable_name(base)}) with this adapter" if adapter
             else f"AutoModelForCausalLM.from_pretrained(\"{name}\")  # from transformers")

@@ -6,7 +6,9 @@
   ``peft.get_peft_model``, as TRL does;
 - ``args.lora_r > 0``: adapters from the LoRA fields of
   :class:`~destila.training.DistillationArguments`;
-- ``args.freeze_embeddings``: the input embedding and the output head kept fixed.
+- ``args.freeze_embeddings``: the input embedding and the output head kept fixed;
+- tied weights (a head that is the input embedding) declared as left out of
+  checkpoints (:mod:`~destila.training.tied_weights`).
 
 Naive equivalent::
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from destila.models import load_causal_lm, load_tokenizer, output_head
 from destila.training.peft_student import base_reference, record_base, with_adapters
+from destila.training.tied_weights import declare_tied_unsaved
 
 
 def _is_peft(model) -> bool:
@@ -39,6 +42,8 @@ def student_model(model, args, kwargs: dict) -> tuple[object, dict]:
                 kwargs["processing_class"] = load_tokenizer(path)
             except (OSError, ValueError, TypeError):
                 pass  # weights without a tokenizer: a cache brings its own
+    if not _is_peft(model):  # a checkpoint leaves a tied head out: the Trainer's reload ties it, without a warning
+        declare_tied_unsaved(model)
     if args.freeze_embeddings:  # before any adapter: the base model's own embedding and head
         model.get_input_embeddings().requires_grad_(False)
         output_head(model)[0].requires_grad_(False)

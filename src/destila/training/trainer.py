@@ -24,7 +24,7 @@ import torch
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
-from destila.cache.dataset import is_cache_dataset, open_cache
+from destila.cache.dataset import StreamedCache, is_cache_dataset, open_cache
 from destila.cache.settings_match import settings_problems
 from destila.constants import IGNORE_INDEX
 from destila.data import collate, dataset_source
@@ -148,6 +148,10 @@ def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool, t
     for _, holder, key in places:
         if getattr(holder.get(key), "vocab_size", 0) is None and head_rows:  # rows that do not record it
             holder[key].assume_vocab_size(head_rows)
+    train = kwargs.get("train_dataset")
+    if isinstance(train, StreamedCache) and train.shuffle is None:
+        # A cache is read in the order of the Trainer's seeded sampler; a stream has no sampler: shuffle it too.
+        kwargs["train_dataset"] = train.shuffled(seed=args.data_seed if args.data_seed is not None else args.seed)
     kwargs.update(_held_out(kwargs.get("train_dataset"), kwargs.get("eval_dataset"), args.eval_fraction))
     if kwargs.get("data_collator") is None:
         pad = getattr(tokenizer, "pad_token_id", None)
@@ -218,7 +222,8 @@ class DistillationTrainer(Trainer):
 
     It overrides public Trainer methods only: ``compute_loss`` (the
     distillation loss) and ``training_step`` (a non-finite loss stops the
-    run); ``evaluate`` and ``log`` (the objective's metrics); ``create_optimizer``
+    run); ``evaluate``, ``predict`` and ``log`` (the objective's metrics; ``predict`` returns the Trainer's
+    ``PredictionOutput``); ``create_optimizer``
     (the hidden-state projections join it); ``save_model`` (non-finite weights
     are never saved); ``train`` (the objective line, and a checkpoint's
     projections loaded on resume); ``create_model_card`` and ``push_to_hub``
@@ -459,15 +464,87 @@ class DistillationTrainer(Trainer):
         full vocabulary for online dense), ``eval_ce``, ``eval_ppl`` and ``eval_top1_agreement``. With
         ``compute_metrics``, it is called as the Trainer calls it: once, on an ``EvalPrediction`` of every held-out
         batch's logits (through ``preprocess_logits_for_metrics`` when given) and labels."""
-        from transformers.trainer_pt_utils import nested_concat
-        from transformers.trainer_utils import EvalPrediction, speed_metrics
-
         held = eval_dataset if eval_dataset is not None else self.eval_dataset
         if isinstance(held, dict):  # as the Trainer does: each set evaluated on its own, under eval_NAME_
             metrics = {}
             for name, dataset in held.items():
                 metrics.update(self.evaluate(dataset, ignore_keys, f"{metric_key_prefix}_{name}"))
             return metrics
+        with_logits = self.compute_metrics is not None and not self.args.prediction_loss_only
+        metrics, _, _ = self._score(self.get_eval_dataloader(eval_dataset), metric_key_prefix, with_logits)
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+    @torch.no_grad()
+    def predict(self, test_dataset, ignore_keys=None, metric_key_prefix: str = "test"):
+        """The Trainer's ``PredictionOutput`` for ``test_dataset``: ``predictions`` the student's logits
+        ``[sequences, L, V]`` as a numpy array (through ``preprocess_logits_for_metrics`` when given; None with
+        ``prediction_loss_only``), ``label_ids`` Hugging Face's labels ``[sequences, L]`` (``labels[t]`` is token
+        t, -100 where no loss is taken) and ``metrics`` those of :meth:`evaluate` under ``test_``
+        (``test_loss``, ``test_kl``, ``test_ce``, ``test_ppl``, ``test_top1_agreement``, the timing keys, and
+        ``compute_metrics``' results). Naive equivalent: ``evaluate(test_dataset, metric_key_prefix="test")``
+        beside ``model(input_ids).logits`` of each batch."""
+        from transformers.trainer_utils import PredictionOutput
+
+        with_logits = not self.args.prediction_loss_only
+        metrics, predictions, label_ids = self._score(self.get_test_dataloader(test_dataset), metric_key_prefix,
+                                                      with_logits)
+        self.control = self.callback_handler.on_predict(self.args, self.state, self.control, metrics)
+        return PredictionOutput(predictions=None if predictions is None else _numpy(predictions),
+                                label_ids=None if label_ids is None else _numpy(label_ids), metrics=metrics)
+
+    def _score(self, batches_of, prefix: str, with_logits: bool):
+        """``(metrics, logits, labels)`` of one pass over the ``batches_of`` loader: the objective and the
+        yardstick under ``prefix``, the timing keys, ``compute_metrics``' results; the logits and Hugging Face
+        labels of every batch (gathered over processes, concatenated, padded with -100) when ``with_logits``."""
+        from transformers.trainer_pt_utils import nested_concat
+        from transformers.trainer_utils import EvalPrediction, speed_metrics
+
+        start, batches, samples = time.time(), 0, 0
+        # The wrapped model: under FSDP the unwrapped one holds only shards.
+        model = self.model_wrapped if self.model_wrapped is not None else self.model
+        was_training = model.training
+        model.eval()
+        options = self.args.loss_options()
+        # The objective is the yardstick itself: one pass gives both.
+        same = (all(getattr(options, k) == v for k, v in _YARDSTICK.items()) and self.args.top_k is None
+                and self.args.top_p is None and not self.args.weight_schedule().active and self.hidden is None)
+        sums = torch.zeros(len(_STATS), dtype=torch.float64)
+        objective = torch.zeros(2, dtype=torch.float64)  # loss summed over rows, rows
+        predictions = label_ids = None
+        for inputs in batches_of:
+            inputs = self._targets(self._prepare_inputs(inputs))  # an online teacher runs once per batch
+            batches, samples = batches + 1, samples + len(inputs["input_ids"])
+            _, stats = self._distill(model, inputs, **_YARDSTICK)
+            sums += torch.stack([stats[k].double().cpu() for k in _STATS])
+            rows = float((inputs["labels"] != IGNORE_INDEX).sum())
+            if same:
+                loss = stats["soft"].double().cpu()
+            else:
+                truncated = with_top_p(with_top_k(inputs, self.args.top_k), self.args.top_p)
+                loss = self._distill(model, truncated)[0].double().cpu() * rows
+            objective += torch.tensor([float(loss), rows], dtype=torch.float64)
+            if with_logits:  # Hugging Face's convention there: labels[t] is token t, the metrics shift them
+                logits = model(input_ids=inputs["input_ids"], use_cache=False, **_layout(inputs)).logits
+                labels = hf_labels(inputs["labels"])
+                if self.preprocess_logits_for_metrics is not None:
+                    logits = self.preprocess_logits_for_metrics(logits, labels)
+                gathered = self.accelerator.gather_for_metrics((logits, labels))
+                logits, labels = _cpu(gathered[0]), _cpu(gathered[1])
+                predictions = logits if predictions is None else nested_concat(predictions, logits, padding_index=-100)
+                label_ids = labels if label_ids is None else nested_concat(label_ids, labels, padding_index=-100)
+        model.train(was_training)
+        metrics = self._metrics(self._reduce(sums), f"{prefix}_")
+        loss_sum, rows = self._reduce(objective).tolist()
+        metrics[f"{prefix}_loss"] = loss_sum / max(rows, 1.0)
+        if self.compute_metrics is not None and predictions is not None:
+            computed = self.compute_metrics(EvalPrediction(predictions=_numpy(predictions), label_ids=_numpy(label_ids)))
+            metrics.update({(k if k.startswith(f"{prefix}_") else f"{prefix}_{k}"): v
+                            for k, v in (computed or {}).items()})
+        # The Trainer's timing keys (eval_runtime, eval_samples_per_second, ...), this process's batches.
+        metrics.update(speed_metrics(prefix, start, num_samples=samples, num_steps=batches))
+        return metrics, predictions, label_ids
         start, batches, samples = time.time(), 0, 0
         # The wrapped model: under FSDP the unwrapped one holds only shards.
         model = self.model_wrapped if self.model_wrapped is not None else self.model
