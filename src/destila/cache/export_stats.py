@@ -22,10 +22,9 @@ import torch
 from destila.cache.dataset import open_cache
 from destila.cache.dataset_rows import RECORD, parse_record
 from destila.cache.distribution import distribution_stats, trained_targets
-from destila.cache.format import TOKENIZER_DIR
 from destila.cache.kinds import kind_of
 from destila.cache.read_specs import InspectSpec
-from destila.cache.tokenizer_files import tokenizer_class
+from destila.cache.summary_fields import manifest_fields
 from destila.constants import IGNORE_INDEX
 
 _CHUNK = 64  # sequences per statistics step: bounded memory whatever the export's size
@@ -57,17 +56,7 @@ def inspect_export(spec: InspectSpec) -> dict:
         "folder_bytes": sum(p.stat().st_size for p in path.rglob("*") if p.is_file()),
         "bytes_per_token": file_bytes / stored_tokens if stored_tokens else None,
         "stored_entries": entries, "bytes_per_entry": file_bytes / entries if entries else None,
-        "teacher": {
-            "name": m.teacher, "path": m.teacher_path, "gguf_file": m.teacher_gguf_file,
-            "architecture": m.teacher_architecture, "dtype": m.teacher_dtype,
-            "config_hash": m.teacher_config_hash, "weight_fingerprint": m.teacher_weight_fingerprint,
-        },
-        "tokenizer": {
-            "path": str(path / TOKENIZER_DIR), "class": tokenizer_class(path / TOKENIZER_DIR),
-            "size": m.tokenizer_size, "eos_token_id": m.eos_token_id, "fingerprint": m.tokenizer_fingerprint,
-        },
-        "data": {"source": m.data_source, "text_field": m.text_field, "fingerprint": m.data_fingerprint,
-                 "spec": m.data},
+        **manifest_fields(m, path),
         "trained_positions": trained,
         "trained_fraction": trained / stored_tokens if stored_tokens else None,
         "spans": m.spans,

@@ -14,13 +14,14 @@ from destila.cache.checks.rows import target_value_fault
 from destila.cache.checks.shards import CorruptShardError, open_checked_shard, order_fault
 from destila.cache.encodings import encoding_of
 from destila.cache.export_stats import inspect_export, is_export_folder
-from destila.cache.format import TOKENIZER_DIR, read_manifest
+from destila.cache.summary_fields import manifest_fields
+from destila.cache.format import read_manifest
 from destila.cache.distribution import distribution_stats, trained_targets
 from destila.cache.k_prime import format_table
 from destila.cache.read_specs import InspectSpec
 from destila.cache.kinds import kind_of
 from destila.cache.rows import ShardRows, dense_item
-from destila.cache.tokenizer_files import check_tokenizer_files, tokenizer_class
+from destila.cache.tokenizer_files import check_tokenizer_files
 from destila.constants import IGNORE_INDEX
 
 
@@ -79,17 +80,7 @@ def _contents(path: Path, m) -> dict:
         "bytes_per_token": shard_bytes / stored_tokens if stored_tokens else None,
         "stored_entries": entries,
         "bytes_per_entry": shard_bytes / entries if entries else None,
-        "teacher": {
-            "name": m.teacher, "path": m.teacher_path, "gguf_file": m.teacher_gguf_file,
-            "architecture": m.teacher_architecture, "dtype": m.teacher_dtype,
-            "config_hash": m.teacher_config_hash, "weight_fingerprint": m.teacher_weight_fingerprint,
-        },
-        "tokenizer": {
-            "path": str(path / TOKENIZER_DIR), "class": tokenizer_class(path / TOKENIZER_DIR),
-            "size": m.tokenizer_size, "eos_token_id": m.eos_token_id, "fingerprint": m.tokenizer_fingerprint,
-        },
-        "data": {"source": m.data_source, "text_field": m.text_field, "fingerprint": m.data_fingerprint,
-                 "spec": m.data},
+        **manifest_fields(m, path),
         "trained_positions": trained_count,
         "trained_fraction": trained_count / stored_tokens if stored_tokens else None,
         "spans": m.spans,
