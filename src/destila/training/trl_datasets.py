@@ -103,7 +103,7 @@ def _described(entry) -> str:
     return " ".join(str(p) for p in parts)
 
 
-def test_fraction(value) -> float:
+def held_out_fraction(value) -> float:
     """TRL's ``test_split_size`` as ``eval_fraction``: a fraction in (0, 1); a count of rows is refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
         raise ValueError(f"expected a fraction between 0 and 1 (held out as eval_fraction), found {value!r}")

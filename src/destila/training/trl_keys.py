@@ -31,7 +31,7 @@ Naive equivalent::
 from __future__ import annotations
 
 from destila.io.markdown import table_lines
-from destila.training.trl_datasets import DatasetMixture, test_fraction
+from destila.training.trl_datasets import DatasetMixture, held_out_fraction
 from destila.training.trl_distillation import DISTILLATION_MEANINGS, DISTILLATION_REFUSED, is_distillation_config
 
 # Packed rows that never split a sequence: what TRL's `packing: true` does.
@@ -64,7 +64,7 @@ MAPPED = {
                                          "saved once as a datasets folder (each entry's path, name, data_dir, "
                                          "data_files, split, columns and fraction as TRL reads them); beside it "
                                          "streaming must stay false"),
-    "test_split_size": ("eval_fraction", test_fraction, "--eval_fraction: that fraction of the packed sequences "
+    "test_split_size": ("eval_fraction", held_out_fraction, "--eval_fraction: that fraction of the packed sequences "
                                                         "held out and evaluated (a fraction; a count of rows is "
                                                         "refused)"),
 }
