@@ -100,16 +100,22 @@ def test_the_export_names_no_local_folder(caches, tiny_llama_dir):
     assert record["manifest"]["teacher_path"] == tiny_llama_dir.name
 
 
+def _with_a_flipped_byte(export_path, copy):
+    """A copy of the export at ``export_path`` whose second Parquet file has one byte flipped mid-file."""
+    damaged = shutil.copytree(export_path, copy)
+    target = damaged / "data" / "train-00001-of-00003.parquet"
+    raw = bytearray(target.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    target.write_bytes(bytes(raw))
+    return damaged
+
+
 def test_verify_checks_an_export_and_finds_damage(caches, tmp_path, capsys):
     _, export_path = caches["plain"]
     code, out, _ = run_cli(["cache", "verify", str(export_path)], capsys)
     assert code == 0 and "OK: 3 files checked, 23 of 23 sequences" in out
 
-    damaged = shutil.copytree(export_path, tmp_path / "flipped")
-    target = damaged / "data" / "train-00001-of-00003.parquet"
-    raw = bytearray(target.read_bytes())
-    raw[len(raw) // 2] ^= 0xFF
-    target.write_bytes(bytes(raw))
+    damaged = _with_a_flipped_byte(export_path, tmp_path / "flipped")
     code, out, _ = run_cli(["cache", "verify", str(damaged)], capsys)
     assert code == 1 and "FAULT data/train-00001-of-00003.parquet: checksum mismatch" in out
 
@@ -227,11 +233,7 @@ def test_inspect_of_an_export_prints_the_summary_and_refuses_damage_in_one_line(
     code, out, _ = run_cli(["cache", "inspect", str(export_path)], capsys)
     assert code == 0 and "(an export: Parquet files" in out and "23 of 23 × 32 tokens" in out
     assert "3 Parquet file(s)" in out and "top-K mass" in out
-    damaged = shutil.copytree(export_path, tmp_path / "flipped")
-    target = damaged / "data" / "train-00001-of-00003.parquet"
-    raw = bytearray(target.read_bytes())
-    raw[len(raw) // 2] ^= 0xFF
-    target.write_bytes(bytes(raw))
+    damaged = _with_a_flipped_byte(export_path, tmp_path / "flipped")
     code, _, err = run_cli(["cache", "inspect", str(damaged)], capsys)
     assert code == 2 and err.strip().count("\n") == 0 and "checksum" in err
 
