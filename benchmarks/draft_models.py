@@ -17,8 +17,10 @@ Every trained row trains on the same number of trained tokens (``--tokens``; ans
 answer tokens only), batch 4 × 256, learning rate 5e-4 after 5 warm-up steps, with each ``--seeds``.
 Each draft is then measured by ``destila eval``'s measurement (:func:`destila.draft.measure.measure_draft`)
 in one process against one loaded teacher: per held-out prompt the teacher alone and the teacher with the
-draft in turn (the draft proposes from the teacher's 8,192 most frequent answer tokens, ``--draft-vocab``),
-and prompt lookup once per run. One JSON line per measurement is appended as soon as it is taken; a rerun
+draft in turn (the draft proposes from the teacher's 8,192 most frequent answer tokens, ``--draft-vocab``,
+one token before every teacher forward, with timed CPU products), and prompt lookup with 1 and with 10
+proposals. The best KD draft is measured again with its whole head, with transformers' adaptive proposals,
+and with torch's own products. One JSON line per measurement is appended as soon as it is taken; a rerun
 skips what is done (trainings resume from their checkpoints).
 
     python benchmarks/draft_models.py train WORK            # answers, caches, cuts, every training
@@ -143,8 +145,8 @@ def measure(work: Path, out: Path, sizes: list[int], seeds: list[int], prompts: 
     import torch
 
     from destila.draft.loading import load_teacher
-    from destila.draft.measure import measure_draft
     from destila.draft.prompts import pydoc_prompts
+    from destila.generation.small_matmul import TimedLinear
     from destila.draft.spec import DraftEvalSpec
 
     held = pydoc_prompts()[1][:prompts]
@@ -152,31 +154,57 @@ def measure(work: Path, out: Path, sizes: list[int], seeds: list[int], prompts: 
     if not costs.exists():
         costs.write_text(json.dumps({**step_costs(work, teacher_name, sizes, draft_vocab),
                                      "load_average": os.getloadavg()[0]}, indent=2))
-    done = {(r["row"], r["layers"], r["seed"], r["draft_vocab"]) for r in read_json_lines(out)} if out.exists() else set()
+    done = {_key(r) for r in read_json_lines(out)} if out.exists() else set()
     first = DraftEvalSpec(teacher_name, None, held, max_new_tokens=new_tokens, ways=("teacher", "prompt_lookup"))
     teacher = load_teacher(first)
     load = {"threads": torch.get_num_threads(), "load_average_start": os.getloadavg()[0]}
-    todo = [("prompt_lookup", 0, 0, None, None)]
-    todo += [("cut", size, 0, draft_vocab, work / f"init-{size}") for size in sizes]
-    todo += [(row, size, seed, draft_vocab, work / "train" / _name(row, size, seed))
+    # One TimedLinear for every row: the products' ways are chosen once, so the baseline is taken alike throughout.
+    context = {"out": out, "done": done, "teacher": teacher, "linear": TimedLinear(), "teacher_name": teacher_name,
+               "held": held, "new_tokens": new_tokens, "load": load}
+    one = _default_proposals()
+    todo = [("prompt_lookup", 0, 0, None, None, {"prompt_lookup_tokens": k}) for k in (one, 10)]
+    todo += [("cut", size, 0, draft_vocab, work / f"init-{size}", {}) for size in sizes]
+    todo += [(row, size, seed, draft_vocab, work / "train" / _name(row, size, seed), {})
              for row, size, seed in _runs(sizes, seeds)]
-    for row, size, seed, vocab, folder in todo:
-        if (row, size, seed, vocab) in done:
-            continue
-        if folder is not None and not (folder / "config.json").is_file():
-            print(f"{folder.name}: not trained yet (run `train` first); not measured")
-            continue
-        ways = ("teacher", "prompt_lookup") if folder is None else ("teacher", "draft")
-        spec = DraftEvalSpec(teacher_name, None if folder is None else str(folder), held, max_new_tokens=new_tokens,
-                             draft_vocab=vocab, ways=ways)
-        report = measure_draft(spec, teacher=teacher)
-        _append(out, row, size, seed, vocab, report, load)
+    for row, size, seed, vocab, folder, options in todo:
+        _measure_one(context, row, size, seed, vocab, folder, options)
     best = _best(out, "kd-answers")
-    if best is not None and (best["row"], best["layers"], best["seed"], None) not in done:
+    if best is not None:  # the best draft again: whole head, transformers' adaptive proposals, torch's products
         folder = work / "train" / _name(best["row"], best["layers"], best["seed"])
-        report = measure_draft(DraftEvalSpec(teacher_name, str(folder), held, max_new_tokens=new_tokens,
-                                             ways=("teacher", "draft")), teacher=teacher)
-        _append(out, best["row"], best["layers"], best["seed"], None, report, load)
+        for vocab, options in ((None, {}), (draft_vocab, {"draft_tokens": 0}), (draft_vocab, {"matmul": "torch"})):
+            _measure_one(context, best["row"], best["layers"], best["seed"], vocab, folder, options)
+
+
+def _measure_one(context: dict, row: str, size: int, seed: int, vocab, folder: Path | None, options: dict) -> None:
+    """One row measured and appended, unless ``context["done"]`` has it (``context``: what every row shares)."""
+    from destila.draft.measure import measure_draft
+    from destila.draft.spec import DraftEvalSpec
+
+    ways = ("teacher", "prompt_lookup") if folder is None else ("teacher", "draft")
+    spec = DraftEvalSpec(context["teacher_name"], None if folder is None else str(folder), context["held"],
+                         max_new_tokens=context["new_tokens"], draft_vocab=vocab, ways=ways, **options)
+    if (row, size, seed, vocab, _proposals(spec, row), spec.matmul) in context["done"]:
+        return
+    if folder is not None and not (folder / "config.json").is_file():
+        print(f"{folder.name}: not trained yet (run `train` first); not measured")
+        return
+    report = measure_draft(spec, teacher=context["teacher"], linear=context["linear"])
+    _append(context["out"], row, size, seed, vocab, report, context["load"])
+
+
+def _default_proposals() -> int:
+    from destila.draft.spec import DraftEvalSpec
+
+    return DraftEvalSpec.__dataclass_fields__["draft_tokens"].default
+
+
+def _proposals(spec, row: str) -> int:
+    return spec.prompt_lookup_tokens if row == "prompt_lookup" else spec.draft_tokens
+
+
+def _key(record: dict) -> tuple:
+    return (record["row"], record["layers"], record["seed"], record["draft_vocab"], record["proposals"],
+            record["matmul"])
 
 
 def step_costs(work: Path, teacher_name: str, sizes: list[int], draft_vocab: int) -> dict:
@@ -187,6 +215,7 @@ def step_costs(work: Path, teacher_name: str, sizes: list[int], draft_vocab: int
 
     from destila.draft.head import narrow_head, read_ranking
     from destila.draft.measure import forward_seconds
+    from destila.generation.small_matmul import TimedLinear, small_matmul
     from destila.models import load_causal_lm, load_tokenizer
 
     teacher = load_causal_lm(teacher_name)
@@ -198,12 +227,18 @@ def step_costs(work: Path, teacher_name: str, sizes: list[int], draft_vocab: int
         narrow_head(narrow, read_ranking(work / f"init-{size}"), draft_vocab)
         drafts[f"{size} layers, whole head"], drafts[f"{size} layers, {draft_vocab:,} rows"] = whole, narrow
     widths = (1, 2, 4, 8, 16)
-    times = {**{f"teacher, {w} new": [] for w in widths}, **{name: [] for name in drafts}}
+    times = {**{f"teacher, {w} new": [] for w in widths}, **{name: [] for name in drafts},
+             **{f"teacher, torch products, {w} new": [] for w in widths}}
+    timed = TimedLinear()  # the products the measurements decode with, chosen once
     for _ in range(5):
-        for w in widths:
-            times[f"teacher, {w} new"].append(forward_seconds(teacher, ids, repeats=3, width=w))
-        for name, model in drafts.items():
-            times[name].append(forward_seconds(model, ids, repeats=3))
+        with small_matmul(teacher, *drafts.values(), linear=timed):
+            for w in widths:
+                times[f"teacher, {w} new"].append(forward_seconds(teacher, ids, repeats=3, width=w))
+            for name, model in drafts.items():
+                times[name].append(forward_seconds(model, ids, repeats=3))
+        with small_matmul(teacher, way="torch"):  # what they cost with torch's own products
+            for w in widths:
+                times[f"teacher, torch products, {w} new"].append(forward_seconds(teacher, ids, repeats=3, width=w))
     return {"context_tokens": int(ids.shape[1]), "threads": torch.get_num_threads(),
             "ms": {name: round(statistics.median(values) * 1000, 3) for name, values in times.items()}}
 
@@ -217,7 +252,10 @@ def _append(out: Path, row: str, size: int, seed: int, vocab, report: dict, load
 
     ways = {w["way"]: w for w in report["ways"]}
     other = ways.get("draft") or ways.get("prompt_lookup")
-    record = {"row": row, "layers": size, "seed": seed, "draft_vocab": vocab,
+    settings = report["settings"]
+    proposals = settings["prompt_lookup_tokens"] if row == "prompt_lookup" else settings["draft_tokens"]
+    record = {"row": row, "layers": size, "seed": seed, "draft_vocab": vocab, "proposals": proposals,
+              "matmul": settings["matmul"],
               "teacher_tokens_per_second": ways["teacher"]["tokens_per_second"],
               "tokens_per_second": other["tokens_per_second"], "speedup": other["speedup"],
               "acceptance": other["acceptance"], "tokens_per_forward": other["tokens_per_forward"],
@@ -225,39 +263,50 @@ def _append(out: Path, row: str, size: int, seed: int, vocab, report: dict, load
               "max_new_tokens": report["settings"]["max_new_tokens"],
               "teacher_forward_ms": report["settings"]["teacher_forward_ms"],
               "teacher_alone_ms_per_token": report["settings"]["teacher_alone_ms_per_token"],
-              "errors": report["errors"], **load, "load_average_end": os.getloadavg()[0]}
+              "matmul_ways": settings["matmul_ways"], "matmul_choices": settings["matmul_choices"],
+              "errors": report["errors"], **load,
+              "load_average_end": os.getloadavg()[0]}
     append_json_line(out, record)
     print(json.dumps(record))
 
 
 def _best(out: Path, prefix: str) -> dict | None:
-    rows = [r for r in read_json_lines(out) if r["row"].startswith(prefix) and r["draft_vocab"] is not None]
+    one = _default_proposals()
+    rows = [r for r in read_json_lines(out) if r["row"].startswith(prefix) and r["draft_vocab"] is not None
+            and r["proposals"] == one and r["matmul"] == "timed"]
     return max(rows, key=lambda r: r["speedup"]) if rows else None
 
 
 def table(records: list[dict]) -> str:
-    """Mean over seeds per (row, layers, head): acceptance, tokens per forward, speedup; ± half the seeds' spread."""
-    lookup = [r for r in records if r["row"] == "prompt_lookup"]
+    """Mean over seeds per (row, layers, head, proposals, products): acceptance, tokens per forward, speedup; ±
+    half the seeds' spread."""
     groups: dict = {}
     for r in records:
-        if r["row"] != "prompt_lookup":
-            groups.setdefault((r["layers"], r["row"], r["draft_vocab"]), []).append(r)
+        groups.setdefault((r["layers"], r["row"], r["draft_vocab"], r["proposals"], r["matmul"]), []).append(r)
 
     def cell(values, digits):
         mean = statistics.mean(values)
         return f"{mean:.{digits}f}" + (f" ± {(max(values) - min(values)) / 2:.{digits}f}" if len(values) > 1 else "")
 
+    def order(key):
+        layers, row, vocab, proposals, matmul = key
+        return (row == "prompt_lookup", layers, list(_ORDER).index(row) if row in _ORDER else 0, vocab is None,
+                proposals != _default_proposals(), matmul != "timed", proposals)
+
     lines = []
-    for (layers, row, vocab), group in sorted(groups.items(), key=lambda kv: (kv[0][0], list(_ORDER).index(kv[0][1]),
-                                                                               kv[0][2] is None)):
-        lines.append([f"{layers}", row, "whole" if vocab is None else f"{vocab:,}", str(len(group)),
-                      cell([g["acceptance"] for g in group], 3), cell([g["tokens_per_forward"] for g in group], 2),
+    for key in sorted(groups, key=order):
+        layers, row, vocab, proposals, matmul = key
+        group = groups[key]
+        lookup = row == "prompt_lookup"
+        lines.append(["–" if lookup else f"{layers}", "prompt lookup" if lookup else row,
+                      "–" if lookup else "whole" if vocab is None else f"{vocab:,}",
+                      "adaptive" if proposals == 0 else str(proposals), matmul, str(len(group)),
+                      cell([g["acceptance"] or 0.0 for g in group], 3),
+                      cell([g["tokens_per_forward"] for g in group], 2),
                       cell([g["speedup"] for g in group], 2) + "×",
                       f"{sum(g['identical'] for g in group)}/{sum(g['prompts'] for g in group)}"])
-    for r in lookup:
-        lines.append(["–", "prompt lookup", "–", "1", f"{r['acceptance']:.3f}", f"{r['tokens_per_forward']:.2f}",
-                      f"{r['speedup']:.2f}×", f"{r['identical']}/{r['prompts']}"])
-    header = ["layers", "draft", "head", "seeds", "acceptance", "tokens/forward", "speedup", "identical"]
+    header = ["layers", "draft", "head", "proposals", "products", "seeds", "acceptance", "tokens/forward", "speedup",
+              "identical"]
     return "\n".join(table_lines(header, lines))
 
 
@@ -265,11 +314,17 @@ def costs_line(costs: dict) -> str:
     """The step costs as one sentence: what a plain step, a verification and a draft step cost here."""
     ms = costs["ms"]
     drafts = "; ".join(f"{name} {value:.1f} ms" for name, value in ms.items() if not name.startswith("teacher"))
+
+    def widths(prefix: str) -> str:
+        return (f"{ms[prefix + '1 new']:.1f} ms for 1 new token (plain decoding), {ms[prefix + '2 new']:.1f} ms "
+                f"for 2, {ms[prefix + '4 new']:.1f} ms for 4, {ms[prefix + '8 new']:.1f} ms for 8 and "
+                f"{ms[prefix + '16 new']:.1f} ms for 16")
+
+    torch_products = (f"; with torch's own products {widths('teacher, torch products, ')}"
+                      if "teacher, torch products, 1 new" in ms else "")
     return (f"One cached teacher forward ({costs['context_tokens']}-token context, {costs['threads']} threads, load "
-            f"average {costs['load_average']:.2f}): {ms['teacher, 1 new']:.1f} ms for 1 new token (plain decoding), "
-            f"{ms['teacher, 2 new']:.1f} ms for 2, {ms['teacher, 4 new']:.1f} ms for 4, "
-            f"{ms['teacher, 8 new']:.1f} ms for 8 and {ms['teacher, 16 new']:.1f} ms for 16 (verifying k proposals "
-            f"reads k + 1). One draft step: {drafts}.")
+            f"average {costs['load_average']:.2f}), timed products: {widths('teacher, ')} (verifying k proposals "
+            f"reads k + 1){torch_products}. One draft step, timed products: {drafts}.")
 
 
 def plot(path: Path, image: Path) -> None:
@@ -282,6 +337,8 @@ def plot(path: Path, image: Path) -> None:
     axes = figure.add_subplot()
     for r in records:
         label = "prompt lookup" if r["row"] == "prompt_lookup" else f"{r['row']} {r['layers']}L"
+        if r["proposals"] != _default_proposals() or r["matmul"] != "timed":
+            label += f" ({'adaptive' if r['proposals'] == 0 else r['proposals']}, {r['matmul']})"
         marker = "*" if r["row"] == "prompt_lookup" else "o" if r["draft_vocab"] else "s"
         axes.scatter(r["tokens_per_forward"], r["speedup"], marker=marker, s=60 if marker == "*" else 25)
         axes.annotate(label, (r["tokens_per_forward"], r["speedup"]), fontsize=6, xytext=(3, 2),

@@ -516,7 +516,10 @@ def draft_models(records: list[dict], costs: dict) -> str:
 
     loads = [r["load_average_start"] for r in records] + [r["load_average_end"] for r in records]
     prompts, tokens = records[0]["prompts"], records[0]["max_new_tokens"]
-    return (draft_table(records) + f"\n\n{prompts} held-out prompts, at most {tokens} new tokens each, greedy, "
+    return (draft_table(records) + "\n\nproposals: tokens proposed before every teacher forward (adaptive: "
+            "transformers' default schedule); products: `timed`, each small CPU product the faster of two ways, "
+            "chosen once for every row, or `torch`, torch's own. "
+            f"{prompts} held-out prompts, at most {tokens} new tokens each, greedy, "
             f"{records[0]['threads']} threads; load average during the measurement {min(loads):.2f} to "
             f"{max(loads):.2f}. " + costs_line(costs) + "\n\n" + command_block(
                 "python benchmarks/draft_models.py train WORK\n"

@@ -26,14 +26,19 @@ def test_train_measure_and_table(teacher, tmp_path, capsys):
                        "--tokens", "256", "--out", str(out), "--prompts", "2", "--new-tokens", "6",
                        "--draft-vocab", "64"])
     costs = json.loads((tmp_path / "draft_models_costs.json").read_text())["ms"]
-    assert set(costs) == {"teacher, 1 new", "teacher, 2 new", "teacher, 4 new", "teacher, 8 new", "teacher, 16 new",
+    widths = (1, 2, 4, 8, 16)
+    assert set(costs) == {*(f"teacher, {w} new" for w in widths),
+                          *(f"teacher, torch products, {w} new" for w in widths),
                           "1 layers, whole head", "1 layers, 64 rows"} and all(v > 0 for v in costs.values())
     records = read_json_lines(out)
-    rows = [(r["row"], r["draft_vocab"]) for r in records]
+    rows = [(r["row"], r["draft_vocab"], r["proposals"], r["matmul"]) for r in records]
     trained = [*draft_models.ROWS, *draft_models.DIVERGENCE_ROWS, *draft_models.LONG_ROWS]
-    assert rows[:2] == [("prompt_lookup", None), ("cut", 64)]
-    assert rows[2:2 + len(trained)] == [(row, 64) for row in trained]
-    assert rows[-1][0].startswith("kd-answers") and rows[-1][1] is None  # the best KD draft again, whole head
+    assert rows[:3] == [("prompt_lookup", None, 1, "timed"), ("prompt_lookup", None, 10, "timed"),
+                        ("cut", 64, 1, "timed")]
+    assert rows[3:3 + len(trained)] == [(row, 64, 1, "timed") for row in trained]
+    # The best KD draft again: whole head, transformers' adaptive proposals, torch's products.
+    assert [r[1:] for r in rows[-3:]] == [(None, 1, "timed"), (64, 0, "timed"), (64, 1, "torch")]
+    assert all(r[0].startswith("kd-answers") for r in rows[-3:]) and len(rows) == 3 + len(trained) + 3
     for r in records:
         assert r["errors"] == [] and r["identical"] == 2 and r["tokens_per_forward"] >= 1
     # A rerun measures nothing again.
@@ -44,7 +49,9 @@ def test_train_measure_and_table(teacher, tmp_path, capsys):
     capsys.readouterr()
     draft_models.main(["table", str(out)])
     table = capsys.readouterr().out
-    assert "| 1 | kd-answers | 64 | 1 |" in table and "prompt lookup" in table
+    assert "| 1 | kd-answers | 64 | 1 | timed | 1 |" in table and "| adaptive | timed |" in table
+    assert "| – | prompt lookup | – | 10 | timed |" in table
     draft_models.main(["plot", str(out), "--image", str(tmp_path / "p.png")])
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
-    assert "ms for 1 new token" in draft_models.costs_line(json.loads((tmp_path / "draft_models_costs.json").read_text()))
+    costs = json.loads((tmp_path / "draft_models_costs.json").read_text())
+    assert "with torch's own products" in draft_models.costs_line(costs)

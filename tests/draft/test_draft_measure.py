@@ -64,12 +64,38 @@ def test_the_cli_reports_three_ways_and_greedy_text_identical_to_the_teacher(tea
 
 
 def test_the_teacher_as_its_own_draft_has_every_proposal_accepted(teacher, prompts):
-    report = measure_draft(DraftEvalSpec(str(teacher), str(teacher), str(prompts), max_new_tokens=16), progress=False)
+    # draft_tokens 0: transformers' adaptive schedule, which proposes more after every fully accepted step.
+    report = measure_draft(DraftEvalSpec(str(teacher), str(teacher), str(prompts), max_new_tokens=16, draft_tokens=0),
+                           progress=False)
     draft = _ways(report)["draft"]
     # Proposals past an end-of-sequence token or the length limit are the only ones the teacher can drop.
     assert draft["acceptance"] > 0.8
     assert draft["tokens_per_forward"] > 2
     assert draft["identical"] == 3
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_the_draft_proposes_its_tokens_before_every_teacher_forward(teacher, prompts, tokens):
+    # The teacher as its own draft: every proposal is accepted, so each forward yields the proposals plus one.
+    spec = DraftEvalSpec(str(teacher), str(teacher), str(prompts), max_new_tokens=16, draft_tokens=tokens,
+                         ways=("teacher", "draft"))
+    report = measure_draft(spec, progress=False)
+    draft = _ways(report)["draft"]
+    assert draft["identical"] == 3 and report["settings"]["draft_tokens"] == tokens
+    assert draft["draft_forwards"] == draft["proposed"]
+    # Proposals are capped only by the length limit or an end token: 16 tokens take ceil(16 / (tokens + 1)) forwards.
+    assert draft["teacher_forwards"] <= 3 * -(-16 // (tokens + 1)) + 3
+    assert draft["proposed"] <= tokens * draft["teacher_forwards"]
+    assert draft["tokens_per_forward"] <= tokens + 1
+
+
+def test_the_products_are_timed_in_all_ways_alike_or_left_to_torch(teacher, cut_draft, prompts):
+    for matmul in ("timed", "torch"):
+        report = measure_draft(DraftEvalSpec(str(teacher), str(cut_draft), str(prompts), max_new_tokens=6,
+                                             matmul=matmul), progress=False)
+        ways = report["settings"]["matmul_ways"]
+        assert report["settings"]["matmul"] == matmul and report["errors"] == []
+        assert sum(ways.values()) > 0 and (ways["weight_major"] == 0 if matmul == "torch" else True)
 
 
 def test_an_assisted_answer_that_differs_is_an_error_and_the_command_fails(teacher, cut_draft, prompts, monkeypatch,

@@ -43,8 +43,10 @@ def test_the_recipe_ends_with_a_loadable_draft_and_its_measurement(teacher, prom
     assert ways["draft"]["identical"] == 2 and stages["measure"]["errors"] == []
     assert stages["measure"]["settings"]["draft_vocab"] == 64
     assert len(json.loads((out / VOCAB_FILE).read_text())["token_ids"]) == 320
-    # DRAFT is a plain model folder: transformers' assisted generation takes it as it is.
+    # DRAFT is a plain model folder: transformers' assisted generation takes it as it is, proposing as measured.
     draft = AutoModelForCausalLM.from_pretrained(out)
+    assert draft.generation_config.num_assistant_tokens == stages["measure"]["settings"]["draft_tokens"] == 1
+    assert draft.generation_config.num_assistant_tokens_schedule == "constant"
     model = AutoModelForCausalLM.from_pretrained(teacher)
     tokenizer = AutoTokenizer.from_pretrained(out)
     ids = tokenizer("The for statement", return_tensors="pt")["input_ids"]

@@ -67,6 +67,9 @@ def read_ranking(folder: str | Path) -> list[int]:
 class NarrowHead(torch.nn.Module):
     """``[..., H] → [..., V]`` logits of only the tokens ``ids`` (``-inf`` elsewhere); bias kept if present."""
 
+    swappable_linear = True  # destila.generation.small_matmul may swap ``linear`` for a faster way to the product
+    linear = staticmethod(torch.nn.functional.linear)
+
     def __init__(self, head: torch.nn.Linear, ids: list[int]):
         super().__init__()
         self.vocab_size = head.weight.shape[0]
@@ -77,7 +80,7 @@ class NarrowHead(torch.nn.Module):
         self.register_buffer("bias", bias, persistent=False)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        narrow = torch.nn.functional.linear(hidden, self.weight, self.bias)
+        narrow = self.linear(hidden, self.weight, self.bias)
         logits = hidden.new_full((*hidden.shape[:-1], self.vocab_size), float("-inf"))
         return logits.index_copy_(-1, self.ids, narrow)
 

@@ -6,9 +6,14 @@ count, greedy or seeded sampling, the same stop tokens and length):
 
 - ``teacher``: the teacher alone, plain decoding (the baseline);
 - ``draft``: assisted generation, ``generate(assistant_model=draft)`` (the
-  draft on the teacher's tokenizer);
+  draft on the teacher's tokenizer), proposing ``spec.draft_tokens`` tokens
+  before every teacher forward;
 - ``prompt_lookup``: ``generate(prompt_lookup_num_tokens=N)``, which
   proposes tokens by copying n-grams of the prompt and needs no draft.
+
+All three run inside one :func:`~destila.generation.small_matmul.small_matmul`
+context (``spec.matmul``): on the CPU each small product takes the faster of
+two ways, timed once per shape, for every way alike.
 
 Per way: new tokens per second, acceptance (proposed tokens the teacher
 kept), new tokens per teacher forward, and for greedy decoding how many
@@ -35,6 +40,7 @@ import torch
 
 from destila.draft.counting import counting
 from destila.draft.spec import WAYS, DraftEvalSpec
+from destila.generation.small_matmul import small_matmul
 
 # Plain generate within this factor of the bare forward cost per token counts as a fair baseline.
 _BASELINE_SLACK = 1.5
@@ -110,12 +116,15 @@ def _summary(way: str, answers: list[dict], reference: list[dict] | None) -> dic
     return row
 
 
-def measure_draft(spec: DraftEvalSpec, *, progress: bool = True, teacher: tuple | None = None) -> dict:
+def measure_draft(spec: DraftEvalSpec, *, progress: bool = True, teacher: tuple | None = None,
+                  linear=None) -> dict:
     """Answer every prompt of ``spec.prompts`` three ways; the report of :mod:`destila.draft.measure`.
 
-    ``teacher`` = ``(model, tokenizer)`` already loaded skips loading it (a benchmark measures many drafts
-    against one teacher). Returns ``{"settings", "ways": [row per way], "errors": [...]}``;
-    each row has ``speedup`` (tokens/s against the teacher alone).
+    ``teacher`` = ``(model, tokenizer)`` already loaded skips loading it, and ``linear`` (a
+    :class:`~destila.generation.small_matmul.TimedLinear`) keeps the products' ways chosen before: a benchmark
+    measures many drafts against one teacher, whose baseline should not change from draft to draft.
+    Returns ``{"settings", "ways": [row per way], "errors": [...]}``; each row has ``speedup`` (tokens/s against
+    the teacher alone).
     """
     from destila.draft.loading import load_draft, load_teacher
     from destila.generation.prompts import load_prompts
@@ -134,32 +143,48 @@ def measure_draft(spec: DraftEvalSpec, *, progress: bool = True, teacher: tuple 
     ways = [way for way in WAYS if way in spec.ways]
     options = {way: _way_options(way, draft) for way in ways}
     configs = {way: _way_config(config, way, spec) for way in ways}
-    for way in ways:  # first calls pay one-time costs (allocator, kernels) that are no part of the comparison
-        _answer(teacher, encoded[0], _way_config(config, way, spec, min(4, spec.max_new_tokens)), options[way],
-                draft, None)
-    answers = {way: [] for way in ways}
-    bar = progress_bar(total=len(encoded) * len(ways), unit="answer", desc="draft", show=progress)
-    with bar:
-        for number, ids in enumerate(encoded):
-            for way in ways:  # in turn per prompt: a load that comes and goes falls on all three alike
-                seed = None if spec.greedy else spec.seed + number
-                answers[way].append(_answer(teacher, ids, configs[way], options[way], draft, seed))
-                bar.update(1)
+    if draft is not None and spec.draft_tokens:
+        propose_every_step(draft.generation_config, spec.draft_tokens)
+    models = (teacher,) if draft is None else (teacher, draft)
+    fixed = "torch" if spec.matmul == "torch" else None
+    with small_matmul(*models, way=fixed, linear=linear if fixed is None else None) as products:
+        for way in ways:  # first calls pay one-time costs (allocator, kernels, timing the products) for every way
+            _answer(teacher, encoded[0], _way_config(config, way, spec, min(4, spec.max_new_tokens)), options[way],
+                    draft, None)
+        answers = {way: [] for way in ways}
+        bar = progress_bar(total=len(encoded) * len(ways), unit="answer", desc="draft", show=progress)
+        with bar:
+            for number, ids in enumerate(encoded):
+                for way in ways:  # in turn per prompt: a load that comes and goes falls on all three alike
+                    seed = None if spec.greedy else spec.seed + number
+                    answers[way].append(_answer(teacher, ids, configs[way], options[way], draft, seed))
+                    bar.update(1)
+        forward = forward_seconds(teacher, encoded[0])
     reference = answers["teacher"] if spec.greedy else None
     rows = [_summary(way, answers[way], reference) for way in ways]
     base = rows[0]["tokens_per_second"]
     for row in rows:
         row["speedup"] = round(row["tokens_per_second"] / base, 4) if base and row["tokens_per_second"] else None
-    forward = forward_seconds(teacher, encoded[0])
-    return {"settings": _settings(spec, len(prompts), use_template, forward, rows[0]),
-            "ways": rows, "errors": _errors(rows), "texts": _texts(tokenizer, answers, len(prompts))}
+    settings = {**_settings(spec, len(prompts), use_template, forward, rows[0]), "matmul_ways": products.summary(),
+                "matmul_choices": products.listing()}
+    return {"settings": settings, "ways": rows, "errors": _errors(rows), "texts": _texts(tokenizer, answers,
+                                                                                         len(prompts))}
+
+
+def propose_every_step(config, tokens: int) -> None:
+    """Set a draft's ``GenerationConfig`` (in place) to propose ``tokens`` tokens before every teacher forward,
+    whatever its confidence: transformers' assisted generation reads these from the assistant's config."""
+    config.num_assistant_tokens = tokens
+    config.num_assistant_tokens_schedule = "constant"
+    config.assistant_confidence_threshold = 0.0
 
 
 def _settings(spec: DraftEvalSpec, prompts: int, use_template: bool, forward: float, baseline: dict) -> dict:
     per_token = baseline["seconds"] / baseline["new_tokens"] if baseline["new_tokens"] else None
     return {"teacher": spec.teacher, "draft": spec.draft, "prompts": prompts, "max_new_tokens": spec.max_new_tokens,
             "temperature": spec.temperature, "seed": spec.seed if not spec.greedy else None,
-            "prompt_lookup_tokens": spec.prompt_lookup_tokens, "draft_vocab": spec.draft_vocab,
+            "draft_tokens": spec.draft_tokens, "prompt_lookup_tokens": spec.prompt_lookup_tokens,
+            "draft_vocab": spec.draft_vocab, "matmul": spec.matmul,
             "chat_template_applied": use_template, "threads": torch.get_num_threads(),
             "teacher_forward_ms": round(forward * 1000, 3),
             "teacher_alone_ms_per_token": round(per_token * 1000, 3) if per_token else None,

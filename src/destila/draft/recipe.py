@@ -235,13 +235,24 @@ class DraftRecipe:
         return {"counted_tokens": ranking["counted_tokens"]}
 
     def publish(self, trained: str, ranking: Path) -> None:
-        """The trained draft's model files (and its token ranking) copied to ``DRAFT/``, each by atomic rename."""
+        """The trained draft's model files (and its token ranking) copied to ``DRAFT/``, each by atomic rename; its
+        generation config says how many tokens to propose per step, as measured."""
+        from transformers import GenerationConfig
+
+        from destila.draft.measure import propose_every_step
+        from destila.draft.spec import DraftEvalSpec
         from destila.io import write_atomic
 
         for pattern in _MODEL_FILES:
             for source in sorted(Path(trained).glob(pattern)):
-                write_atomic(self.out / source.name, source.read_bytes())
+                if source.name != "generation_config.json":
+                    write_atomic(self.out / source.name, source.read_bytes())
         write_atomic(self.out / ranking.name, ranking.read_bytes())
+        # generate(assistant_model=DRAFT) reads its proposals per step from here: the settings it was measured with
+        config = GenerationConfig.from_pretrained(trained) if (Path(trained) / "generation_config.json").is_file() \
+            else GenerationConfig()
+        propose_every_step(config, DraftEvalSpec.__dataclass_fields__["draft_tokens"].default)
+        write_atomic(self.out / "generation_config.json", config.to_json_string())
 
     def measure(self, held: list) -> dict:
         from destila.draft.measure import measure_draft

@@ -34,6 +34,7 @@ def draft_costs(teacher, ids, candidates: list[int], ranking: list[int] | None, 
     [1, T]`` is the context they decode after. ``ratio`` is the fitted cost over the teacher's."""
     from destila.draft.head import narrow_head
     from destila.draft.measure import forward_seconds
+    from destila.generation.small_matmul import small_matmul
     from destila.student.cut import cut_student
 
     drafts = {}
@@ -43,9 +44,10 @@ def draft_costs(teacher, ids, candidates: list[int], ranking: list[int] | None, 
             narrow_head(drafts[layers], ranking, vocab)
     models = {"teacher": teacher, **drafts}
     times = {name: [] for name in models}
-    for _ in range(_ROUNDS):
-        for name, model in models.items():
-            times[name].append(forward_seconds(model, ids, repeats=3))
+    with small_matmul(*models.values()):  # the products the measurement will decode with
+        for _ in range(_ROUNDS):
+            for name, model in models.items():
+                times[name].append(forward_seconds(model, ids, repeats=3))
     measured = {name: statistics.median(values) * 1000 for name, values in times.items()}
     fixed, per_layer = _line([(n, measured[n]) for n in candidates])
     teacher_ms = measured["teacher"]

@@ -31,9 +31,18 @@ class DraftEvalSpec:
         "help": "with --draft: 0 is greedy (the text must be the teacher's own, token for token); above 0 samples "
                 "(speculative sampling: distributed as the teacher's, seeded by --seed)"})
     seed: int = field(default=0, metadata={"flag": False, "help": "eval's --seed: the sampling seed when sampling"})
-    prompt_lookup_tokens: int = field(default=10, metadata={
+    draft_tokens: int = field(default=1, metadata={
+        "help": "with --draft: tokens the draft proposes per teacher forward, always (transformers' "
+                "num_assistant_tokens, constant schedule, no confidence cut-off); 0 keeps what the draft's "
+                "generation_config.json says (for a plain model transformers' adaptive default: up to 20, fewer after "
+                "a rejection, drafting stops under 0.4 confidence)"})
+    prompt_lookup_tokens: int = field(default=1, metadata={
         "help": "with --draft: tokens prompt-lookup decoding proposes per step (transformers' "
-                "prompt_lookup_num_tokens)"})
+                "prompt_lookup_num_tokens); the default gives it the draft's default budget"})
+    matmul: str = field(default="timed", metadata={
+        "choices": ("timed", "torch"), "help": "with --draft: 'timed' takes each CPU linear layer of a few rows "
+        "the faster of two ways to the same product, timed once per shape, in all three ways alike; 'torch' "
+        "keeps torch's own product throughout"})
     draft_vocab: int | None = field(default=None, metadata={
         "help": "with --draft: the draft proposes only from its head's first N rows of the teacher's most frequent "
                 "tokens (the draft's draft_vocab.json, written by `destila recipe draft`); the output stays exact"})
@@ -49,6 +58,9 @@ class DraftEvalSpec:
             object.__setattr__(self, "prompts", str(self.prompts))
         check_int_at_least("max_new_tokens", self.max_new_tokens, 1)
         check_int_at_least("prompt_lookup_tokens", self.prompt_lookup_tokens, 1)
+        check_int_at_least("draft_tokens", self.draft_tokens, 0, hint="0 keeps the draft's own generation config")
+        if self.matmul not in ("timed", "torch"):
+            raise ValueError(f"matmul: expected 'timed' or 'torch', found {self.matmul!r}")
         check_finite_at_least("temperature", self.temperature, 0, hint="0 means greedy decoding")
         check_optional_int_at_least("draft_vocab", self.draft_vocab, 1)
         unknown = [way for way in self.ways if way not in WAYS]
