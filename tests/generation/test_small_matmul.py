@@ -60,6 +60,11 @@ def test_prefills_and_gradients_are_left_to_torch():
     x = torch.randn(2, 8)
     linear(x, weight).sum().backward()  # training: autograd through torch's own linear
     assert linear.choices == {} and weight.grad is not None
+    class Wrapped(torch.Tensor):  # stands for a quantized weight, which brings its own linear
+        pass
+
+    linear(torch.randn(2, 8), weight.detach().as_subclass(Wrapped))
+    assert linear.choices == {}
     fixed = TimedLinear("torch")
     fixed(torch.randn(2, 8), weight.detach())
     assert fixed.choices == {(30, 8, 2, torch.float32): "torch"}

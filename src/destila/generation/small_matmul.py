@@ -20,8 +20,9 @@ Naive equivalent of every choice::
 
 Used through :func:`small_matmul`, a context in which the given models'
 ``nn.Linear`` layers (and a draft's narrow head) take their products this way;
-outside it, and for gradients, non-CPU tensors or more than ``MAX_ROWS`` rows,
-torch's own ``linear`` runs unchanged.
+outside it, and for gradients, non-CPU tensors, weights of a tensor subclass
+(quantized ones) or more than ``MAX_ROWS`` rows, torch's own ``linear`` runs
+unchanged.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class TimedLinear:
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         rows = x.numel() // max(x.shape[-1], 1)
         if (rows == 0 or rows > MAX_ROWS or x.device.type != "cpu"
+                or type(weight.data) is not torch.Tensor  # quantized or otherwise wrapped weights: their own linear
                 or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
             return F.linear(x, weight, bias)
         key = (weight.shape[0], weight.shape[1], rows, x.dtype)
