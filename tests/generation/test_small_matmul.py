@@ -101,7 +101,7 @@ def test_a_model_in_the_context_gives_its_own_logits_and_is_restored_after(way):
 def test_a_narrow_head_takes_the_swapped_product_and_gets_its_own_back():
     head = NarrowHead(torch.nn.Linear(16, 50), [4, 9, 1])
     model = torch.nn.Sequential(head)
-    with small_matmul(model, way="weight_major") as linear:
+    with small_matmul(model, model, way="weight_major") as linear:  # given twice: swapped and restored once
         assert head.linear is linear
         head(torch.randn(1, 16))
     assert head.linear is F.linear and "linear" not in head.__dict__

@@ -10,8 +10,9 @@ head against 9.5 ms for one), while the same numbers taken as
 with a zero row to two (a two-column product instead of a matrix-vector one)
 costs 3 ms too. Which way is faster depends on the BLAS, the CPU, the shape
 and ``m``, so nothing is assumed: the first time a layer of shape
-``(out, in)`` meets ``m`` rows of a dtype, both ways are timed (median of a
-few) and the faster one is kept for that key. Results agree to float rounding
+``(out, in)`` meets ``m`` rows of a dtype, both ways are timed (the best of a
+few calls, each after the caches are emptied) and the faster one is kept for
+that key. Results agree to float rounding
 (the tests hold both to a float64 product).
 
 Naive equivalent of every choice::
@@ -89,7 +90,7 @@ def _fastest(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -
 class TimedLinear:
     """``linear(x, weight, bias)`` that takes, per ``(out, in, rows, dtype)``, the faster way of :data:`WAYS`.
 
-    ``choices`` maps each key met so far to the way chosen; ``ways`` fixes one way for every key instead of
+    ``choices`` maps each key met so far to the way chosen; ``way`` fixes one way for every key instead of
     timing (``"torch"``: torch's own ``linear`` throughout).
     """
 
@@ -137,9 +138,12 @@ def small_matmul(*models, way: str | None = None, linear: TimedLinear | None = N
     baseline take its products the same way every time). The layers are restored on exit, also on an error.
     """
     linear = linear if linear is not None else TimedLinear(way)
-    patched, hooked = [], []
+    patched, hooked, seen = [], [], set()
     for model in models:
         for module in model.modules():
+            if id(module) in seen:  # a module shared by two of the models is swapped once
+                continue
+            seen.add(id(module))
             if isinstance(module, torch.nn.Linear) and "forward" not in module.__dict__:
                 module.forward = partial(_linear_forward, module, linear)
                 patched.append(module)
