@@ -25,7 +25,19 @@ def render_draft_table(report: dict):
         last = f"{row['identical']}/{settings['prompts']}" if greedy else str(settings["seed"])
         table.add_row(_NAMES[row["way"]], _cell(row["tokens_per_second"]), _cell(row["speedup"]) + "×",
                       _cell(row["acceptance"], 3), _cell(row["tokens_per_forward"]), last)
+    table.caption = _what_ran(settings)
     return table
+
+
+def _what_ran(settings: dict) -> str:
+    """Which proposers and products the rows come from (the settings a reader would otherwise have to guess)."""
+    draft = settings.get("draft_tokens")
+    proposals = (f"the draft proposes {draft} per teacher forward" if draft
+                 else "the draft proposes as its generation config says")
+    ways = settings.get("matmul_ways") or {}
+    products = ("torch's own products" if settings.get("matmul") == "torch" else
+                f"timed products ({ways.get('weight_major', 0)} shapes weight-major, {ways.get('torch', 0)} torch's)")
+    return f"{proposals}, prompt lookup {settings['prompt_lookup_tokens']}; {products}"
 
 
 def baseline_note(settings: dict) -> str | None:
