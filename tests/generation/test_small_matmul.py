@@ -1,5 +1,7 @@
 """The CPU's small products for decoding: either way of taking them gives torch's linear, checked in float64."""
 
+from functools import partial
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -125,3 +127,15 @@ def test_generate_inside_the_context_writes_the_same_greedy_text():
     with small_matmul(model) as linear:
         looked_up = model.generate(ids, prompt_lookup_num_tokens=1, **options)
     assert torch.equal(plain, looked_up) and linear.choices
+
+
+def test_a_layer_another_library_already_wraps_keeps_its_forward_and_is_counted():
+    model = _tiny_llama()
+    layers = [block.mlp.down_proj for block in model.model.layers]  # the only layers of their shape
+    for layer in layers:  # as accelerate's hooks do
+        layer.forward = partial(torch.nn.functional.linear, weight=layer.weight)
+    theirs = [layer.forward for layer in layers]
+    with torch.no_grad(), small_matmul(model) as linear:
+        model(torch.tensor([[3, 4]]))
+    assert linear.wrapped_layers == len(layers) == 2 and [layer.forward for layer in layers] == theirs
+    assert (layers[0].out_features, layers[0].in_features, 2, torch.float32) not in linear.choices

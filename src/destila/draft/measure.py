@@ -166,7 +166,7 @@ def measure_draft(spec: DraftEvalSpec, *, progress: bool = True, teacher: tuple 
     for row in rows:
         row["speedup"] = round(row["tokens_per_second"] / base, 4) if base and row["tokens_per_second"] else None
     settings = {**_settings(spec, len(prompts), use_template, forward, rows[0]), "matmul_ways": products.summary(),
-                "matmul_choices": products.listing()}
+                "matmul_choices": products.listing(), "matmul_wrapped_layers": products.wrapped_layers}
     return {"settings": settings, "ways": rows, "errors": _errors(rows), "texts": _texts(tokenizer, answers,
                                                                                          len(prompts))}
 

@@ -37,7 +37,9 @@ def _what_ran(settings: dict) -> str:
     ways = settings.get("matmul_ways") or {}
     products = ("torch's own products" if settings.get("matmul") == "torch" else
                 f"timed products ({ways.get('weight_major', 0)} shapes weight-major, {ways.get('torch', 0)} torch's)")
-    return f"{proposals}, prompt lookup {settings['prompt_lookup_tokens']}; {products}"
+    wrapped = settings.get("matmul_wrapped_layers")
+    kept = f"; {wrapped} linear layers already wrapped by another library kept their own" if wrapped else ""
+    return f"{proposals}, prompt lookup {settings['prompt_lookup_tokens']}; {products}{kept}"
 
 
 def baseline_note(settings: dict) -> str | None:

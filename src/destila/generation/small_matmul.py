@@ -99,6 +99,7 @@ class TimedLinear:
             raise ValueError(f"small matmul: expected a way of {', '.join(WAYS)} or None (timed), found {way!r}")
         self.way = way
         self.choices: dict[tuple, str] = {}
+        self.wrapped_layers = 0  # linear layers left alone because something else already wraps their forward
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         rows = x.numel() // max(x.shape[-1], 1)
@@ -131,7 +132,8 @@ def _linear_forward(module: torch.nn.Linear, linear: TimedLinear, x: torch.Tenso
 def small_matmul(*models, way: str | None = None, linear: TimedLinear | None = None):
     """Within the block, every ``nn.Linear`` of ``models`` (and any module that declares
     ``swappable_linear = True`` and takes its product through its ``linear`` attribute, as a draft's narrow head
-    does) computes through one :class:`TimedLinear`, which it yields.
+    does) computes through one :class:`TimedLinear`, which it yields; a layer whose ``forward`` something else
+    already replaced keeps it and is counted in ``wrapped_layers``.
 
     ``way`` ``None`` times both ways per shape; ``"torch"`` or ``"weight_major"`` fixes one. ``linear``, a
     :class:`TimedLinear` used before, keeps its choices instead (measurements that compare against one
@@ -144,7 +146,10 @@ def small_matmul(*models, way: str | None = None, linear: TimedLinear | None = N
             if id(module) in seen:  # a module shared by two of the models is swapped once
                 continue
             seen.add(id(module))
-            if isinstance(module, torch.nn.Linear) and "forward" not in module.__dict__:
+            if isinstance(module, torch.nn.Linear):
+                if "forward" in module.__dict__:  # e.g. accelerate's offload hooks: theirs runs, counted
+                    linear.wrapped_layers += 1
+                    continue
                 module.forward = partial(_linear_forward, module, linear)
                 patched.append(module)
             elif getattr(module, "swappable_linear", False):
