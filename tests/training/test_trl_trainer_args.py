@@ -61,3 +61,23 @@ def test_a_gkd_config_asking_for_what_destila_lacks_is_refused_in_one_line(tiny_
 def test_args_of_another_kind_are_refused(tiny_cache, fresh_student):
     with pytest.raises(TypeError, match="args is a dict; expected DistillationArguments"):
         DistillationTrainer(model=str(fresh_student), args={"output_dir": "x"}, cache=tiny_cache)
+
+
+def test_the_teacher_a_gkd_config_names_is_the_one_trained_against(tiny_llama_dir, fresh_student, tmp_path):
+    rows = [{"text": text} for text in pydoc_texts(2)]
+    args = gkd_config(tmp_path, lmbda=0.0, teacher_model_name_or_path=str(tiny_llama_dir))
+    trainer = DistillationTrainer(model=str(fresh_student), args=args, train_dataset=rows)
+    assert trainer.teacher.model.config.num_hidden_layers == 4  # the named teacher, loaded from its folder
+    assert trainer.train().global_step == 1
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("cache", "names an online teacher"),
+    ("other teacher", "both name the teacher; give one"),
+])
+def test_a_named_teacher_beside_another_source_is_refused(tiny_llama_dir, tiny_cache, fresh_student, tmp_path, given,
+                                                         expected):
+    args = gkd_config(tmp_path, lmbda=0.0, teacher_model_name_or_path=str(tiny_llama_dir))
+    source = {"cache": tiny_cache} if given == "cache" else {"teacher_model": str(fresh_student)}
+    with pytest.raises(ValueError, match=expected):
+        DistillationTrainer(model=str(fresh_student), args=args, **source)

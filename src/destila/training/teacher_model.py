@@ -22,3 +22,19 @@ def loaded_teacher(teacher_model):
 
         return load_causal_lm(str(teacher_model))
     return teacher_model
+
+
+def teacher_of(arguments, teacher_model, cache):
+    """The teacher a TRL config names (``teacher_model_name_or_path``, as ``trl gkd`` reads it) when the trainer was
+    given none; the one given otherwise. Naming a teacher beside another teacher or a cache is refused, not ignored."""
+    named = getattr(arguments, "teacher_model_name_or_path", None)
+    if named is None:
+        return teacher_model
+    if cache is not None:
+        raise ValueError(f"DistillationTrainer: args.teacher_model_name_or_path names an online teacher ({named}) and "
+                         "cache= gives cached targets; give one source of targets (set teacher_model_name_or_path to "
+                         "None to train from the cache)")
+    if teacher_model is not None and str(teacher_model) != str(named):
+        raise ValueError(f"DistillationTrainer: args.teacher_model_name_or_path ({named}) and teacher_model= both name "
+                         "the teacher; give one (set teacher_model_name_or_path to None, or drop teacher_model=)")
+    return named

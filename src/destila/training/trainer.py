@@ -42,7 +42,7 @@ from destila.training.head_loss import distill_through_forward
 from destila.training.hidden_distillation import hidden_term
 from destila.training.sharing import check_push, write_model_card
 from destila.training.student_model import student_model as _student
-from destila.training.teacher_model import loaded_teacher
+from destila.training.teacher_model import loaded_teacher, teacher_of
 from destila.training.trl_args import as_distillation_arguments, trl_data_options
 from destila.training.trl_defaults import describe_objective
 
@@ -247,6 +247,7 @@ class DistillationTrainer(Trainer):
         if arguments is None:
             raise ValueError("DistillationTrainer: args= is required (a DistillationArguments)")
         trl_data = trl_data_options(arguments)  # a TRL config's max_length, packing, ...: the data's
+        teacher_model = teacher_of(arguments, teacher_model, cache)  # a TRL config may name it
         arguments = as_distillation_arguments(arguments)  # a TrainingArguments or a TRL config, in TRL's meaning
         teacher_model = loaded_teacher(teacher_model)  # a path or hub id, as TRL's GKDTrainer takes it
         check_push(arguments)  # before the Trainer creates the Hub repository

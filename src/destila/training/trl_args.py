@@ -79,4 +79,9 @@ def trl_data_options(args) -> dict:
     names = {f.name for f in dataclasses.fields(DistillationArguments)}
     defaults = {f.name: f.default for f in dataclasses.fields(type(args))}
     return {MAPPED[key][0]: (key, MAPPED[key][1](value)) for key, value in _trl_fields(args).items()
-            if key in MAPPED and MAPPED[key][0] not in names and value is not None and value != defaults.get(key)}
+            if key in MAPPED and key not in _MODEL_KEYS and MAPPED[key][0] not in names and value is not None
+            and value != defaults.get(key)}
+
+
+# The models a config names are the trainer's arguments (teacher_model=, model=), not data options.
+_MODEL_KEYS = ("model_name_or_path", "teacher_model_name_or_path")
