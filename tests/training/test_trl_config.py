@@ -171,3 +171,19 @@ def test_use_peft_maybe_on_the_command_line_is_one_line(capsys):
         cli(["train", "student", "--cache", "cache", "-o", "out", "--use_peft", "maybe"])
     assert done.value.code == 2
     assert "use_peft: expected true or false, found 'maybe'" in capsys.readouterr().err
+
+
+def test_dataset_streaming_is_read_as_streaming():
+    from destila.training.trl_keys import map_trl_keys
+
+    assert map_trl_keys({"dataset_streaming": True}, known={"streaming"}) == ({"streaming": True}, [])
+    assert map_trl_keys({"dataset_streaming": False}, known={"streaming"}) == ({"streaming": False}, [])
+    assert map_trl_keys({"dataset_streaming": "maybe"}, known=set())[1] == [
+        "dataset_streaming: expected true or false, found 'maybe'"]
+    _, problems = map_trl_keys({"datasets": [{"path": "a.jsonl"}], "dataset_streaming": True}, known=set())
+    assert problems and "streaming true beside datasets" in problems[0]
+
+
+def test_dataset_streaming_on_the_command_line_streams_the_data(tmp_path):
+    namespace, _ = parse(["s", "--data", "x.jsonl", "--dataset_streaming", "true", "-o", str(tmp_path / "o")])
+    assert namespace.streaming is True

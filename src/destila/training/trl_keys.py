@@ -38,6 +38,12 @@ from destila.training.trl_distillation import DISTILLATION_MEANINGS, DISTILLATIO
 PACKED = "bfd"
 
 
+def _boolean(value) -> bool:
+    if not isinstance(value, bool):  # "maybe" or 1 would be read as true
+        raise ValueError(f"expected true or false, found {value!r}")
+    return value
+
+
 def _lora_modules(value):
     return ",".join(value) if isinstance(value, (list, tuple)) else value
 
@@ -51,6 +57,7 @@ MAPPED = {
     "dataset_train_split": ("split", str, "--split"),
     "dataset_text_field": ("text_field", str, "--text-field"),
     "dataset_num_proc": ("num_proc", int, "--num-proc"),
+    "dataset_streaming": ("streaming", _boolean, "--streaming (the online data read as a stream)"),
     "max_length": ("seq_len", int, "--seq-len (tokens per training row)"),
     "max_seq_length": ("seq_len", int, "--seq-len (older TRL name)"),
     "packing": ("packing", lambda v: PACKED if v else "none",
@@ -108,7 +115,6 @@ REFUSED = {
     "chat_template_path": ((), "the chat template is the teacher tokenizer's; change it before building the cache"),
     "dataset_kwargs": ((), "no extra dataset options; use the data options of `destila train --help`"),
     "dataset_test_split": (("test",), "held-out data is --eval-fraction of the training data, or an eval cache"),
-    "dataset_streaming": ((False,), "use --streaming (online data)"),
     "truncation_mode": (("keep_start",), "a document longer than a row keeps its start"),
     "shuffle_dataset": ((False,), "the Trainer's sampler shuffles the sequences (--seed); they are not shuffled "
                                   "before packing"),
