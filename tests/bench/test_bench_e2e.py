@@ -116,3 +116,19 @@ def test_the_table_compares_with_online_only_when_online_ran():
 
     assert "1.00×" not in rendered(without) and rendered(without).count("–") == 3
     assert "0.50×" in rendered(with_online) and "+0.2500" in rendered(with_online)
+
+
+def test_the_rows_measured_so_far_are_on_disk_before_the_run_ends(tmp_path, capsys):
+    from rich.console import Console
+
+    from destila.cli.bench import keeping_rows
+
+    path = tmp_path / "e2e.json"
+    on_row = keeping_rows(Console(), lambda row: f"row {row['method']}", path, {"cpu": "x"})
+    on_row({"method": "offline", "status": "ok"})
+    assert json.loads(path.read_text()) == {"machine": {"cpu": "x"}, "rows": [{"method": "offline", "status": "ok"}],
+                                            "unfinished": True}
+    on_row({"method": "online", "status": "oom"})
+    assert [r["method"] for r in json.loads(path.read_text())["rows"]] == ["offline", "online"]
+    assert "row online" in capsys.readouterr().out
+    keeping_rows(Console(), str, None, {})({"method": "x"})  # no file asked for: printed only

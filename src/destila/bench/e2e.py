@@ -337,5 +337,8 @@ def longest_fitting(rows: list[dict]) -> dict[str, int | None]:
 
 
 def save_json(payload, path: str | Path) -> None:
+    """``payload`` as indented JSON at ``path``, written atomically (a reader sees the old file or the new one)."""
+    from destila.io import write_atomic
+
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(payload, indent=2))
+    write_atomic(path, json.dumps(payload, indent=2))

@@ -76,19 +76,34 @@ def _run_loss(args) -> int:
     return failed_rows_code(rows, "impl")
 
 
+def keeping_rows(console, line, json_path, machine: dict):
+    """The ``on_row`` of an end-to-end run: each row printed and, with ``json_path``, that file rewritten with the
+    rows so far (``"unfinished": true``), so a run stopped before its end (a time limit, a crash) keeps the rows it
+    finished; the whole result replaces it at the end."""
+    rows = []
+
+    def on_row(row: dict) -> None:
+        console.print(line(row))
+        rows.append(row)
+        if json_path:
+            save_json({"machine": machine, "rows": rows, "unfinished": True}, json_path)
+
+    return on_row
+
+
 def _run_e2e(args) -> int:
     console, machine = Console(), machine_info()
     cfg = E2EConfig(**values_of(args, E2EConfig))
     files = OutputFiles(**values_of(args, OutputFiles))
     if args.long_context:
         long = LongContextConfig.for_e2e(cfg, **values_of(args, LongContextConfig, only=LONG_CONTEXT_FLAGS))
-        rows = run_long_context(long, on_row=lambda row: console.print(long_context_row_line(row)))
+        rows = run_long_context(long, on_row=keeping_rows(console, long_context_row_line, files.json, machine))
         best = longest_fitting(rows)
         for line in long_context_summary_lines(best):
             console.print(line)
         result = {"machine": machine, "rows": rows, "longest": best}
     else:
-        result = run_e2e(cfg, on_row=lambda row: console.print(e2e_row_line(row)))
+        result = run_e2e(cfg, on_row=keeping_rows(console, e2e_row_line, files.json, machine))
         result["machine"] = machine
         console.print(e2e_table(result, cfg))
         for line in e2e_summary_lines(result, cfg):
