@@ -160,7 +160,6 @@ _DIRECT_WRITES = {
     "student/init.py": "the incomplete-flag, whose presence alone is the message",
     "training/run.py": "the incomplete-flag, whose presence alone is the message",
     "bench/results.py": "the bench harness's own CSV writer",
-    "bench/e2e.py": "the bench harness's own JSON writer",
 }
 
 
