@@ -183,7 +183,8 @@ def _measure_one(context: dict, row: str, size: int, seed: int, vocab, folder: P
     ways = ("teacher", "prompt_lookup") if folder is None else ("teacher", "draft")
     spec = DraftEvalSpec(context["teacher_name"], None if folder is None else str(folder), context["held"],
                          max_new_tokens=context["new_tokens"], draft_vocab=vocab, ways=ways, **options)
-    if (row, size, seed, vocab, _proposals(spec, row), spec.matmul) in context["done"]:
+    if (row, size, seed, vocab, _proposals(row, spec.prompt_lookup_tokens, spec.draft_tokens),
+            spec.matmul) in context["done"]:
         return
     if folder is not None and not (folder / "config.json").is_file():
         print(f"{folder.name}: not trained yet (run `train` first); not measured")
@@ -198,8 +199,9 @@ def _default_proposals() -> int:
     return DraftEvalSpec.__dataclass_fields__["draft_tokens"].default
 
 
-def _proposals(spec, row: str) -> int:
-    return spec.prompt_lookup_tokens if row == "prompt_lookup" else spec.draft_tokens
+def _proposals(row: str, prompt_lookup_tokens: int, draft_tokens: int) -> int:
+    """Tokens proposed per teacher forward in ``row``: prompt lookup's, or the draft's."""
+    return prompt_lookup_tokens if row == "prompt_lookup" else draft_tokens
 
 
 def _key(record: dict) -> tuple:
@@ -253,7 +255,7 @@ def _append(out: Path, row: str, size: int, seed: int, vocab, report: dict, load
     ways = {w["way"]: w for w in report["ways"]}
     other = ways.get("draft") or ways.get("prompt_lookup")
     settings = report["settings"]
-    proposals = settings["prompt_lookup_tokens"] if row == "prompt_lookup" else settings["draft_tokens"]
+    proposals = _proposals(row, settings["prompt_lookup_tokens"], settings["draft_tokens"])
     record = {"row": row, "layers": size, "seed": seed, "draft_vocab": vocab, "proposals": proposals,
               "matmul": settings["matmul"],
               "teacher_tokens_per_second": ways["teacher"]["tokens_per_second"],
