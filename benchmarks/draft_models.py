@@ -11,7 +11,9 @@ topics never trained on). Drafts: cut from the teacher with ``--sizes`` layers (
   (sequence-level KD);
 - ``kd-answers``: forward KL to the teacher's cached top-100 on those answers (KD on teacher-written text);
 - ``kd-answers-tvd``, ``kd-answers-rkl``: the same with total variation / reverse KL (largest size only);
-- ``ce-answers-4x``, ``kd-answers-4x``: the answers rows on 4× the tokens (smallest size, first seed only).
+- ``ce-answers-4x``, ``kd-answers-4x``: the answers rows on 4× the tokens (smallest size, first seed only);
+- ``ce-answers-16x``, ``kd-answers-16x``: on 16× the tokens (smallest size, every seed), about 14 passes over
+  the answers: the rows above stop after 50 optimizer steps, far from trained.
 
 Every trained row trains on the same number of trained tokens (``--tokens``; answers train on their
 answer tokens only), batch 4 × 256, learning rate 5e-4 after 5 warm-up steps, with each ``--seeds``.
@@ -19,8 +21,10 @@ Each draft is then measured by ``destila eval``'s measurement (:func:`destila.dr
 in one process against one loaded teacher: per held-out prompt the teacher alone and the teacher with the
 draft in turn (the draft proposes from the teacher's 8,192 most frequent answer tokens, ``--draft-vocab``,
 one token before every teacher forward, with timed CPU products), and prompt lookup with 1 and with 10
-proposals. The best KD draft is measured again with its whole head, with transformers' adaptive proposals,
-and with torch's own products. One JSON line per measurement is appended as soon as it is taken; a rerun
+proposals. The best KD draft is measured again with its whole head, with 2 proposals per forward, with
+transformers' adaptive proposals and with torch's own products; prompt lookup and the 16× rows again with
+speculative sampling at temperature 1 (a proposal is kept with probability min(1, p/q), so the draft's whole
+distribution counts, not only its top token). One JSON line per measurement is appended as soon as it is taken; a rerun
 skips what is done (trainings resume from their checkpoints).
 
     python benchmarks/draft_models.py train WORK            # answers, caches, cuts, every training
@@ -50,11 +54,17 @@ DIVERGENCE_ROWS = {
     "kd-answers-tvd": ("answers", {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "tvd"}),
     "kd-answers-rkl": ("answers", {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "reverse_kl"}),
 }
-LONG_ROWS = {  # the answers rows again on 4× the tokens (several passes over the answers), smallest size only
-    "ce-answers-4x": ("answers", {"soft_weight": 0.0, "hard_weight": 1.0}),
-    "kd-answers-4x": ("answers", {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "forward_kl"}),
+_CE = {"soft_weight": 0.0, "hard_weight": 1.0}
+_KD = {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "forward_kl"}
+LONG_ROWS = {  # the answers rows again on more tokens (many passes over the answers), smallest size only
+    # name: (training data, loss, multiple of --tokens, trained with every seed or the first only)
+    "ce-answers-4x": ("answers", _CE, 4, False),
+    "kd-answers-4x": ("answers", _KD, 4, False),
+    "ce-answers-16x": ("answers", _CE, 16, True),
+    "kd-answers-16x": ("answers", _KD, 16, True),
 }
-LONG = 4
+SAMPLED_ROWS = ("ce-answers-16x", "kd-answers-16x")  # measured with speculative sampling too
+SAMPLING_TEMPERATURE = 1.0
 SEQ_LEN, BATCH, TOP_K, LEARNING_RATE = 256, 4, 100, 5e-4
 
 
@@ -70,7 +80,8 @@ def _recipe(work: Path, teacher: str, tokens: int, train_prompts: int, answer_to
 def _runs(sizes: list[int], seeds: list[int]) -> list[tuple[str, int, int]]:
     runs = [(row, size, seed) for seed in seeds for size in sizes for row in ROWS]
     runs += [(row, max(sizes), seeds[0]) for row in DIVERGENCE_ROWS]
-    runs += [(row, min(sizes), seeds[0]) for row in LONG_ROWS]
+    runs += [(row, min(sizes), seed) for seed in seeds for row, (*_, every_seed) in LONG_ROWS.items()
+             if every_seed or seed == seeds[0]]
     return runs
 
 
@@ -99,10 +110,10 @@ def train(work: Path, sizes: list[int], seeds: list[int], tokens: int, teacher: 
     for size in sizes:
         log.run(f"init-{size}", f"{size} layers cut", lambda: _init(work, teacher, size))
     for row, size, seed in _runs(sizes, seeds):
-        data, loss = {**ROWS, **DIVERGENCE_ROWS, **LONG_ROWS}[row]
+        data, loss, multiple = LONG_ROWS[row][:3] if row in LONG_ROWS else (*{**ROWS, **DIVERGENCE_ROWS}[row], 1)
         cache = caches[data]
         per_sequence = cache["trained_positions"] / cache["sequences"]
-        steps = max(1, round(tokens * (LONG if row in LONG_ROWS else 1) / (BATCH * per_sequence)))
+        steps = max(1, round(tokens * multiple / (BATCH * per_sequence)))
 
         def run(cache=cache, loss=loss, steps=steps, per_sequence=per_sequence, name=_name(row, size, seed)):
             result = train_from_cache(str(work / f"init-{size}"), work / "train" / name, cache["path"],
@@ -169,10 +180,18 @@ def measure(work: Path, out: Path, sizes: list[int], seeds: list[int], prompts: 
     for row, size, seed, vocab, folder, options in todo:
         _measure_one(context, row, size, seed, vocab, folder, options)
     best = _best(out, "kd-answers")
-    if best is not None:  # the best draft again: whole head, transformers' adaptive proposals, torch's products
+    if best is not None:  # the best draft again: whole head, 2 and adaptive proposals, torch's products
         folder = work / "train" / _name(best["row"], best["layers"], best["seed"])
-        for vocab, options in ((None, {}), (draft_vocab, {"draft_tokens": 0}), (draft_vocab, {"matmul": "torch"})):
+        for vocab, options in ((None, {}), (draft_vocab, {"draft_tokens": 2}), (draft_vocab, {"draft_tokens": 0}),
+                               (draft_vocab, {"matmul": "torch"})):
             _measure_one(context, best["row"], best["layers"], best["seed"], vocab, folder, options)
+    # Sampling (speculative sampling at temperature 1): a proposal is kept with probability min(1, p/q), so the
+    # whole distribution counts, not only its top token; prompt lookup and the longest-trained answers rows.
+    sampled = {"temperature": SAMPLING_TEMPERATURE}
+    _measure_one(context, "prompt_lookup", 0, 0, None, None, {**sampled, "prompt_lookup_tokens": one})
+    for row, size, seed in _runs(sizes, seeds):
+        if row in SAMPLED_ROWS:
+            _measure_one(context, row, size, seed, draft_vocab, work / "train" / _name(row, size, seed), sampled)
 
 
 def _measure_one(context: dict, row: str, size: int, seed: int, vocab, folder: Path | None, options: dict) -> None:
@@ -184,7 +203,7 @@ def _measure_one(context: dict, row: str, size: int, seed: int, vocab, folder: P
     spec = DraftEvalSpec(context["teacher_name"], None if folder is None else str(folder), context["held"],
                          max_new_tokens=context["new_tokens"], draft_vocab=vocab, ways=ways, **options)
     if (row, size, seed, vocab, _proposals(row, spec.prompt_lookup_tokens, spec.draft_tokens),
-            spec.matmul) in context["done"]:
+            spec.matmul, spec.temperature) in context["done"]:
         return
     if folder is not None and not (folder / "config.json").is_file():
         print(f"{folder.name}: not trained yet (run `train` first); not measured")
@@ -206,7 +225,7 @@ def _proposals(row: str, prompt_lookup_tokens: int, draft_tokens: int) -> int:
 
 def _key(record: dict) -> tuple:
     return (record["row"], record["layers"], record["seed"], record["draft_vocab"], record["proposals"],
-            record["matmul"])
+            record["matmul"], record.get("temperature", 0.0))
 
 
 def step_costs(work: Path, teacher_name: str, sizes: list[int], draft_vocab: int) -> dict:
@@ -257,11 +276,11 @@ def _append(out: Path, row: str, size: int, seed: int, vocab, report: dict, load
     settings = report["settings"]
     proposals = _proposals(row, settings["prompt_lookup_tokens"], settings["draft_tokens"])
     record = {"row": row, "layers": size, "seed": seed, "draft_vocab": vocab, "proposals": proposals,
-              "matmul": settings["matmul"],
+              "matmul": settings["matmul"], "temperature": settings["temperature"],
               "teacher_tokens_per_second": ways["teacher"]["tokens_per_second"],
               "tokens_per_second": other["tokens_per_second"], "speedup": other["speedup"],
               "acceptance": other["acceptance"], "tokens_per_forward": other["tokens_per_forward"],
-              "identical": other["identical"], "prompts": report["settings"]["prompts"],
+              "identical": other.get("identical"), "prompts": report["settings"]["prompts"],
               "max_new_tokens": report["settings"]["max_new_tokens"],
               "teacher_forward_ms": report["settings"]["teacher_forward_ms"],
               "teacher_alone_ms_per_token": report["settings"]["teacher_alone_ms_per_token"],
@@ -275,40 +294,43 @@ def _append(out: Path, row: str, size: int, seed: int, vocab, report: dict, load
 def _best(out: Path, prefix: str) -> dict | None:
     one = _default_proposals()
     rows = [r for r in read_json_lines(out) if r["row"].startswith(prefix) and r["draft_vocab"] is not None
-            and r["proposals"] == one and r["matmul"] == "timed"]
+            and r["proposals"] == one and r["matmul"] == "timed" and not r.get("temperature")]
     return max(rows, key=lambda r: r["speedup"]) if rows else None
 
 
 def table(records: list[dict]) -> str:
-    """Mean over seeds per (row, layers, head, proposals, products): acceptance, tokens per forward, speedup; ±
-    half the seeds' spread."""
+    """Mean over seeds per (row, layers, head, proposals, products, decoding): acceptance, tokens per forward,
+    speedup; ± half the seeds' spread. Greedy rows first, then sampled ones."""
     groups: dict = {}
     for r in records:
-        groups.setdefault((r["layers"], r["row"], r["draft_vocab"], r["proposals"], r["matmul"]), []).append(r)
+        key = (r["layers"], r["row"], r["draft_vocab"], r["proposals"], r["matmul"], r.get("temperature") or 0.0)
+        groups.setdefault(key, []).append(r)
 
     def cell(values, digits):
         mean = statistics.mean(values)
         return f"{mean:.{digits}f}" + (f" ± {(max(values) - min(values)) / 2:.{digits}f}" if len(values) > 1 else "")
 
     def order(key):
-        layers, row, vocab, proposals, matmul = key
-        return (row == "prompt_lookup", layers, list(_ORDER).index(row) if row in _ORDER else 0, vocab is None,
-                proposals != _default_proposals(), matmul != "timed", proposals)
+        layers, row, vocab, proposals, matmul, temperature = key
+        return (temperature, row == "prompt_lookup", layers, list(_ORDER).index(row) if row in _ORDER else 0,
+                vocab is None, proposals != _default_proposals(), matmul != "timed", proposals)
 
     lines = []
     for key in sorted(groups, key=order):
-        layers, row, vocab, proposals, matmul = key
+        layers, row, vocab, proposals, matmul, temperature = key
         group = groups[key]
         lookup = row == "prompt_lookup"
+        identical = "–" if temperature else \
+            f"{sum(g['identical'] for g in group)}/{sum(g['prompts'] for g in group)}"
         lines.append(["–" if lookup else f"{layers}", "prompt lookup" if lookup else row,
                       "–" if lookup else "whole" if vocab is None else f"{vocab:,}",
-                      "adaptive" if proposals == 0 else str(proposals), matmul, str(len(group)),
+                      "adaptive" if proposals == 0 else str(proposals), matmul,
+                      f"T = {temperature:g}" if temperature else "greedy", str(len(group)),
                       cell([g["acceptance"] or 0.0 for g in group], 3),
                       cell([g["tokens_per_forward"] for g in group], 2),
-                      cell([g["speedup"] for g in group], 2) + "×",
-                      f"{sum(g['identical'] for g in group)}/{sum(g['prompts'] for g in group)}"])
-    header = ["layers", "draft", "head", "proposals", "products", "seeds", "acceptance", "tokens/forward", "speedup",
-              "identical"]
+                      cell([g["speedup"] for g in group], 2) + "×", identical])
+    header = ["layers", "draft", "head", "proposals", "products", "decoding", "seeds", "acceptance", "tokens/forward",
+              "speedup", "identical"]
     return "\n".join(table_lines(header, lines))
 
 
@@ -337,7 +359,7 @@ def plot(path: Path, image: Path) -> None:
     records = read_json_lines(path)
     figure = Figure(figsize=(7, 4.5))
     axes = figure.add_subplot()
-    for r in records:
+    for r in (r for r in records if not r.get("temperature")):  # greedy rows: sampled ones are in the table
         label = "prompt lookup" if r["row"] == "prompt_lookup" else f"{r['row']} {r['layers']}L"
         if r["proposals"] != _default_proposals() or r["matmul"] != "timed":
             label += f" ({'adaptive' if r['proposals'] == 0 else r['proposals']}, {r['matmul']})"
@@ -353,7 +375,7 @@ def plot(path: Path, image: Path) -> None:
 
 
 _ORDER = ("cut", "ce-pydoc", "kd-pydoc", "ce-answers", "kd-answers", "kd-answers-tvd", "kd-answers-rkl",
-          "ce-answers-4x", "kd-answers-4x")
+          "ce-answers-4x", "kd-answers-4x", "ce-answers-16x", "kd-answers-16x")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -519,7 +519,9 @@ def draft_models(records: list[dict], costs: dict) -> str:
     return (draft_table(records) + "\n\nproposals: tokens proposed before every teacher forward (adaptive: "
             "transformers' default schedule); products: `timed`, each small CPU product the faster of two ways, "
             "chosen once for every row, or `torch`, torch's own. "
-            f"{prompts} held-out prompts, at most {tokens} new tokens each, greedy, "
+            "decoding: greedy (the text must be the teacher's own), or speculative sampling at temperature T "
+            "(distributed as the teacher's; seeded, so no identity is checked). "
+            f"{prompts} held-out prompts, at most {tokens} new tokens each, "
             f"{records[0]['threads']} threads; load average during the measurement {min(loads):.2f} to "
             f"{max(loads):.2f}. " + costs_line(costs) + "\n\n" + command_block(
                 "python benchmarks/draft_models.py train WORK\n"

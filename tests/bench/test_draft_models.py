@@ -31,16 +31,22 @@ def test_train_measure_and_table(teacher, tmp_path, capsys):
                           *(f"teacher, torch products, {w} new" for w in widths),
                           "1 layers, whole head", "1 layers, 64 rows"} and all(v > 0 for v in costs.values())
     records = read_json_lines(out)
-    rows = [(r["row"], r["draft_vocab"], r["proposals"], r["matmul"]) for r in records]
+    rows = [(r["row"], r["draft_vocab"], r["proposals"], r["matmul"], r["temperature"]) for r in records]
     trained = [*draft_models.ROWS, *draft_models.DIVERGENCE_ROWS, *draft_models.LONG_ROWS]
-    assert rows[:3] == [("prompt_lookup", None, 1, "timed"), ("prompt_lookup", None, 10, "timed"),
-                        ("cut", 64, 1, "timed")]
-    assert rows[3:3 + len(trained)] == [(row, 64, 1, "timed") for row in trained]
-    # The best KD draft again: whole head, transformers' adaptive proposals, torch's products.
-    assert [r[1:] for r in rows[-3:]] == [(None, 1, "timed"), (64, 0, "timed"), (64, 1, "torch")]
-    assert all(r[0].startswith("kd-answers") for r in rows[-3:]) and len(rows) == 3 + len(trained) + 3
+    assert rows[:3] == [("prompt_lookup", None, 1, "timed", 0), ("prompt_lookup", None, 10, "timed", 0),
+                        ("cut", 64, 1, "timed", 0)]
+    assert rows[3:3 + len(trained)] == [(row, 64, 1, "timed", 0) for row in trained]
+    # The best KD draft again: whole head, 2 proposals, transformers' adaptive proposals, torch's products.
+    extras = rows[3 + len(trained):3 + len(trained) + 4]
+    assert [r[1:] for r in extras] == [(None, 1, "timed", 0), (64, 2, "timed", 0), (64, 0, "timed", 0),
+                                       (64, 1, "torch", 0)]
+    assert all(r[0].startswith("kd-answers") for r in extras)
+    # Then speculative sampling: prompt lookup and the longest-trained answers rows.
+    assert rows[3 + len(trained) + 4:] == [("prompt_lookup", None, 1, "timed", 1.0),
+                                           *((row, 64, 1, "timed", 1.0) for row in draft_models.SAMPLED_ROWS)]
     for r in records:
-        assert r["errors"] == [] and r["identical"] == 2 and r["tokens_per_forward"] >= 1
+        assert r["errors"] == [] and r["tokens_per_forward"] >= 1
+        assert r["identical"] == (2 if r["temperature"] == 0 else None)
     # A rerun measures nothing again.
     draft_models.main(["measure", str(work), "--teacher", str(teacher), "--sizes", "1", "--seeds", "0",
                        "--tokens", "256", "--out", str(out), "--prompts", "2", "--new-tokens", "6",
@@ -49,8 +55,9 @@ def test_train_measure_and_table(teacher, tmp_path, capsys):
     capsys.readouterr()
     draft_models.main(["table", str(out)])
     table = capsys.readouterr().out
-    assert "| 1 | kd-answers | 64 | 1 | timed | 1 |" in table and "| adaptive | timed |" in table
-    assert "| – | prompt lookup | – | 10 | timed |" in table
+    assert "| 1 | kd-answers | 64 | 1 | timed | greedy | 1 |" in table and "| adaptive | timed |" in table
+    assert "| – | prompt lookup | – | 10 | timed | greedy |" in table
+    assert "| 1 | kd-answers-16x | 64 | 1 | timed | T = 1 | 1 |" in table and table.rstrip().endswith("| – |")
     draft_models.main(["plot", str(out), "--image", str(tmp_path / "p.png")])
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
     costs = json.loads((tmp_path / "draft_models_costs.json").read_text())
