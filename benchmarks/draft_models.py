@@ -24,8 +24,8 @@ one token before every teacher forward, with timed CPU products), and prompt loo
 proposals. The best KD draft is measured again with its whole head, with 2 proposals per forward, with
 transformers' adaptive proposals and with torch's own products; prompt lookup and the 16× rows again with
 speculative sampling at temperature 1 (a proposal is kept with probability min(1, p/q), so the draft's whole
-distribution counts, not only its top token). One JSON line per measurement is appended as soon as it is taken; a rerun
-skips what is done (trainings resume from their checkpoints).
+distribution counts, not only its top token). One JSON line per measurement is appended as soon as it is
+taken; a rerun skips what is done (trainings resume from their checkpoints).
 
     python benchmarks/draft_models.py train WORK            # answers, caches, cuts, every training
     python benchmarks/draft_models.py measure WORK --out benchmarks/results/draft_models.jsonl
@@ -44,18 +44,18 @@ from destila.io.json_lines import append_json_line, read_json_lines
 from destila.io.markdown import table_lines
 
 TEACHER = "smollm2"
+_CE = {"soft_weight": 0.0, "hard_weight": 1.0}
+_KD = {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "forward_kl"}
 ROWS = {  # name: (training data, loss weights and divergence)
-    "ce-pydoc": ("pydoc", {"soft_weight": 0.0, "hard_weight": 1.0}),
-    "kd-pydoc": ("pydoc", {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "forward_kl"}),
-    "ce-answers": ("answers", {"soft_weight": 0.0, "hard_weight": 1.0}),
-    "kd-answers": ("answers", {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "forward_kl"}),
+    "ce-pydoc": ("pydoc", _CE),
+    "kd-pydoc": ("pydoc", _KD),
+    "ce-answers": ("answers", _CE),
+    "kd-answers": ("answers", _KD),
 }
 DIVERGENCE_ROWS = {
     "kd-answers-tvd": ("answers", {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "tvd"}),
     "kd-answers-rkl": ("answers", {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "reverse_kl"}),
 }
-_CE = {"soft_weight": 0.0, "hard_weight": 1.0}
-_KD = {"soft_weight": 1.0, "hard_weight": 0.0, "divergence": "forward_kl"}
 LONG_ROWS = {  # the answers rows again on more tokens (many passes over the answers), smallest size only
     # name: (training data, loss, multiple of --tokens, trained with every seed or the first only)
     "ce-answers-4x": ("answers", _CE, 4, False),
@@ -225,7 +225,12 @@ def _proposals(row: str, prompt_lookup_tokens: int, draft_tokens: int) -> int:
 
 def _key(record: dict) -> tuple:
     return (record["row"], record["layers"], record["seed"], record["draft_vocab"], record["proposals"],
-            record["matmul"], record.get("temperature", 0.0))
+            record["matmul"], _temperature(record))
+
+
+def _temperature(record: dict) -> float:
+    """A record's sampling temperature; 0 (greedy) for records written before sampled rows were measured."""
+    return record.get("temperature") or 0.0
 
 
 def step_costs(work: Path, teacher_name: str, sizes: list[int], draft_vocab: int) -> dict:
@@ -294,7 +299,7 @@ def _append(out: Path, row: str, size: int, seed: int, vocab, report: dict, load
 def _best(out: Path, prefix: str) -> dict | None:
     one = _default_proposals()
     rows = [r for r in read_json_lines(out) if r["row"].startswith(prefix) and r["draft_vocab"] is not None
-            and r["proposals"] == one and r["matmul"] == "timed" and not r.get("temperature")]
+            and r["proposals"] == one and r["matmul"] == "timed" and not _temperature(r)]
     return max(rows, key=lambda r: r["speedup"]) if rows else None
 
 
@@ -303,7 +308,7 @@ def table(records: list[dict]) -> str:
     speedup; ± half the seeds' spread. Greedy rows first, then sampled ones."""
     groups: dict = {}
     for r in records:
-        key = (r["layers"], r["row"], r["draft_vocab"], r["proposals"], r["matmul"], r.get("temperature") or 0.0)
+        key = (r["layers"], r["row"], r["draft_vocab"], r["proposals"], r["matmul"], _temperature(r))
         groups.setdefault(key, []).append(r)
 
     def cell(values, digits):
@@ -359,7 +364,7 @@ def plot(path: Path, image: Path) -> None:
     records = read_json_lines(path)
     figure = Figure(figsize=(7, 4.5))
     axes = figure.add_subplot()
-    for r in (r for r in records if not r.get("temperature")):  # greedy rows: sampled ones are in the table
+    for r in (r for r in records if not _temperature(r)):  # greedy rows: sampled ones are in the table
         label = "prompt lookup" if r["row"] == "prompt_lookup" else f"{r['row']} {r['layers']}L"
         if r["proposals"] != _default_proposals() or r["matmul"] != "timed":
             label += f" ({'adaptive' if r['proposals'] == 0 else r['proposals']}, {r['matmul']})"
