@@ -32,8 +32,8 @@ def test_the_weight_major_product_is_torchs_linear_to_float_rounding(shape, with
 
 def test_the_faster_way_is_kept_per_shape_and_row_count(monkeypatch):
     # The timing is made up: one shape is faster torch's way, the other weight-major, as on a real BLAS.
-    def fastest(x, weight, bias):
-        return "torch" if weight.shape[0] == 40 else "weight_major"
+    def fastest(x, layers):
+        return "torch" if layers[0][0].shape[0] == 40 else "weight_major"
 
     monkeypatch.setattr(module, "_fastest", fastest)
     linear = TimedLinear()
@@ -53,6 +53,26 @@ def test_the_real_timing_picks_a_way_and_both_ways_agree():
     out = linear(x, weight)
     assert list(linear.choices.values())[0] in ("torch", "weight_major")
     torch.testing.assert_close(out.double(), _oracle(x, weight, None), rtol=0, atol=1e-4)
+
+
+def test_a_shape_is_timed_over_every_layer_of_it_in_the_open_contexts(monkeypatch):
+    # One weight timed alone misjudges small shapes; a forward reads all of them in turn, so the timing does too.
+    swept = {}
+
+    def fastest(x, layers):
+        swept[(layers[0][0].shape, x.shape[0])] = [weight for weight, _ in layers]
+        return "weight_major"
+
+    monkeypatch.setattr(module, "_fastest", fastest)
+    teacher, draft = _tiny_llama(), _tiny_llama()
+    with torch.no_grad(), small_matmul(teacher, draft) as linear:
+        teacher(torch.tensor([[3, 4]]))
+    down = [block.mlp.down_proj.weight for model in (teacher, draft) for block in model.model.layers]
+    assert [id(w) for w in swept[(down[0].shape, 2)]] == [id(w) for w in down]  # both models' 2 layers each
+    assert linear.layers == {}  # closed: no weight is held alive by a TimedLinear kept for later
+    lone = torch.randn(7, 64)
+    linear(torch.randn(1, 64), lone)  # a weight of no open context's layer is timed alone
+    assert swept[(lone.shape, 1)] == [lone]
 
 
 def test_prefills_and_gradients_are_left_to_torch():

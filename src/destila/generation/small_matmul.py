@@ -10,10 +10,13 @@ head against 9.5 ms for one), while the same numbers taken as
 with a zero row to two (a two-column product instead of a matrix-vector one)
 costs 3 ms too. Which way is faster depends on the BLAS, the CPU, the shape
 and ``m``, so nothing is assumed: the first time a layer of shape
-``(out, in)`` meets ``m`` rows of a dtype, both ways are timed (the best of a
-few calls, each after the caches are emptied) and the faster one is kept for
-that key. Results agree to float rounding
-(the tests hold both to a float64 product).
+``(out, in)`` meets ``m`` rows of a dtype, both ways are timed and the faster
+one is kept for that key. Each timing takes the product with every weight of
+that shape in the models, one after another, as a forward reads them (the best
+of a few sweeps, each after the caches are emptied): one weight timed alone
+misjudges small shapes (for SmolLM2's 576 × 576 projections, torch's one-row
+product wins alone and loses by 0.04 ms a layer in a sweep of 60). Results
+agree to float rounding (the tests hold both to a float64 product).
 
 Naive equivalent of every choice::
 
@@ -70,18 +73,23 @@ def _evict_caches() -> None:
     _evict_buffer[0].sum()
 
 
-def _fastest(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> str:
-    """The way of :data:`WAYS` whose best of ``_TIMINGS`` calls is shortest, each call after the caches are
-    evicted: in a model's forward every weight arrives from memory, so a product timed on a weight left warm in
-    the cache by the call before would be judged on a cost it never has there (torch's one-row product of a
-    1536 × 576 weight: 0.07 ms warm, about three times that cold). The ways are called in turn, so a load that
-    comes and goes falls on both, and the best call is the one least disturbed by it."""
+def _fastest(x: torch.Tensor, layers: list[tuple[torch.Tensor, torch.Tensor | None]]) -> str:
+    """The way of :data:`WAYS` whose best of ``_TIMINGS`` sweeps is shortest; a sweep takes ``x`` through every
+    ``(weight, bias)`` of ``layers`` (the weights of one shape), after the caches are evicted.
+
+    In a model's forward every weight arrives from memory, so a product timed on a weight left warm in the cache
+    by the call before would be judged on a cost it never has there (torch's one-row product of a 1536 × 576
+    weight: 0.07 ms warm, about three times that cold); and one weight timed alone, even cold, is judged on a
+    cost that a run of them does not have. The ways are swept in turn, so a load that comes and goes falls on
+    both, and the best sweep is the one least disturbed by it."""
     best = dict.fromkeys(WAYS, float("inf"))
     for round_ in range(_TIMINGS + 1):
         for way in WAYS:
+            product = _linear(way)
             _evict_caches()
             start = time.perf_counter()
-            _linear(way)(x, weight, bias)
+            for weight, bias in layers:
+                product(x, weight, bias)
             if round_:  # round 0 pays one-time costs
                 best[way] = min(best[way], time.perf_counter() - start)
     return min(WAYS, key=best.__getitem__)
@@ -91,7 +99,9 @@ class TimedLinear:
     """``linear(x, weight, bias)`` that takes, per ``(out, in, rows, dtype)``, the faster way of :data:`WAYS`.
 
     ``choices`` maps each key met so far to the way chosen; ``way`` fixes one way for every key instead of
-    timing (``"torch"``: torch's own ``linear`` throughout).
+    timing (``"torch"``: torch's own ``linear`` throughout). ``layers`` holds, per ``(out, in, dtype)``, the
+    ``(weight, bias)`` of every layer of that shape in the models of the open :func:`small_matmul` contexts: a key
+    is timed over all of them (a weight met without a layer there is timed alone).
     """
 
     def __init__(self, way: str | None = None):
@@ -99,6 +109,7 @@ class TimedLinear:
             raise ValueError(f"small matmul: expected a way of {', '.join(WAYS)} or None (timed), found {way!r}")
         self.way = way
         self.choices: dict[tuple, str] = {}
+        self.layers: dict[tuple, list[tuple[torch.Tensor, torch.Tensor | None]]] = {}
         self.wrapped_layers = 0  # linear layers left alone because something else already wraps their forward
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -110,7 +121,8 @@ class TimedLinear:
         key = (weight.shape[0], weight.shape[1], rows, x.dtype)
         way = self.choices.get(key)
         if way is None:
-            way = self.way or _fastest(x, weight, bias)
+            layers = self.layers.get((weight.shape[0], weight.shape[1], weight.dtype)) or [(weight, bias)]
+            way = self.way or _fastest(x.reshape(rows, -1), layers)
             self.choices[key] = way
         return _linear(way)(x, weight, bias)
 
@@ -152,6 +164,8 @@ def small_matmul(*models, way: str | None = None, linear: TimedLinear | None = N
                     continue
                 module.forward = partial(_linear_forward, module, linear)
                 patched.append(module)
+                shape = (*module.weight.shape, module.weight.dtype)
+                linear.layers.setdefault(shape, []).append((module.weight, module.bias))
             elif getattr(module, "swappable_linear", False):
                 hooked.append((module, module.__dict__.get("linear")))
                 module.linear = linear
@@ -160,6 +174,11 @@ def small_matmul(*models, way: str | None = None, linear: TimedLinear | None = N
     finally:
         for module in patched:
             del module.forward
+            # Only the open contexts' layers are timed; a TimedLinear kept for later holds no weights alive.
+            key = (*module.weight.shape, module.weight.dtype)
+            linear.layers[key] = [pair for pair in linear.layers[key] if pair[0] is not module.weight]
+            if not linear.layers[key]:
+                del linear.layers[key]
         for module, own in hooked:
             if own is None:
                 del module.linear  # back to the class's
