@@ -62,6 +62,7 @@ def test_the_cli_reports_three_ways_and_greedy_text_identical_to_the_teacher(tea
         assert text["draft"] == text["teacher"] == text["prompt_lookup"]
     assert "speculative decoding: 3 prompts" in printed
     assert "the draft proposes 1 per teacher forward, prompt lookup 1; timed products (" in " ".join(printed.split())
+    assert "verdict: " in printed  # what to use, after the table
 
 
 def test_the_teacher_as_its_own_draft_has_every_proposal_accepted(teacher, prompts):

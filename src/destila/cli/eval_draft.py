@@ -16,7 +16,7 @@ def measure(args) -> int:
     from rich.console import Console
 
     from destila.draft.measure import measure_draft
-    from destila.draft.table import baseline_note, render_draft_table
+    from destila.draft.table import print_draft_report
 
     others = [flag for name, flag in _OTHER_WORK.items() if getattr(args, name, None) is not None]
     if others:
@@ -29,10 +29,7 @@ def measure(args) -> int:
                          **values_of(args, DraftEvalSpec))
     report = measure_draft(spec)
     console = Console()
-    console.print(render_draft_table(report))
-    note = baseline_note(report["settings"])
-    if note:
-        console.print(note)
+    print_draft_report(console, report)
     if args.json:
         write_report_file(args.json, json.dumps(report, indent=2, ensure_ascii=False))
         print(f"results written to {args.json}")

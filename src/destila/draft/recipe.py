@@ -257,14 +257,14 @@ class DraftRecipe:
     def measure(self, held: list) -> dict:
         from destila.draft.measure import measure_draft
         from destila.draft.spec import DraftEvalSpec
-        from destila.draft.table import render_draft_table
+        from destila.draft.table import print_draft_report
 
         s = self.settings
         items = [p.messages if p.messages is not None else p.text for p in held]
         spec = DraftEvalSpec(self.teacher, str(self.out), items, max_new_tokens=s.eval_new_tokens,
                              draft_vocab=s.draft_vocab or None)
         report = measure_draft(spec)
-        self.console.print(render_draft_table(report))
+        print_draft_report(self.console, report)
         if report["errors"]:
             raise RuntimeError("; ".join(report["errors"]))
         return report

@@ -49,3 +49,28 @@ def baseline_note(settings: dict) -> str | None:
     return (f"note: the teacher alone took {settings['teacher_alone_ms_per_token']} ms per token, its bare cached "
             f"forward {settings['teacher_forward_ms']} ms; another load on this machine slows the baseline and "
             "flatters every ratio: measure again on quiet cores")
+
+
+def verdict(report: dict) -> str | None:
+    """One line on what the measurement says to use: the draft, prompt lookup (which needs no draft), or neither;
+    None when the draft was not measured. Ratios are this machine's and these prompts'."""
+    speeds = {row["way"]: row["speedup"] for row in report["ways"] if row.get("speedup") is not None}
+    draft, lookup = speeds.get("draft"), speeds.get("prompt_lookup")
+    if draft is None:
+        return None
+    if lookup is not None and lookup > max(draft, 1):
+        return (f"verdict: prompt lookup, which needs no draft, made the teacher {lookup:.2f}× faster here, the draft "
+                f"{draft:.2f}×: use prompt lookup (`generate(prompt_lookup_num_tokens=1)`)")
+    if draft <= 1:
+        return (f"verdict: the draft made the teacher no faster here ({draft:.2f}×): train it longer (--tokens) or "
+                "measure where a teacher forward costs more against a draft step (a larger teacher, a GPU)")
+    ahead = f", ahead of prompt lookup ({lookup:.2f}×)" if lookup is not None else ""
+    return f"verdict: the draft made the teacher {draft:.2f}× faster here{ahead}"
+
+
+def print_draft_report(console, report: dict) -> None:
+    """The table, then the baseline's note if any, then the verdict (what ``eval --draft`` and the recipe show)."""
+    console.print(render_draft_table(report))
+    for line in (baseline_note(report["settings"]), verdict(report)):
+        if line:
+            console.print(line, highlight=False)
