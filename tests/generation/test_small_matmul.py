@@ -75,6 +75,15 @@ def test_a_shape_is_timed_over_every_layer_of_it_in_the_open_contexts(monkeypatc
     assert swept[(lone.shape, 1)] == [lone]
 
 
+def test_a_sweep_is_bounded_for_a_large_model(monkeypatch):
+    weights = [torch.randn(100, 10) for _ in range(5)]  # 4,000 bytes each
+    layers = [(w, None) for w in weights]
+    monkeypatch.setattr(module, "_SWEEP_BYTES", 12_000)
+    assert [w for w, _ in module._sweep(layers)] == weights[:3]
+    monkeypatch.setattr(module, "_SWEEP_BYTES", 100)  # one weight larger than the bound is still timed
+    assert [w for w, _ in module._sweep(layers)] == weights[:1]
+
+
 def test_prefills_and_gradients_are_left_to_torch():
     linear = TimedLinear()
     weight = torch.randn(30, 8, requires_grad=True)

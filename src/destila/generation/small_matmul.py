@@ -63,6 +63,9 @@ def _linear(way: str):
 
 
 _EVICT_BYTES = 64 << 20
+# A timing sweeps the layers of a shape until this many bytes of weights are read: enough for a run of products
+# as a forward has (SmolLM2's 60 projections of 576 × 576 are 80 MiB), bounded for a large model's.
+_SWEEP_BYTES = 256 << 20
 _evict_buffer: list[torch.Tensor] = []
 
 
@@ -73,16 +76,28 @@ def _evict_caches() -> None:
     _evict_buffer[0].sum()
 
 
+def _sweep(layers: list[tuple[torch.Tensor, torch.Tensor | None]]) -> list:
+    """The first of ``layers`` whose weights add up to ``_SWEEP_BYTES`` (at least one)."""
+    taken, read = [], 0
+    for weight, bias in layers:
+        if taken and read + weight.nbytes > _SWEEP_BYTES:
+            break
+        taken.append((weight, bias))
+        read += weight.nbytes
+    return taken
+
+
 def _fastest(x: torch.Tensor, layers: list[tuple[torch.Tensor, torch.Tensor | None]]) -> str:
-    """The way of :data:`WAYS` whose best of ``_TIMINGS`` sweeps is shortest; a sweep takes ``x`` through every
-    ``(weight, bias)`` of ``layers`` (the weights of one shape), after the caches are evicted.
+    """The way of :data:`WAYS` whose best of ``_TIMINGS`` sweeps is shortest; a sweep takes ``x`` through the
+    ``(weight, bias)`` of ``layers`` (the weights of one shape; up to ``_SWEEP_BYTES`` of them), after the caches
+    are evicted.
 
     In a model's forward every weight arrives from memory, so a product timed on a weight left warm in the cache
     by the call before would be judged on a cost it never has there (torch's one-row product of a 1536 × 576
     weight: 0.07 ms warm, about three times that cold); and one weight timed alone, even cold, is judged on a
     cost that a run of them does not have. The ways are swept in turn, so a load that comes and goes falls on
     both, and the best sweep is the one least disturbed by it."""
-    best = dict.fromkeys(WAYS, float("inf"))
+    best, layers = dict.fromkeys(WAYS, float("inf")), _sweep(layers)
     for round_ in range(_TIMINGS + 1):
         for way in WAYS:
             product = _linear(way)
