@@ -288,6 +288,7 @@ def _append(out: Path, row: str, size: int, seed: int, vocab, report: dict, load
               "identical": other.get("identical"), "prompts": report["settings"]["prompts"],
               "max_new_tokens": report["settings"]["max_new_tokens"],
               "teacher_forward_ms": report["settings"]["teacher_forward_ms"],
+              "teacher_forward_2_ms": report["settings"]["teacher_forward_2_ms"],
               "teacher_alone_ms_per_token": report["settings"]["teacher_alone_ms_per_token"],
               "matmul_ways": settings["matmul_ways"], "matmul_choices": settings["matmul_choices"],
               "errors": report["errors"], **load,

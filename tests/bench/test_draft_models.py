@@ -46,6 +46,7 @@ def test_train_measure_and_table(teacher, tmp_path, capsys):
                                            *((row, 64, 1, "timed", 1.0) for row in draft_models.SAMPLED_ROWS)]
     for r in records:
         assert r["errors"] == [] and r["tokens_per_forward"] >= 1
+        assert r["teacher_forward_ms"] > 0 and r["teacher_forward_2_ms"] > 0
         assert r["identical"] == (2 if r["temperature"] == 0 else None)
     # A rerun measures nothing again.
     draft_models.main(["measure", str(work), "--teacher", str(teacher), "--sizes", "1", "--seeds", "0",

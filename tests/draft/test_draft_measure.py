@@ -63,6 +63,9 @@ def test_the_cli_reports_three_ways_and_greedy_text_identical_to_the_teacher(tea
     assert "speculative decoding: 3 prompts" in printed
     assert "the draft proposes 1 per teacher forward, prompt lookup 1; timed products (" in " ".join(printed.split())
     assert "verdict: " in printed  # what to use, after the table
+    settings = report["settings"]
+    assert settings["teacher_forward_ms"] > 0 and settings["teacher_forward_2_ms"] > 0
+    assert isinstance(settings["one_token_forward_fair"], bool)
 
 
 def test_the_teacher_as_its_own_draft_has_every_proposal_accepted(teacher, prompts):

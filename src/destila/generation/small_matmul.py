@@ -12,11 +12,12 @@ costs 3 ms too. Which way is faster depends on the BLAS, the CPU, the shape
 and ``m``, so nothing is assumed: the first time a layer of shape
 ``(out, in)`` meets ``m`` rows of a dtype, both ways are timed and the faster
 one is kept for that key. Each timing takes the product with every weight of
-that shape in the models, one after another, as a forward reads them (the best
-of a few sweeps, each after the caches are emptied): one weight timed alone
-misjudges small shapes (for SmolLM2's 576 × 576 projections, torch's one-row
-product wins alone and loses by 0.04 ms a layer in a sweep of 60). Results
-agree to float rounding (the tests hold both to a float64 product).
+that shape in the models (up to 256 MiB of them), one after another, as a
+forward reads them (the best of a few sweeps, each after the caches are
+emptied): one weight timed alone misjudges small shapes (for SmolLM2's
+576 × 576 projections, torch's one-row product wins alone and loses by 0.04
+ms a layer in a sweep of 60). Results agree to float rounding (the tests
+hold both to a float64 product).
 
 Naive equivalent of every choice::
 
@@ -77,7 +78,7 @@ def _evict_caches() -> None:
 
 
 def _sweep(layers: list[tuple[torch.Tensor, torch.Tensor | None]]) -> list:
-    """The first of ``layers`` whose weights add up to ``_SWEEP_BYTES`` (at least one)."""
+    """The leading ``layers`` whose weights add up to at most ``_SWEEP_BYTES`` (at least one layer)."""
     taken, read = [], 0
     for weight, bias in layers:
         if taken and read + weight.nbytes > _SWEEP_BYTES:
