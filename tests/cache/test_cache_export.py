@@ -120,6 +120,16 @@ def test_verify_checks_an_export_and_finds_damage(caches, tmp_path, capsys):
     assert code == 1 and "FAULT data/train-00001-of-00003.parquet: checksum mismatch" in out
 
 
+def test_verify_of_rows_saved_with_save_to_disk_says_what_it_takes_in_one_line(caches, tmp_path, capsys):
+    # Such a folder reads as a cache (open_cache), but records nothing to check its rows against.
+    _, export_path = caches["plain"]
+    open_cache(str(export_path)).dataset.save_to_disk(str(tmp_path / "saved"))
+    capsys.readouterr()  # the saving bar
+    code, out, err = run_cli(["cache", "verify", str(tmp_path / "saved")], capsys)
+    assert code == 2 and out == "" and err.strip().count("\n") == 0
+    assert "a dataset `save_to_disk` wrote" in err and "destila cache export CACHE OUT" in err
+
+
 def test_verify_finds_rows_changed_behind_matching_file_checksums(caches, tmp_path, capsys):
     """A file rewritten with one value changed and its checksum updated: the content fingerprint still differs."""
     import pyarrow.parquet as pq

@@ -57,6 +57,12 @@ def verify_cache(spec: VerifySpec | str | Path) -> VerifyReport:
         from destila.cache.checks.export import verify_export  # pyarrow: only for an export
 
         return verify_export(path)
+    from destila.data.sources import is_saved_dataset  # light: a path test
+
+    if not (path / MANIFEST).is_file() and is_saved_dataset(path):
+        raise ValueError(f"{path}: a dataset `save_to_disk` wrote, which records no manifest or checksums to check "
+                         "its rows against; `cache verify` takes a cache folder (`destila cache build`) or an export "
+                         "(`destila cache export CACHE OUT`): verify the cache it came from, or export that cache")
     manifest = read_manifest(path)
     report = VerifyReport(path, manifest.complete, manifest.sequences, manifest.stored_sequences)
     if not manifest.complete:
