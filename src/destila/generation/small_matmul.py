@@ -180,8 +180,8 @@ def small_matmul(*models, way: str | None = None, linear: TimedLinear | None = N
                     continue
                 module.forward = partial(_linear_forward, module, linear)
                 patched.append(module)
-                shape = (*module.weight.shape, module.weight.dtype)
-                linear.layers.setdefault(shape, []).append((module.weight, module.bias))
+                key = (*module.weight.shape, module.weight.dtype)  # what a timing sweeps: every layer of it
+                linear.layers.setdefault(key, []).append((module.weight, module.bias))
             elif getattr(module, "swappable_linear", False):
                 hooked.append((module, module.__dict__.get("linear")))
                 module.linear = linear
