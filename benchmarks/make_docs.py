@@ -528,6 +528,21 @@ def draft_models(records: list[dict], costs: dict) -> str:
                 "python benchmarks/draft_models.py measure WORK --out benchmarks/results/draft_models.jsonl"))
 
 
+@table("draft-agreement", "draft_agreement.jsonl", doc="docs/draft.md")
+def draft_agreement(records: list[dict]) -> str:
+    """`benchmarks/draft_agreement.py`: each draft's acceptance estimated on more prompts, without timing."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.draft_agreement import table as agreement_table
+
+    first = records[0]
+    return (agreement_table(records) + f"\n\n{first['prompts']} held-out prompts, {first['positions']:,} answer "
+            "positions (the teacher's greedy answers, at most 48 tokens); each draft's whole head. greedy: how "
+            "often the draft's top token is the teacher's; sampling: Σ min(p, q) at temperature 1, the probability "
+            "that speculative sampling keeps a proposal.\n\n" + command_block(
+                "python benchmarks/draft_agreement.py WORK --out benchmarks/results/draft_agreement.jsonl"))
+
+
 @table("demo", "demo/report.json", doc="README.md")
 def demo(report: dict) -> str:
     """`destila demo`: teacher, distilled and cross-entropy-only students on held-out documents."""

@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import save_tiny_model
 
-from benchmarks import draft_models
+from benchmarks import draft_agreement, draft_models
 from destila.io.json_lines import read_json_lines
 
 
@@ -63,3 +63,14 @@ def test_train_measure_and_table(teacher, tmp_path, capsys):
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
     costs = json.loads((tmp_path / "draft_models_costs.json").read_text())
     assert "with torch's own products" in draft_models.costs_line(costs)
+    # The agreement estimate on the same drafts: every one read once, a rerun reads none again.
+    agreed = tmp_path / "draft_agreement.jsonl"
+    argv = [str(work), "--teacher", str(teacher), "--sizes", "1", "--seeds", "0", "--out", str(agreed),
+            "--prompts", "3", "--new-tokens", "6"]
+    draft_agreement.main(argv)
+    estimates = read_json_lines(agreed)
+    assert [(r["row"], r["seed"]) for r in estimates] == [("cut", 0), *((row, 0) for row in trained)]
+    for r in estimates:
+        assert 0 <= r["greedy"] <= 1 and 0 < r["sampling"] <= 1 and r["prompts"] == 3 and r["positions"] > 0
+    draft_agreement.main(argv)
+    assert len(read_json_lines(agreed)) == len(estimates)
