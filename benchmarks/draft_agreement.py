@@ -32,8 +32,8 @@ if __package__ in (None, ""):  # run as a script, only benchmarks/ itself is on 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.draft_models import _ORDER, TEACHER, _name, _runs  # noqa: E402 (after the path above)
-from destila.io.json_lines import append_json_line, read_json_lines
-from destila.io.markdown import table_lines
+from destila.io.json_lines import append_json_line, read_json_lines  # noqa: E402
+from destila.io.markdown import table_lines  # noqa: E402
 
 
 def held_answers(work: Path, teacher, tokenizer, prompts: int, new_tokens: int) -> list[dict]:
