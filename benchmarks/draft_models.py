@@ -31,6 +31,8 @@ taken; a rerun skips what is done (trainings resume from their checkpoints).
     python benchmarks/draft_models.py measure WORK --out benchmarks/results/draft_models.jsonl
     python benchmarks/draft_models.py table benchmarks/results/draft_models.jsonl
     python benchmarks/draft_models.py plot benchmarks/results/draft_models.jsonl
+
+``benchmarks/draft_agreement.py`` estimates the same drafts' acceptance on more prompts, without timing.
 """
 
 from __future__ import annotations
