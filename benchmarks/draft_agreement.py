@@ -41,28 +41,27 @@ def held_answers(work: Path, teacher, tokenizer, prompts: int, new_tokens: int) 
     answer ids, and where the answer starts), read from ``WORK/held_answers.json`` when it holds these."""
     import torch
 
+    from destila.draft.measure import encode_prompts
     from destila.draft.prompts import pydoc_prompts
     from destila.generation.prompts import load_prompts
-    from destila.generation.run import use_chat_template
-    from destila.generation.sampling import render, stop_ids
+    from destila.generation.sampling import stop_ids
     from destila.io import write_atomic
+    from destila.io.progress import progress_bar
 
     path = work / "held_answers.json"
     if path.is_file():
         saved = json.loads(path.read_text())
         if saved["prompts"] == prompts and saved["new_tokens"] == new_tokens:
             return saved["answers"]
-    items = load_prompts(pydoc_prompts()[1][:prompts])
-    use_template = use_chat_template(tokenizer, items, "auto")
+    encoded, _ = encode_prompts(tokenizer, load_prompts(pydoc_prompts()[1][:prompts]))
     stop = stop_ids(teacher, tokenizer)
     answers = []
-    with torch.no_grad():
-        for item in items:
-            ids = tokenizer(render(item, tokenizer, use_template), add_special_tokens=False,
-                            return_tensors="pt")["input_ids"]
+    with torch.no_grad(), progress_bar(total=len(encoded), unit="answer", desc="held-out answers") as bar:
+        for ids in encoded:
             out = teacher.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                    max_new_tokens=new_tokens, eos_token_id=stop, pad_token_id=stop[0])
             answers.append({"ids": out[0].tolist(), "start": ids.shape[1]})
+            bar.update(1)
     write_atomic(path, json.dumps({"prompts": prompts, "new_tokens": new_tokens, "answers": answers}))
     return answers
 

@@ -131,16 +131,13 @@ def measure_draft(spec: DraftEvalSpec, *, progress: bool = True, teacher: tuple 
     """
     from destila.draft.loading import load_draft, load_teacher
     from destila.generation.prompts import load_prompts
-    from destila.generation.run import use_chat_template
-    from destila.generation.sampling import render, stop_ids
+    from destila.generation.sampling import stop_ids
     from destila.io.progress import progress_bar
 
     teacher, tokenizer = teacher or load_teacher(spec)
     draft = load_draft(spec, teacher, tokenizer) if "draft" in spec.ways else None
     prompts = load_prompts(spec.prompts)
-    use_template = use_chat_template(tokenizer, prompts, "auto")
-    encoded = [tokenizer(render(p, tokenizer, use_template), add_special_tokens=False, return_tensors="pt")
-               ["input_ids"].to(teacher.device) for p in prompts]
+    encoded, use_template = encode_prompts(tokenizer, prompts, teacher.device)
     stop = stop_ids(teacher, tokenizer)
     config = _generation_config(spec, stop, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0])
     ways = [way for way in WAYS if way in spec.ways]
@@ -174,6 +171,17 @@ def measure_draft(spec: DraftEvalSpec, *, progress: bool = True, teacher: tuple 
                 "matmul_choices": products.listing(), "matmul_wrapped_layers": products.wrapped_layers}
     return {"settings": settings, "ways": rows, "errors": _errors(rows), "texts": _texts(tokenizer, answers,
                                                                                          len(prompts))}
+
+
+def encode_prompts(tokenizer, prompts: list, device="cpu") -> tuple[list, bool]:
+    """Each :class:`~destila.generation.prompts.Prompt` as the teacher reads it (its chat template with a generation
+    prompt when it has one, as ``destila generate`` decides): ``([ids [1, n] per prompt], template applied)``."""
+    from destila.generation.run import use_chat_template
+    from destila.generation.sampling import render
+
+    use_template = use_chat_template(tokenizer, prompts, "auto")
+    return [tokenizer(render(p, tokenizer, use_template), add_special_tokens=False, return_tensors="pt")
+            ["input_ids"].to(device) for p in prompts], use_template
 
 
 def propose_every_step(config, tokens: int) -> None:
