@@ -12,6 +12,8 @@ from conftest import save_tiny_model
 from draft_cli import prompt_file, run
 
 from destila.draft.head import VOCAB_FILE
+from destila.draft.recipe import HELD_OUT_FILE
+from destila.generation.prompts import load_prompts
 from destila.draft.size import choose_layers
 
 
@@ -54,6 +56,14 @@ def test_the_recipe_ends_with_a_loadable_draft_and_its_measurement(teacher, prom
     assisted = model.generate(ids, max_new_tokens=6, do_sample=False, assistant_model=draft)
     assert torch.equal(alone, assisted)
     assert "speculative decoding" in capsys.readouterr().out
+    # Every held-out prompt (every 5th, never answered for training) is kept, and measures the draft again.
+    lines = prompts.read_text().splitlines()
+    held_out = out / "work" / HELD_OUT_FILE
+    assert [p.text for p in load_prompts(held_out)] == [lines[4], lines[9]]
+    report = tmp_path / "again.json"
+    assert run(["eval", str(teacher), "--draft", str(out), "--prompts", str(held_out), "--max-new-tokens", "6",
+                "--draft-vocab", "64", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["settings"]["prompts"] == 2
     # Rerun: every stage done before, nothing trained again.
     before = (out / "model.safetensors").read_bytes()
     assert run(["recipe", "draft", str(teacher), "-o", str(out), "--prompts", str(prompts), *SMALL]) == 0

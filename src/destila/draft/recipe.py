@@ -44,6 +44,8 @@ from destila.ranges import check_finite_at_least, check_int_at_least, check_opti
 _MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
                 "tokenizer*", "special_tokens_map.json", "chat_template.jinja", "vocab.json", "merges.txt")
 _SIZE_CANDIDATES = (1, 2, 3, 4, 6, 8)
+HELD_OUT_FILE = "held_out.jsonl"
+"""Under ``DRAFT/work/``: every held-out prompt, for measuring the draft again on more of them."""
 
 
 @dataclass
@@ -106,7 +108,8 @@ class DraftRecipe:
         self.console = self.log.console
 
     def prompts(self) -> tuple[list, list]:
-        """``(training prompts, held-out prompts)``: pydoc's split by topic, or every --holdout-every-th of a file."""
+        """``(training prompts, every held-out prompt)``: pydoc's split by topic, or every --holdout-every-th of a
+        file; the measurement answers the first ``--eval-prompts`` held-out ones."""
         from destila.draft.prompts import pydoc_prompts
         from destila.generation.prompts import load_prompts
         from destila.recipes.on_policy_data import split_prompts
@@ -121,13 +124,15 @@ class DraftRecipe:
                              "more prompts or a smaller --holdout-every")
         if s.train_prompts is not None and len(train) > s.train_prompts:  # spread over every topic, not the first
             train = train[:: len(train) // s.train_prompts][: s.train_prompts]
-        return train, held[: s.eval_prompts]
+        return train, held
 
     def run(self) -> dict:
         from destila.draft.head import VOCAB_FILE
 
         s, log = self.settings, self.log
         train, held = self.prompts()  # bad prompts are refused before any stage writes
+        self.write_held_out(held)
+        held = held[: s.eval_prompts]
         size = log.run("size", "draft size: cost per token against the teacher's", self.size)
         answers = log.run("answers", f"the teacher answers {len(train)} prompts (greedy)",
                           lambda: self.answers(train))
@@ -149,6 +154,16 @@ class DraftRecipe:
         model = load_causal_lm(self.teacher)
         text = "The for statement is used to iterate over the elements of a sequence such as a list. " * 4
         return model, tokenizer(text, return_tensors="pt")["input_ids"]
+
+    def write_held_out(self, held: list) -> None:
+        """Every held-out prompt to ``DRAFT/work/held_out.jsonl`` (``prompt`` or ``messages`` rows): never trained
+        on, so ``destila eval TEACHER --draft DRAFT --prompts`` can measure the draft again on more of them."""
+        from destila.io import write_atomic
+        from destila.io.json_lines import json_lines
+
+        rows = [{"prompt": p.text} if p.messages is None else {"messages": p.conversation()} for p in held]
+        self.work.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.work / HELD_OUT_FILE, json_lines(rows, ensure_ascii=False))
 
     def size(self) -> dict:
         from destila.draft.size import choose_layers, draft_costs
