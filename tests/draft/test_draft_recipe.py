@@ -92,3 +92,17 @@ def test_a_draft_as_deep_as_the_teacher_is_refused_in_one_line(teacher, prompts,
     assert run(["recipe", "draft", str(teacher), "-o", str(tmp_path / "d"), "--prompts", str(prompts),
                  "--layers", "4", *SMALL]) != 0
     assert "layers: the draft must have fewer layers than the teacher's 4, found 4" in capsys.readouterr().err
+
+
+def test_fewer_training_prompts_are_taken_evenly_from_the_whole_list(tmp_path):
+    from destila.draft.recipe import DraftRecipe, DraftSettings
+
+    path = tmp_path / "prompts.txt"
+    path.write_text("".join(f"question number {i}\n" for i in range(100)))
+    settings = DraftSettings(prompts=str(path), holdout_every=5, train_prompts=60)
+    train, held = DraftRecipe("unused-teacher", tmp_path / "draft", settings).prompts()
+    numbers = [int(p.text.split()[-1]) for p in train]
+    assert len(numbers) == 60 == len(set(numbers)) and not {n % 5 for n in numbers} & {4}  # none held out
+    # The last training prompts are taken as well as the first: 80 left, the 60 kept reach the end of the list.
+    assert numbers[0] == 0 and numbers[-1] >= 95
+    assert [p.text for p in held] == [f"question number {i}" for i in range(4, 100, 5)]

@@ -122,8 +122,8 @@ class DraftRecipe:
         if not held:
             raise ValueError(f"prompts: {s.prompts} leaves no prompt held out (every {s.holdout_every}th is); give "
                              "more prompts or a smaller --holdout-every")
-        if s.train_prompts is not None and len(train) > s.train_prompts:  # spread over every topic, not the first
-            train = train[:: len(train) // s.train_prompts][: s.train_prompts]
+        if s.train_prompts is not None and len(train) > s.train_prompts:  # evenly over every topic, not the first
+            train = [train[i * len(train) // s.train_prompts] for i in range(s.train_prompts)]
         return train, held
 
     def run(self) -> dict:
