@@ -69,8 +69,10 @@ class DraftSettings(StageSettings):
     answer_tokens: int = field(default=96, metadata={"help": "tokens the teacher writes per answer at most"})
     train_prompts: int | None = field(default=400, metadata={
         "help": "training prompts the teacher answers at most (the answer pass is the slowest stage)"})
-    eval_prompts: int = field(default=8, metadata={"help": "held-out prompts the measurement answers"})
-    eval_new_tokens: int = field(default=64, metadata={"help": "tokens per held-out answer in the measurement"})
+    # 8 prompts chose prompt lookup (1.22x against 1.10x) where 48 chose the same draft (1.22x against 1.19x).
+    eval_prompts: int = field(default=48, metadata={
+        "help": "held-out prompts the measurement answers (fewer: a quicker verdict that moves with which ones)"})
+    eval_new_tokens: int = field(default=48, metadata={"help": "tokens per held-out answer in the measurement"})
     draft_vocab: int | None = field(default=8192, metadata={
         "help": "the draft proposes only the teacher's N most frequent tokens (a narrow head, same text); "
                 "0 keeps the whole head"})
