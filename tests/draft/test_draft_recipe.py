@@ -13,8 +13,8 @@ from draft_cli import prompt_file, run
 
 from destila.draft.head import VOCAB_FILE
 from destila.draft.recipe import HELD_OUT_FILE
-from destila.generation.prompts import load_prompts
 from destila.draft.size import choose_layers
+from destila.generation.prompts import load_prompts
 
 
 @pytest.fixture(scope="module")
