@@ -55,6 +55,7 @@ def apply_quiet_bars() -> None:
     """Turn transformers' loading/writing bars off if requested; download bars (huggingface_hub) stay as they were."""
     if not _bars_off:
         return
+    # transformers takes seconds to import: this runs when a model loads, with transformers imported
     from huggingface_hub import utils as hub_utils
     from transformers.utils import logging as hf_logging
 

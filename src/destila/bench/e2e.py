@@ -21,6 +21,7 @@ where dense and chunked stop fitting and fused goes on.
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from destila.bench.harness import step_clock, synchronize
 from destila.bench.parsing import gib, int_list, name_list
+from destila.io import write_atomic
 from destila.models import (EMBEDDED, embedded_teacher_dir, final_hidden_states, load_causal_lm, load_config,
                             output_head)
 
@@ -169,6 +171,7 @@ def train_worker(method: str, student: str, out: str, cache: str | None, teacher
 def long_context_worker(impl: str, student: str, seq_len: int, top_k: int, device: str, dtype: str,
                         gradient_checkpointing: bool) -> dict:
     """One forward+backward of the student on one sequence of ``seq_len`` tokens with random top-K targets."""
+    # heavy: torch, imported in the worker's own process
     import torch
 
     from destila.losses import distill_loss  # heavy: torch
@@ -234,8 +237,6 @@ def run_e2e(cfg: E2EConfig, on_row=None) -> dict:
     for method in cfg.methods:
         out = workdir / f"run-{method}"
         if out.exists():
-            import shutil
-
             shutil.rmtree(out)  # a previous run's log would be appended to
         run = run_isolated("destila.bench.e2e:train_worker", dict(
             method=method, student=student, out=str(out), cache=str(cache_path), teacher=teacher, data=cfg.data,
@@ -338,7 +339,5 @@ def longest_fitting(rows: list[dict]) -> dict[str, int | None]:
 
 def save_json(payload, path: str | Path) -> None:
     """``payload`` as indented JSON at ``path``, written atomically (a reader sees the old file or the new one)."""
-    from destila.io import write_atomic
-
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(payload, indent=2))

@@ -8,10 +8,11 @@ COLORS = {"online": "#c44e52", "dense": "#8172b2", "chunked": "#ccb974", "fused"
 
 
 def _pyplot():
+    # matplotlib is heavy: only when a plot is drawn
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after the backend is chosen
 
     return plt
 

@@ -43,6 +43,7 @@ __all__ = ["run_isolated", "PeakMeter", "active_meter", "time_against_floor", "f
 
 def make_loss_inputs(n: int, hidden: int, vocab: int, top_k: int, dtype, device: str, seed: int):
     """Random inputs generated on ``device`` in row blocks (no large temporaries left in the peak)."""
+    # heavy: torch
     import torch
 
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -74,6 +75,7 @@ def make_loss_inputs(n: int, hidden: int, vocab: int, top_k: int, dtype, device:
 
 def floor_step(h, w, chunk: int) -> None:
     """The three lm_head GEMMs of fwd+bwd over row chunks, into buffers allocated per call as fused does."""
+    # heavy: torch
     import torch
 
     with torch.no_grad():
@@ -100,6 +102,7 @@ def time_against_floor(run, h, w, *, seq_len: int, chunk_size: int, repeats: int
     only, inputs included (everything alive when this is called).
     ``floor_only``: time the floor itself as the run.
     """
+    # heavy: torch
     import torch
 
     meter = active_meter() or PeakMeter(device)
@@ -141,6 +144,7 @@ def time_against_floor(run, h, w, *, seq_len: int, chunk_size: int, repeats: int
 
 def step_clock(device: str):
     """A Trainer callback that records each optimizer step's wall time in ``.seconds``."""
+    # transformers takes seconds to import: only for the end-to-end benchmark's Trainer
     from transformers import TrainerCallback
 
     class StepClock(TrainerCallback):
@@ -160,6 +164,7 @@ def step_clock(device: str):
 
 def synchronize(device: str) -> None:
     if device.startswith("cuda"):
+        # heavy: torch
         import torch
 
         torch.cuda.synchronize()

@@ -147,8 +147,6 @@ def loss_worker(impl: str, seq_len: int, hidden: int, vocab: int, top_k: int, dt
     once here and used by every run and by the floor; the result says which
     rows per chunk and which path (:func:`destila.losses.describe_path`) ran.
     """
-    import torch
-
     h, w, ids, lp, tail = make_loss_inputs(seq_len, hidden, vocab, top_k, getattr(torch, dtype), device, seed)
     options = {"impl": impl, **IMPL_OPTIONS.get(impl, {})} if impl != "floor" else {"impl": "fused"}
     plan = plan_for(LossOptions(**options, chunk_size=chunk_size), h.detach(), w.detach(), None)
@@ -262,6 +260,7 @@ def summarise(rows: list[dict]) -> list[str]:
 def default_memory_budget(device: str) -> int | None:
     """What ``destila bench loss`` allows a configuration when no budget is given: 60% of the memory available
     now on CPU (so a sweep never pushes the machine into swap); none on CUDA (the card's own limit applies)."""
+    # psutil: only to size the default budget on CPU
     import psutil
 
     return None if device.startswith("cuda") else int(0.6 * psutil.virtual_memory().available)

@@ -21,10 +21,11 @@ def plot_loss_sweep(rows: list[dict], path: str | os.PathLike, title: str | None
     The floor's memory is that of its inputs, gradients and one chunk buffer: the least any
     chunked implementation can hold.
     """
+    # matplotlib is heavy: only when a plot is drawn
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on a server
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after the backend is chosen
 
     fig, (mem_ax, time_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
     impls = [i for i in STYLE if any(r["impl"] == i for r in rows)]

@@ -34,6 +34,7 @@ def _cpu_model() -> str:
 def machine_info() -> dict:
     """Host, CPU, cores, RAM, the GPU (``None`` without CUDA), Python/torch/destila versions, the command line
     and the time (UTC)."""
+    # torch loads in about a second (psutil with it): only when a result records its machine
     import psutil
     import torch
 

@@ -49,6 +49,7 @@ def write_shard(output: Path, tensors: dict[str, torch.Tensor], sequences: list[
     """Write ``tensors`` atomically as the shard of ``sequences``; ``durable(write)`` runs the write.
 
     ``identity``: the cache's (:mod:`destila.cache.checks.identity`), carried in the shard's metadata."""
+    # safetensors' writer: only when a shard is written
     from safetensors.torch import save
 
     # One metadata key: safetensors orders several in a random (hash map) order,

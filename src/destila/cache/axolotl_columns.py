@@ -32,6 +32,8 @@ import math
 import numpy as np
 import pyarrow as pa
 
+from destila.cache.dataset_rows import RowFormatError, _values
+
 COLUMNS = ("input_ids", "target_token_ids", "target_logprobs", "target_mask")
 _EMPTY_REST = 1e-6  # a rest mass below this is read as none: the log-probs sum to 1 up to their rounding
 _OVERFULL = 1e-3  # a position whose probabilities sum beyond 1 + this is not a distribution
@@ -51,8 +53,6 @@ def _nested(column) -> tuple[np.ndarray, np.ndarray]:
 
 def stored_row(table: pa.Table, width: int) -> dict:
     """The stored row (top-K kind) of a one-row table in Axolotl's columns; ``width`` is K."""
-    from destila.cache.dataset_rows import RowFormatError, _values
-
     input_ids = _values(table.column("input_ids"), np.int64)
     length = len(input_ids)
     pieces = {name: _nested(table.column(name)) for name in ("target_token_ids", "target_logprobs", "target_mask")}

@@ -31,6 +31,7 @@ said in ``notes`` (and logged once). Naive equivalent of an item::
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 from dataclasses import asdict
 from pathlib import Path
@@ -47,6 +48,8 @@ from destila.cache.format import FORMAT_VERSION, MANIFEST, Manifest
 from destila.cache.kinds import KINDS, kind_of
 from destila.cache.reader import TopKCache
 from destila.cache.rows import dense_item
+from destila.data.sources import is_saved_dataset, load_saved_dataset, quiet_datasets
+from destila.models.hub import hub_offline_reason
 from destila.targets.spec import TargetSpec
 
 log = logging.getLogger("destila.cache")
@@ -159,6 +162,7 @@ class _Layout:
 
 def _seq_len(dataset, first) -> int:
     """The longest row of a map-style dataset (read from the column's list lengths), else the first row's."""
+    # pyarrow.compute loads on top of pyarrow: only for a map-style dataset's lengths
     import pyarrow.compute as pc
 
     table = getattr(dataset, "data", None)
@@ -228,6 +232,7 @@ class DatasetCache(_CacheRows, torch.utils.data.Dataset):
 
     def _check_trained(self) -> None:
         """Refuse rows none of which is trained (only the ``loss_mask`` column is read), as an export's files are."""
+        # pyarrow.compute loads on top of pyarrow: only for the loss_mask check
         import pyarrow.compute as pc
 
         column = self.dataset[:]["loss_mask"] if len(self) else None
@@ -282,6 +287,7 @@ class StreamedCache(_CacheRows, torch.utils.data.IterableDataset):
 
 def open_cache(source, *, streaming: bool = False, split: str = "train"):
     """The targets of ``source`` as a cache reader (see the module docstring); a reader is returned as is."""
+    # datasets is heavy: only when a cache is opened
     import datasets
 
     if isinstance(source, datasets.IterableDataset):
@@ -299,8 +305,6 @@ def open_cache(source, *, streaming: bool = False, split: str = "train"):
             return TopKCache(path)
         if (path / RECORD).is_file():
             return _load_export(str(path), path, streaming, split)
-        from destila.data.sources import is_saved_dataset, load_saved_dataset  # datasets' folders, as data reads them
-
         if is_saved_dataset(path):  # Dataset.save_to_disk of export rows or Axolotl's: read as the rows in memory
             rows = load_saved_dataset(path, split)
             if streaming:
@@ -322,9 +326,8 @@ def _load_export(name: str, folder: Path, streaming: bool, split: str, links_wit
     ``datasets`` keyed by the files' content (a file restored after a damaged one was read is never served stale).
     ``links_within``: a folder the export's files may link into (a hub snapshot's repo folder; default the
     export's own)."""
+    # datasets is heavy: only for an export
     import datasets
-
-    from destila.data.sources import quiet_datasets
 
     record = parse_record((folder / RECORD).read_text(), str(folder / RECORD))
     if record is None:
@@ -342,8 +345,7 @@ def _load_export(name: str, folder: Path, streaming: bool, split: str, links_wit
 def _arrow_cache(record: dict) -> Path:
     """Where ``datasets`` keeps the Arrow copy of an export's files: a folder named by their SHA-256 (checked on
     open), since its own cache key is their paths and modification times."""
-    import hashlib
-
+    # datasets is heavy: only for an export
     import datasets
 
     content = hashlib.sha256("".join(f"{e['name']}:{e['sha256']};" for e in record["files"]).encode()).hexdigest()
@@ -355,10 +357,8 @@ def _load_hub(repo: str, streaming: bool, split: str):
     snapshot as an export folder, through every check a local one gets (its files are links into the repo's
     ``blobs/``, which is where they may lead); rows without a record are read by their columns. Without the hub,
     a snapshot already in the hub cache is used."""
+    # datasets is heavy: only for a hub dataset
     import datasets
-
-    from destila.data.sources import quiet_datasets
-    from destila.models.hub import hub_offline_reason
 
     reason = hub_offline_reason()
     local = _hub_snapshot(repo, [RECORD, "tokenizer/*"], reason)
@@ -378,6 +378,7 @@ def _load_hub(repo: str, streaming: bool, split: str):
 def _hub_snapshot(repo: str, patterns: list[str] | None, offline_reason: str | None) -> Path:
     """The hub cache's snapshot folder of the dataset ``repo`` (``patterns``: only those files; None: all),
     downloaded, or found in the cache when the hub is out of reach."""
+    # huggingface_hub's download code: only for a hub dataset
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 

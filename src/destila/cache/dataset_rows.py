@@ -30,6 +30,7 @@ dtypes, the same whatever the Parquet files' compression or row groups.
 from __future__ import annotations
 
 import hashlib
+import json
 
 import numpy as np
 import pyarrow as pa
@@ -223,8 +224,6 @@ DATA_DIR = "data"
 def parse_record(text: str | None, where: str) -> dict | None:
     """The export record in ``text`` (``destila_cache.json``, or a loaded Dataset's ``info.description``),
     or None when ``text`` is not one. Raises ``ValueError`` for a record of another version."""
-    import json
-
     if not text or not text.lstrip().startswith("{"):
         return None
     try:

@@ -38,6 +38,7 @@ def join(device: str) -> tuple[Group, str]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return Group(), device
+    # heavy: torch.distributed, only under torchrun (more than one process)
     import torch
     import torch.distributed as dist
 
@@ -59,6 +60,7 @@ def join(device: str) -> tuple[Group, str]:
 
 def barrier(group: Group) -> None:
     if group.world > 1:
+        # heavy: torch.distributed, only under torchrun
         import torch.distributed as dist
 
         dist.barrier()
@@ -71,6 +73,7 @@ def share_error(group: Group, error: BaseException | None) -> None:
     the other ranks waiting at the next barrier until a timeout.
     """
     if group.world > 1:
+        # heavy: torch.distributed, only under torchrun
         import torch.distributed as dist
 
         payload = [None if error is None else (type(error).__name__, str(error))]
@@ -102,6 +105,7 @@ def main_first(group: Group):
 
 def leave(group: Group) -> None:
     if group.owns_process_group:
+        # heavy: torch.distributed, only under torchrun
         import torch.distributed as dist
 
         dist.destroy_process_group()

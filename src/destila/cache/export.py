@@ -172,6 +172,7 @@ def export_cache(spec: ExportSpec) -> ExportReport:
 
 
 def _write_file(path: Path, cache, indices: range, kind: str, logprob_dtype: str, digest, bar, spans: bool) -> None:
+    # heavy: pyarrow's Parquet writer, only when an export is written
     import pyarrow.parquet as pq
 
     with pq.ParquetWriter(str(path), schema(kind, logprob_dtype, spans), compression="zstd") as writer:
@@ -188,6 +189,7 @@ def _write_file(path: Path, cache, indices: range, kind: str, logprob_dtype: str
 def dataset_card(record: dict) -> str:
     """The export's README.md: YAML metadata ``datasets`` reads (files, and the record as the description), then
     what the rows hold and how to use them."""
+    # huggingface_hub's card classes: only for an export's README
     from huggingface_hub import DatasetCardData
 
     m = record["manifest"]

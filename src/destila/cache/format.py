@@ -112,6 +112,7 @@ class ShardInfo:
 
     def indices(self):
         """The global sequence indices of the rows, ``int64 [rows]``."""
+        # heavy: numpy, only for the indices array (the manifest itself is plain Python)
         import numpy as np
 
         if not self.sequences:

@@ -108,6 +108,7 @@ class TopKCache(torch.utils.data.Dataset):
 
     def _check_order(self, shard) -> int | None:
         """Refuse the shard when its rows are not the manifest's sequences; its trained positions (None: unknown)."""
+        # safetensors: only when a shard's order is checked
         from safetensors import safe_open
 
         trained = None
@@ -175,6 +176,7 @@ class TopKCache(torch.utils.data.Dataset):
             self._verified = verified
         handle = self._handles.get(number)
         if handle is None:
+            # safetensors: only when a shard is first opened
             from safetensors import safe_open
 
             if self.verify != "none":

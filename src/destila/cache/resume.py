@@ -19,6 +19,7 @@ Only rank 0 calls these functions, while it holds the folder's lock.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -208,6 +209,7 @@ def recover(folder: Path, manifest: Manifest) -> Manifest:
 
 def covers_all(manifest: Manifest) -> bool:
     """True when the shards hold every sequence ``0 … sequences-1`` exactly once."""
+    # heavy: numpy, only to count the stored sequences
     import numpy as np
 
     if manifest.stored_sequences != manifest.sequences:
@@ -226,7 +228,5 @@ def done_indices(manifest: Manifest) -> set[int]:
 
 
 def write_progress(folder: Path, rank: int, shards: list[ShardInfo]) -> None:
-    import dataclasses
-
     payload = {"rank": rank, "pid": os.getpid(), "shards": [dataclasses.asdict(s) for s in shards]}
     write_atomic(folder / progress_name(rank), json.dumps(payload, indent=1).encode())

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from destila.data.spans import Speller
+
 SPAN_TENSORS = ("span_start", "span_end")
 
 
@@ -42,6 +44,7 @@ def _unzigzag(values: np.ndarray) -> np.ndarray:
 
 def encode_frame(start, end, level: int = 12) -> bytes:
     """One row's spans ``[L]`` as a zstd frame (see the module docstring)."""
+    # zstandard: only for a cache with byte spans
     import zstandard
 
     s, e = np.asarray(start, np.int64) + 1, np.asarray(end, np.int64) + 1
@@ -59,6 +62,7 @@ def encode_frame(start, end, level: int = 12) -> bytes:
 
 def decode_frame(frame: bytes, length: int) -> tuple[np.ndarray, np.ndarray]:
     """``(span_start, span_end)`` ``[L]`` int64 of one frame; ``ValueError`` when it does not decode to L spans."""
+    # zstandard: only for a cache with byte spans
     import zstandard
 
     try:
@@ -111,8 +115,6 @@ def span_faults(stored: dict, token_widths=None) -> list[str]:
 def token_width_check(tokenizer):
     """``token_widths(ids, widths)`` for :func:`span_faults`: the indices whose span width is not one the
     token's bytes allow (its bytes; one less for a ``▁`` the tokenizer wrote itself; 0 for a special token)."""
-    from destila.data.spans import Speller
-
     speller = Speller(tokenizer)
     lengths = speller.lengths
     spaced = np.fromiter((b[:1] == b" " for b in speller.table), dtype=bool, count=len(speller.table))

@@ -29,7 +29,7 @@ import logging
 import os
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from destila import __version__
@@ -189,8 +189,6 @@ def shard_blocks(sequences: int, done: set[int], shard_size: int) -> list[list[i
 def _content(spec: BuildSpec, tokenizer, source, data_fingerprint: str) -> dict:
     """The manifest's content fields a build decides before loading the teacher (``compact`` and ``extras``,
     which depend on the teacher, are set once it is loaded)."""
-    from dataclasses import asdict
-
     return dict(
         format_version=FORMAT_VERSION, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
         targets=asdict(spec.targets), encoding=spec.encoding, compact=None, seq_len=source.spec.seq_len,
@@ -272,10 +270,12 @@ def _prepare(group, spec: BuildSpec, device, held: dict):
 def _load_teacher(spec: BuildSpec, plan: _Plan, device):
     """The teacher (checked against the data), its :class:`~destila.cache.extras.TeacherSet` or None, and the
     manifest of the cache it makes."""
+    # heavy: torch, only when the teacher is loaded
     import torch
 
     torch_dtype = None if spec.dtype == "auto" else getattr(torch, spec.dtype)
     if not spec.progress:
+        # transformers takes seconds to import: only when a teacher is loaded
         import transformers
 
         transformers.utils.logging.disable_progress_bar()  # its weight-loading bar, in logs, is noise
@@ -362,6 +362,7 @@ def _teacher_pass(model, teachers, source, groups: list[list[int]], manifest, sp
 
     ``teachers``: a :class:`~destila.cache.extras.TeacherSet` computing the targets in ``model``'s place, or None.
     """
+    # heavy: torch, only for the teacher pass
     import torch
 
     decoder = decoder_of(model)
@@ -457,6 +458,7 @@ def _durable(output: Path, write) -> None:
 
 def _sync(device) -> None:
     if getattr(device, "type", str(device)).startswith("cuda"):
+        # heavy: torch, only on CUDA
         import torch
 
         torch.cuda.synchronize(device)

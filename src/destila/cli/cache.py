@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import sys
 from dataclasses import dataclass, field
 
@@ -64,8 +66,6 @@ def register(subparsers) -> None:
 
 
 def _build(args) -> int:
-    import logging
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     values = values_of(args, BuildSpec, exclude=("targets", "extras"))
     first, *others = values.pop("teacher")
@@ -112,8 +112,6 @@ def dropped_line(dropped: dict) -> str:
 
 
 def _inspect(args) -> int:
-    import json
-
     summary = inspect_cache(InspectSpec(**values_of(args, InspectSpec)))
     print(json.dumps(summary, indent=1) if args.json else format_summary(summary))
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from destila.cli.eval_draft import measure
 from destila.cli.fields import add_fields, given_flags, values_of
 from destila.data.spec import DataSpec
 from destila.draft.spec import DraftEvalSpec
@@ -37,11 +38,10 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    # rich: only when the table is printed (not for `destila eval --help`)
     from rich.console import Console
 
     if args.draft is not None:
-        from destila.cli.eval_draft import measure
-
         return measure(args)
     given = given_flags(args, DraftEvalSpec, exclude=("draft",))
     if given:

@@ -6,6 +6,7 @@ import json
 
 from destila.cli.fields import values_of
 from destila.draft.spec import DraftEvalSpec
+from destila.draft.table import print_draft_report
 from destila.io import write_report_file
 
 # eval's flags that --draft does not read: held-out metrics and tasks are measured by their own runs.
@@ -13,10 +14,11 @@ _OTHER_WORK = {"cache": "--cache", "data": "--data", "tasks": "--tasks", "teache
 
 
 def measure(args) -> int:
+    # rich: only when the report is printed
     from rich.console import Console
 
+    # destila.draft.measure imports torch: only when a draft is measured
     from destila.draft.measure import measure_draft
-    from destila.draft.table import print_draft_report
 
     others = [flag for name, flag in _OTHER_WORK.items() if getattr(args, name, None) is not None]
     if others:

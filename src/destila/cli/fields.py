@@ -30,6 +30,7 @@ def __getattr__(name: str):
     """``MODEL_HELP``, re-exported: every command that loads a model says it so. Imported on first use, since
     destila.models imports torch and this module serves ``destila train``'s parser before torch is imported."""
     if name == "MODEL_HELP":
+        # destila.models imports torch: only when a command's parser asks for this help
         from destila.models import MODEL_HELP
 
         return MODEL_HELP

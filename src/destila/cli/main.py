@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> None:
 def _run_own_parser(command: str, argv: list[str]) -> int:
     """``--help`` and the mistakes answered by the light parser first (:mod:`destila.cli.train_light`: no
     transformers, no torch), then the command itself."""
+    # light, but only `destila train` answers early: every other command skips loading its parser
     from destila.cli.train_light import answer_early
 
     answered = answer_early(argv) if command == "train" else None

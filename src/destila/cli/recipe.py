@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from destila.cli.fields import MODEL_HELP, add_fields, values_of
-from destila.draft.recipe import DraftSettings
+from destila.draft.recipe import DraftRecipe, DraftSettings
 from destila.losses.options import LossOptions
 from destila.recipes import ProgressiveRecipe, RecipeSettings, SelfRecipe
 from destila.recipes.on_policy import LOSS_FIELDS_LEFT_OUT, OnPolicyRecipe, OnPolicySettings
@@ -107,8 +107,6 @@ def _register_draft(verbs) -> None:
 
 
 def _draft(args) -> int:
-    from destila.draft.recipe import DraftRecipe
-
     DraftRecipe(args.teacher, args.out, DraftSettings(**values_of(args, DraftSettings))).run()
     return 0
 

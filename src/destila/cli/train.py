@@ -31,6 +31,10 @@ from destila.cli.train_trl import add_trl_flags, apply_trl_flags, check_against_
 from destila.cli.train_trl import distillation_terms
 from destila.data.spec import DataSpec
 from destila.models.placement import PlacementSpec
+from destila.training.trainer_source import dict_field_names
+from destila.training.trl_datasets import materialised
+from destila.training.trl_defaults import trl_defaults
+from destila.training.trl_keys import unchosen_data_options
 
 # The online teacher's placement: PlacementSpec's fields as --teacher-device-map and so on. It runs on the
 # training device unless a device map spreads it.
@@ -68,6 +72,7 @@ def field_sources() -> list[tuple]:
 
 
 def build_parser():
+    # transformers takes seconds to import: only when the live parser is built
     from transformers import HfArgumentParser
 
     from destila.training import DistillationArguments  # heavy: transformers
@@ -87,9 +92,6 @@ def parse(argv: list[str]):
     from destila.training import DistillationArguments, TrainSpec  # heavy: transformers
     from destila.training.objective import recorded_defaults  # heavy: transformers
     from destila.training.output_dir import read_run_record  # heavy: transformers
-    from destila.training.trainer_source import dict_field_names
-    from destila.training.trl_defaults import trl_defaults
-    from destila.training.trl_keys import unchosen_data_options
 
     parser = build_parser()
     # A first look at the flags that decide the defaults (the config file, a resumed run's record), from the same
@@ -151,8 +153,7 @@ def _beta_selects_divergence(namespace, argv: list[str]) -> None:
 
 def run(argv: list[str]) -> int:
     from destila.training import TrainSpec, train_student  # heavy: transformers
-    from destila.training.sharing import SPEED_KEYS
-    from destila.training.trl_datasets import materialised
+    from destila.training.sharing import SPEED_KEYS  # heavy: destila.cache (pyarrow)
 
     args, training_args = parse(argv)
     resume = args.resume

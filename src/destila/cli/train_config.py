@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from destila.io.user_files import config_key_lines, config_values
+from destila.training.trl_keys import MAPPED, in_trl_terms, map_trl_keys
 
 
 @dataclass
@@ -36,6 +37,7 @@ class ConfigFile:
 def yaml_scalar(text: str):
     """A flag's text read as YAML reads a config value: ``0.5``, ``true``, ``main``, ``student/``. Text YAML cannot
     read (a ``!!python/...`` tag, an unclosed ``[``) is refused as argparse refuses a value of the wrong type."""
+    # pyyaml: only when a flag's value is read this way
     import yaml
 
     try:
@@ -54,8 +56,6 @@ def flag_names(argv: list[str]) -> list[str]:
 
 def trl_terms(argv: list[str], config: dict) -> bool:
     """Whether the command line or the config is written in TRL's terms."""
-    from destila.training.trl_keys import in_trl_terms
-
     return in_trl_terms(flag_names(argv)) or in_trl_terms(config)
 
 
@@ -90,8 +90,6 @@ def apply_config(parser: argparse.ArgumentParser, values: dict, path: str, json_
     a misspelt one with the nearest name. Then every value given under an option's own name is checked as the
     flag's text would be (``json_fields``: options that take a JSON object), all refusals in one line.
     """
-    from destila.training.trl_keys import MAPPED, map_trl_keys
-
     known = set(vars(parser.parse_args([]))) - {"config"}  # every option's destination, at its default
     normalised, problems = map_trl_keys(values, known)
     if problems:

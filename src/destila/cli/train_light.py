@@ -40,11 +40,14 @@ import json
 import sys
 from pathlib import Path
 
-from destila.cli.fields import add_fields
+from destila.cli.fields import _scalar_type, _selected, add_fields
 from destila.cli.parser import Parser
 from destila.cli.train_config import ConfigFile, apply_config, check_json_flags, flag_names, given_on_command_line
 from destila.cli.train_config import read_config, trl_terms, yaml_scalar
+from destila.hub_ids import missing_cache_problem
+from destila.training.argument_ranges import check_argument_ranges, check_finite_arguments
 from destila.training.trainer_source import SourceUnreadable, annotation, hf_argparser, training_arguments_fields
+from destila.training.trl_defaults import trl_defaults
 
 STORED = Path(__file__).with_name("train_flags.json")
 # The type functions destila's own flags use, by name (the stored flags name them).
@@ -142,8 +145,6 @@ def answer_early(argv: list[str]) -> int | None:
     config = read_config(known.config) if known.config else {}
     in_trl_terms = trl_terms(argv, config)
     if in_trl_terms:
-        from destila.training.trl_defaults import trl_defaults
-
         parser.set_defaults(**trl_defaults([*flag_names(argv), *config]))
     json_fields = training_arguments_fields()[1]
     if known.config:
@@ -152,15 +153,10 @@ def answer_early(argv: list[str]) -> int | None:
     check_json_flags(namespace, json_fields, given_on_command_line(parser, argv))
     if known.resume:
         return None  # a resumed run's recorded options are the defaults: checked by the live parse
-    from destila.training.argument_ranges import check_argument_ranges, check_finite_arguments
-
     check_finite_arguments(namespace)
     check_argument_ranges(namespace)
-    if namespace.cache is not None:
-        from destila.hub_ids import missing_cache_problem
-
-        if problem := missing_cache_problem(namespace.cache):
-            raise FileNotFoundError(problem)
+    if namespace.cache is not None and (problem := missing_cache_problem(namespace.cache)):
+        raise FileNotFoundError(problem)
     if not in_trl_terms:  # TRL's model_name_or_path and output_dir are mapped by the live parse
         if namespace.student is None:
             parser.error("the following arguments are required: student")
@@ -171,7 +167,7 @@ def answer_early(argv: list[str]) -> int | None:
 
 def write_record() -> dict:
     """destila's own flags as declared (imports transformers: run when they change)."""
-    from destila.cli.fields import _scalar_type, _selected
+    # destila's declarations import transformers and torch: only to write the flags again
     from destila.cli.train import DESCRIPTION, USAGE, field_sources
     from destila.cli.train_trl import trl_flags_class
     from destila.training import DistillationArguments
@@ -203,8 +199,6 @@ def write_record() -> dict:
 
 
 def _field(cls, f: dataclasses.Field) -> dict:
-    from destila.cli.fields import _scalar_type
-
     metadata = dict(f.metadata)
     if "type" in metadata:
         function = metadata["type"]

@@ -21,18 +21,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from destila.cli.fields import add_fields
 from destila.cli.train_config import flag_names, yaml_scalar
 from destila.data.spec import DataSpec
+from destila.training.peft_student import LoraArguments
+from destila.training.trl_distillation import is_distillation_config
+from destila.training.trl_keys import MAPPED, PEFT_DEFAULTS, REFUSED, map_trl_keys, trl_temperature_problem
 
-# destila.training.* imports transformers (its package does): imported where used, so `destila --help` stays fast.
 _DATA_OPTIONS = ("data", *(f.name for f in dataclasses.fields(DataSpec) if f.name != "source"))
 
 
 def trl_flags_class(taken):
     """TRL's keys as the fields of a dataclass (so :func:`~destila.cli.fields.add_fields` declares their flags),
     less those in ``taken`` (destila's own options of the same name, such as ``packing``)."""
-    from destila.training.trl_keys import MAPPED, PEFT_DEFAULTS, REFUSED
-
     peft = ", ".join(f"{k} {v}" for k, v in PEFT_DEFAULTS.items())
     helps = {key: f"TRL's name of {meaning}" for key, (_, _, meaning) in MAPPED.items()}
     helps["use_peft"] = (f"TRL's: LoRA adapters, with TRL's {peft} where not given, on every linear layer but "
@@ -47,8 +48,6 @@ def trl_flags_class(taken):
 
 def add_trl_flags(parser: argparse.ArgumentParser) -> None:
     """TRL's keys as flags, except those that are destila's own options already (``--packing``, ...)."""
-    from destila.cli.fields import add_fields
-
     group = parser.add_argument_group("TRL's names (mapped onto the options above, with TRL's defaults)")
     flags = trl_flags_class(set(vars(parser.parse_args([]))))
     add_fields(group, flags)
@@ -58,17 +57,12 @@ def add_trl_flags(parser: argparse.ArgumentParser) -> None:
 def distillation_terms(argv: list[str], config: dict) -> bool:
     """Whether the command line or the config is TRL's ``DistillationConfig`` (a key only it has): its
     ``temperature`` is the loss's."""
-    from destila.training.trl_distillation import is_distillation_config
-
     return is_distillation_config([*flag_names(argv), *config])
 
 
 def apply_trl_flags(namespace: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     """Map the TRL flags given onto ``namespace``; ``{option: TRL flag}`` for those set. A TRL flag beside
     destila's own flag for the same option, with another value, is refused."""
-    from destila.training.peft_student import LoraArguments
-    from destila.training.trl_keys import MAPPED, PEFT_DEFAULTS, map_trl_keys
-
     values = {}
     for dest in [d for d in vars(namespace) if d in parser.trl_flags]:
         value = vars(namespace).pop(dest)
@@ -92,8 +86,6 @@ def apply_trl_flags(namespace: argparse.Namespace, parser: argparse.ArgumentPars
 
 def check_trl_temperature(namespace: argparse.Namespace, spelt: dict, trl_terms: bool) -> None:
     """In TRL's terms a ``temperature`` given is GKD's sampling temperature: refused unless 1."""
-    from destila.training.trl_keys import trl_temperature_problem
-
     problem = trl_terms and "temperature" in spelt and trl_temperature_problem(namespace.temperature)
     if problem:
         raise ValueError(problem)
@@ -108,7 +100,7 @@ def check_against_cache(namespace: argparse.Namespace, spelt: dict, unchosen: di
         return
     given = {o: (name, getattr(namespace, o)) for o, name in data.items() if (unchosen or {}).get(o) != name}
     from destila.cache.dataset import open_cache  # heavy: torch
-    from destila.cache.settings_match import settings_problems
+    from destila.cache.settings_match import settings_problems  # heavy: destila.cache (pyarrow)
 
     problems = settings_problems(given, open_cache(namespace.cache).manifest, str(namespace.cache)) if given else []
     if problems:

@@ -25,6 +25,7 @@ def _flag(name: str) -> str:
 
 def spans_rebuild_command(manifest, path: str | Path) -> str | None:
     """The command that builds the cache at ``path`` again, with ``--spans``, into ``<path>-spans``."""
+    # the cache and data packages import torch and pyarrow: only when the command is written
     from destila.cache.encodings import encoding_of
     from destila.cache.kinds import kind_of
     from destila.cache.spec import BuildSpec

@@ -42,6 +42,7 @@ def file_entry(name: str, payload: bytes) -> dict:
 def check_file(file: Path, entry: dict) -> None:
     """Raise ``ValueError`` when ``file`` is not the size and SHA-256 its index ``entry`` records, or its name is
     not a plain file name of the store's folder (nothing elsewhere is hashed or read)."""
+    # destila.cache's package imports torch and pyarrow: only when a stored file is checked
     from destila.cache.format import sha256_file
 
     name = entry["name"]

@@ -125,8 +125,10 @@ def write_store(data, folder: Path, key: str, *, progress=None) -> Path:
 
 
 def _write_shards(data, folder: Path, key: str, progress) -> Path:
+    # safetensors' writer: only when the shards are written
     from safetensors.numpy import save
 
+    # crosstok.coverage imports the cache reader (pyarrow): only when shards are written
     from destila.crosstok.coverage import summarise
 
     total, shards, stats, longest = len(data), [], {}, 0
@@ -175,6 +177,7 @@ class StoredItems(torch.utils.data.Dataset):
     """The items of a store written by :func:`write_store`, memory-mapped; ``coverage``: every sequence's."""
 
     def __init__(self, index: str | Path):
+        # crosstok.coverage imports the cache reader (pyarrow): only when a store is read
         from destila.crosstok.coverage import Coverage
 
         self.index_path = Path(index)
@@ -202,6 +205,7 @@ class StoredItems(torch.utils.data.Dataset):
 
     def _open(self, number: int):
         if number not in self._handles:
+            # safetensors: only when a shard is first opened
             from safetensors import safe_open
 
             shard = self.index["shards"][number]

@@ -21,15 +21,15 @@ import json
 from pathlib import Path
 
 from destila.crosstok.spec import TokenizerSpec, check_tokenizer_folder
+from destila.data import load_texts
 from destila.data.spans import check_spells_bytes
+from destila.models import load_tokenizer
 
 _DEFAULT_SPECIALS = ["<|endoftext|>"]
 
 
 def training_texts(spec: TokenizerSpec) -> list[str]:
     """The documents of ``spec.data`` the tokenizer learns from (every ``holdout_every``-th left out)."""
-    from destila.data import load_texts
-
     texts = load_texts(spec.data, text_field=spec.text_field)
     if spec.holdout_every:
         texts = [t for i, t in enumerate(texts) if i % spec.holdout_every != spec.holdout_every - 1]
@@ -47,6 +47,7 @@ def _specials(teacher) -> tuple[list[str], dict]:
 
 
 def _byte_level(specials: list[str], vocab_size: int):
+    # tokenizers: only when a tokenizer is trained
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     core = Tokenizer(models.BPE())
@@ -58,6 +59,7 @@ def _byte_level(specials: list[str], vocab_size: int):
 
 
 def _space_mark_pipeline(core) -> None:
+    # tokenizers: only when a tokenizer is trained
     from tokenizers import decoders, pre_tokenizers
 
     core.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
@@ -67,6 +69,7 @@ def _space_mark_pipeline(core) -> None:
 
 def _space_mark(specials: list[str], vocab_size: int, texts: list[str]):
     """A ▁-spelling BPE with byte fallback: trained, then rebuilt with the 256 byte tokens after the specials."""
+    # tokenizers: only when a tokenizer is trained
     from tokenizers import Tokenizer, models, trainers
 
     draft = Tokenizer(models.BPE())
@@ -93,9 +96,8 @@ def train_tokenizer(spec: TokenizerSpec, texts: list[str] | None = None, teacher
     spells every text back byte for byte (checked before saving), which
     cross-tokenizer alignment needs.
     """
+    # transformers takes seconds to import: only when a tokenizer is trained
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    from destila.models import load_tokenizer
 
     out = Path(spec.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -131,6 +133,7 @@ def train_tokenizer(spec: TokenizerSpec, texts: list[str] | None = None, teacher
 def load_student_tokenizer(folder):
     """The tokenizer saved in ``folder`` (by ``save_pretrained`` or :func:`train_tokenizer`; a model folder with its
     tokenizer will do). ``FileNotFoundError`` in one line when the folder holds none."""
+    # transformers takes seconds to import: only when a student tokenizer is loaded
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(check_tokenizer_folder(folder))

@@ -14,17 +14,21 @@ hold byte spans: one built without them is refused with the
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
-from destila.crosstok.dataset import require_bucket_tail
+from destila.cache.reader import TopKCache
+from destila.crosstok.coverage import warn_if_low
+from destila.crosstok.dataset import CrossTokenizerCache, require_bucket_tail
 from destila.crosstok.rebuild import spans_rebuild_command
+from destila.crosstok.store import stored_items
+from destila.crosstok.vocab_map import keep_vocab_map
 from destila.io.progress import progress_bar
+from destila.models import load_tokenizer, output_head, tokenizer_fingerprint
 
 
 def student_tokenizer(student: str):
     """The student folder's tokenizer, or None when it has none that loads."""
-    from destila.models import load_tokenizer
-
     try:
         return load_tokenizer(student)
     except (OSError, ValueError, TypeError):
@@ -33,16 +37,12 @@ def student_tokenizer(student: str):
 
 def differs(source, tokenizer) -> bool:
     """The cache ``source`` was built with another tokenizer than ``tokenizer`` (None: the student has none)."""
-    from destila.models import tokenizer_fingerprint
-
     recorded = getattr(getattr(source, "manifest", None), "tokenizer_fingerprint", "")
     return tokenizer is not None and bool(recorded) and tokenizer_fingerprint(tokenizer) != recorded
 
 
 def refuse_without_spans(source, path, tokenizer, who: str = "student") -> None:
     """One line for a cache without byte spans: what it lacks, and the command that rebuilds it with them."""
-    from destila.models import tokenizer_fingerprint
-
     if source.manifest.spans:
         return
     command = spans_rebuild_command(source.manifest, path)
@@ -63,10 +63,6 @@ def cross_tokenizer_dataset(source, student: str, model, *, tail: str = "bucket"
     ``tail`` and ``hidden_loss``: the run's loss options (the unmapped mass needs the rest bucket; teacher hidden
     states sit at teacher positions); ``path``: the cache as the user named it (for messages).
     """
-    from destila.cache.reader import TopKCache
-    from destila.crosstok.dataset import CrossTokenizerCache
-    from destila.models import output_head
-
     tokenizer = student_tokenizer(student)
     if allow_tokenizer_mismatch or not differs(source, tokenizer):
         return None
@@ -93,12 +89,6 @@ def training_items(data, folder: str | Path, model=None, *, main_process_first=N
     :data:`~destila.crosstok.coverage.LOW_COVERAGE`). ``main_process_first``: a context manager factory under
     which the store is written (the main process writes, the others then read it); ``model``: its context
     must hold the longest sequence in the student's tokens."""
-    import contextlib
-
-    from destila.crosstok.coverage import warn_if_low
-    from destila.crosstok.store import stored_items
-    from destila.crosstok.vocab_map import keep_vocab_map
-
     folder = Path(folder)
     vocab_map = data.vocab_map
     with (main_process_first() if main_process_first is not None else contextlib.nullcontext()):

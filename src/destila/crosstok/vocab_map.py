@@ -139,6 +139,7 @@ def map_key(vocab_map: VocabMap) -> str:
 def save_vocab_map(vocab_map: VocabMap, folder: str | Path) -> Path:
     """Write the map into ``folder`` under its two fingerprints, with its index (its identity, size and SHA-256),
     staged (:func:`~destila.crosstok.staged_store.write_staged`); returns the file."""
+    # safetensors' writer: only when a map is saved
     from safetensors.numpy import save
 
     folder = Path(folder)
@@ -161,6 +162,7 @@ def save_vocab_map(vocab_map: VocabMap, folder: str | Path) -> Path:
 def stored_map_fault(vocab_map: VocabMap, folder: str | Path) -> str | None:
     """Why the map stored in ``folder`` is not ``vocab_map`` as it was written (no index, a file of another size
     or SHA-256, another identity, other values), else None."""
+    # safetensors: only when a stored map is checked
     from safetensors import safe_open
 
     name = _store_name(vocab_map.teacher_fingerprint, vocab_map.student_fingerprint)

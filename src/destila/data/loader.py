@@ -11,6 +11,9 @@ processes the first one tokenises into the store while the others wait
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import tempfile
 from pathlib import Path
 
 from destila.data.formats import detect_format
@@ -50,10 +53,7 @@ def packed_source(
 def texts_source(texts: list[str], tokenizer, spec: DataSpec | None = None, *, spans: bool = False,
                  **spec_fields) -> PackedSource:
     """A packed source over documents given in Python (small data); stored under a key of their content."""
-    import hashlib
-    import json
-    import tempfile
-
+    # datasets is heavy: only for texts given in Python
     import datasets
 
     texts = [t for t in texts if t]

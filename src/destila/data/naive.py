@@ -31,6 +31,7 @@ def data_fingerprint(texts: list[str]) -> str:
 
 def ids_fingerprint(packed) -> str:
     """Short hash of packed token ids ``[S, L]``: equal means the same sequences, token for token."""
+    # heavy: numpy (this module's own imports are the standard library's)
     import numpy as np
 
     array = np.ascontiguousarray(packed.numpy() if hasattr(packed, "numpy") else packed, dtype=np.int64)
@@ -48,6 +49,7 @@ def pack_documents(texts: list[str], tokenizer, seq_len: int, max_tokens: int | 
     Sequences span document boundaries, as in pre-training: the EOS token is
     the only separator.
     """
+    # heavy: numpy and torch, as above
     import numpy as np
     import torch
 

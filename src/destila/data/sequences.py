@@ -23,9 +23,10 @@ Naive equivalent::
 
 from __future__ import annotations
 
-from destila.data.from_dataset import dataset_source
+from destila.data.from_dataset import dataset_source, spec_for
 from destila.data.loader import packed_source, texts_source
 from destila.data.packed import PackedSource
+from destila.data.sources import in_memory_records
 from destila.data.spec import TEXTS, DataSpec, GivenRows, as_data_spec, rows_given
 
 
@@ -45,9 +46,6 @@ def as_sequences(data, tokenizer, *, main_first=None, spans: bool = False, **opt
     token's byte span in its document (:mod:`destila.data.spans`).
     """
     if rows_given(data):
-        from destila.data.from_dataset import spec_for
-        from destila.data.sources import in_memory_records
-
         if isinstance(data, GivenRows):
             data, options = data.rows, {**data.options, **options}
         records = in_memory_records(data)
@@ -71,9 +69,6 @@ def describe_data(data, source: PackedSource | None = None) -> str:
     if rows_given(data):
         data = data.rows if isinstance(data, GivenRows) else data
         if source is None:
-            from destila.data.from_dataset import spec_for
-            from destila.data.sources import in_memory_records
-
             return f"<{len(data)} {spec_for(in_memory_records(data)).format} rows given in Python>"
         return f"<{len(data)} {source.spec.format} rows given in Python>"
     documents = data.documents if isinstance(data, DataSpec) else data if isinstance(data, (list, tuple)) else None

@@ -34,6 +34,7 @@ BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "c
 
 def pydoc_texts() -> list[str]:
     """Python's documentation topics, sorted by topic name (about 465k characters)."""
+    # pydoc_data.topics is large (about 0.75 MB of text): only when the topics are read
     from pydoc_data.topics import topics
 
     return [topics[name] for name in sorted(topics)]
@@ -42,6 +43,7 @@ def pydoc_texts() -> list[str]:
 @contextlib.contextmanager
 def quiet_datasets():
     """datasets prints a progress bar per file it converts; the caller's own bar is the one that matters."""
+    # datasets is heavy: only when data is read
     import datasets
 
     was_enabled = datasets.is_progress_bar_enabled()
@@ -72,6 +74,7 @@ def load_records(spec):
 
 
 def _load(spec):
+    # datasets is heavy: only when data is read
     import datasets
 
     source = spec.source
@@ -103,6 +106,7 @@ def _builder(path: Path) -> str:
 
 def _load_files(files: list[Path], spec):
     """One dataset over ``files`` in the order given; consecutive files of one format are read in one call."""
+    # datasets is heavy: only when data is read
     import datasets
 
     groups: list[tuple[str, list[str]]] = []
@@ -185,6 +189,7 @@ def _not_utf8(paths: list[str]) -> str | None:
 
 
 def _load_folder(path: Path, spec):
+    # datasets is heavy: only when data is read
     import datasets
 
     if is_saved_dataset(path):
@@ -214,12 +219,14 @@ def is_saved_dataset(path) -> bool:
 def load_saved_dataset(path, split: str = "train"):
     """The ``datasets.Dataset`` a :func:`is_saved_dataset` folder holds (of a ``DatasetDict``, ``split``, or its
     only split). Naive equivalent: ``datasets.load_from_disk(path)[split]``."""
+    # datasets is heavy: only when data is read
     import datasets
 
     return _pick_split(datasets.load_from_disk(str(Path(path).expanduser())), split, Path(path))
 
 
 def _load_hub(spec):
+    # datasets is heavy: only when data is read
     import datasets
 
     reason = hub_offline_reason()
@@ -236,6 +243,7 @@ def _load_hub(spec):
 
 
 def _pick_split(loaded, split: str, path: Path):
+    # datasets is heavy: only when data is read
     from datasets import DatasetDict, IterableDatasetDict
 
     if not isinstance(loaded, (DatasetDict, IterableDatasetDict)):
@@ -248,6 +256,7 @@ def _pick_split(loaded, split: str, path: Path):
 
 
 def _is_iterable(dataset) -> bool:
+    # datasets is heavy: only when data is read
     import datasets
 
     return isinstance(dataset, datasets.IterableDataset)
@@ -296,6 +305,7 @@ def in_memory_records(data):
 
     Naive equivalent: ``datasets.Dataset.from_list(data) if isinstance(data[0], dict) else None``.
     """
+    # datasets is heavy: only when data is read
     import datasets
 
     if isinstance(data, datasets.Dataset):

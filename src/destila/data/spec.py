@@ -12,6 +12,7 @@ the object directly::
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -195,8 +196,6 @@ def rows_given(data) -> bool:
     """Rows given in Python: a ``datasets.Dataset``, or a list of dicts (text, messages, prompt/completion), bare
     or as :class:`GivenRows`; they are read by their columns (:func:`~destila.data.sequences.as_sequences`), not
     through a :class:`DataSpec`."""
-    import sys
-
     if isinstance(data, GivenRows):
         return True
     datasets = sys.modules.get("datasets")  # checked without importing datasets when it is not loaded

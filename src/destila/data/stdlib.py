@@ -98,6 +98,7 @@ def stdlib_identity(split: str) -> list:
 
 def stdlib_records(text_field: str = "text", split: str = "train"):
     """A ``datasets.Dataset`` of ``{text_field: source}`` rows, written to Arrow a module at a time."""
+    # datasets is heavy: only when the stdlib corpus is read
     import datasets
 
     files = stdlib_files(split)

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,8 +103,6 @@ def source_identity(source: str, split: str = "train") -> list:
 
 
 def store_key(spec, tokenizer_fingerprint: str, spans: bool = False) -> str:
-    import sys
-
     described = {k: v for k, v in spec.describe().items() if k not in ("seq_len", "packing", "max_tokens")}
     identity = [STORE_VERSION, described, tokenizer_fingerprint, source_identity(spec.source, spec.split), sys.version_info[:2],
                 _budget(spec)]

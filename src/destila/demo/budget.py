@@ -22,7 +22,9 @@ report cannot say in advance how many steps there will be.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import statistics
 import time
 
 from transformers import TrainerCallback
@@ -56,9 +58,7 @@ def measure_step_seconds(model_path: str, input_ids, *, freeze_embeddings: bool,
     ``bf16``: under bfloat16 autocast, as the Trainer's ``bf16=True`` runs it (weights and optimizer
     in float32). Nothing is saved; the model is dropped afterwards.
     """
-    import contextlib
-    import statistics
-
+    # heavy: torch
     import torch
 
     model = load_causal_lm(model_path).train()
@@ -91,6 +91,7 @@ def scaled_reserve(seconds: float, teacher_tokens_per_second: float, measured_at
 def native_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX). Without it bfloat16 autocast
     emulates the arithmetic and runs slower than float32, so timing it would only cost the plan time."""
+    # heavy: torch
     import torch
 
     return bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())  # private, but no public one

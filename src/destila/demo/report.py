@@ -97,6 +97,7 @@ def verdict(results: dict[str, dict], trained: dict[str, dict], *, held_out_docu
 
 def _figure(rows: int, cols: int, width: float, height: float):
     """A figure and its ``[rows][cols]`` axes, drawn off-screen (no pyplot state, nothing to close)."""
+    # matplotlib is heavy: only when a figure is drawn
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

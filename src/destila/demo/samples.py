@@ -56,6 +56,7 @@ def continuations(model_path: str, prompts: list[str], new_tokens: int) -> list[
     Naive equivalent: ``pipeline("text-generation", model_path)(prompt, max_new_tokens=new_tokens,
     do_sample=False)`` per prompt.
     """
+    # heavy: torch, only when samples are generated
     import torch
 
     model = load_causal_lm(model_path).eval()

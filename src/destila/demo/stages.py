@@ -21,6 +21,7 @@ class StageLog:
     """``OUT/stages.json``: which stages finished, with what result and in how many seconds."""
 
     def __init__(self, out: str | Path, console=None):
+        # rich: only when a staged run prints its log
         from rich.console import Console
 
         self.out = Path(out)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from destila.io import write_atomic
+
 VOCAB_FILE = "draft_vocab.json"
 
 
@@ -42,8 +44,6 @@ def frequent_tokens(sequences, vocab_size: int) -> dict:
 
 
 def write_ranking(folder: str | Path, ranking: dict) -> Path:
-    from destila.io import write_atomic
-
     path = Path(folder) / VOCAB_FILE
     write_atomic(path, json.dumps(ranking))
     return path

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 def load_teacher(spec) -> tuple:
     """``(teacher, tokenizer)`` of a :class:`~destila.draft.spec.DraftEvalSpec`."""
+    # destila.models imports torch: only when a model is loaded
     from destila.models import check_source, load_causal_lm, load_tokenizer
 
     check_source(spec.teacher)
@@ -14,6 +15,7 @@ def load_teacher(spec) -> tuple:
 def load_draft(spec, teacher, tokenizer):
     """The draft, in the teacher's dtype and on its device (assisted generation runs both in
     one process); ``spec.draft_vocab`` narrows its head to that many of its ranked tokens."""
+    # destila.draft.head and destila.models import torch: only when a draft is loaded
     from destila.draft.head import narrow_head, read_ranking
     from destila.models import check_source, load_causal_lm, load_tokenizer
 

@@ -39,8 +39,12 @@ import time
 import torch
 
 from destila.draft.counting import counting
+from destila.draft.loading import load_draft, load_teacher
 from destila.draft.spec import WAYS, DraftEvalSpec
+from destila.generation.prompts import load_prompts
+from destila.generation.run import use_chat_template
 from destila.generation.small_matmul import small_matmul
+from destila.io.progress import progress_bar
 
 # Plain generate within this factor of the bare forward cost per token counts as a fair baseline.
 _BASELINE_SLACK = 1.5
@@ -50,6 +54,7 @@ _WIDTH_SLACK = 1.1
 
 
 def _generation_config(spec: DraftEvalSpec, stop: list[int], pad: int):
+    # transformers takes seconds to import: only when a draft is measured
     from transformers import GenerationConfig
 
     sampling = {"do_sample": True, "temperature": spec.temperature, "top_k": 0, "top_p": 1.0} if not spec.greedy \
@@ -87,6 +92,7 @@ def _answer(teacher, ids, config, options: dict, draft, seed: int | None) -> dic
 def forward_seconds(model, ids, repeats: int = 8, width: int = 1) -> float:
     """Median seconds of one cached forward of ``width`` new tokens after ``ids`` (``width`` 1: what plain
     decoding pays per token; more: what verifying ``width − 1`` proposals costs)."""
+    # transformers takes seconds to import: only when a forward is timed
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
@@ -129,10 +135,8 @@ def measure_draft(spec: DraftEvalSpec, *, progress: bool = True, teacher: tuple 
     Returns ``{"settings", "ways": [row per way], "errors": [...]}``; each row has ``speedup`` (tokens/s against
     the teacher alone).
     """
-    from destila.draft.loading import load_draft, load_teacher
-    from destila.generation.prompts import load_prompts
+    # destila.generation.sampling imports transformers: only when a draft is measured
     from destila.generation.sampling import stop_ids
-    from destila.io.progress import progress_bar
 
     teacher, tokenizer = teacher or load_teacher(spec)
     draft = load_draft(spec, teacher, tokenizer) if "draft" in spec.ways else None
@@ -176,7 +180,7 @@ def measure_draft(spec: DraftEvalSpec, *, progress: bool = True, teacher: tuple 
 def encode_prompts(tokenizer, prompts: list, device="cpu") -> tuple[list, bool]:
     """Each :class:`~destila.generation.prompts.Prompt` as the teacher reads it (its chat template with a generation
     prompt when it has one, as ``destila generate`` decides): ``([ids [1, n] per prompt], template applied)``."""
-    from destila.generation.run import use_chat_template
+    # destila.generation.sampling imports transformers: only when prompts are encoded
     from destila.generation.sampling import render
 
     use_template = use_chat_template(tokenizer, prompts, "auto")

@@ -36,10 +36,23 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from destila.data import DataSpec
 from destila.demo.settings import StageSettings
-from destila.draft.prompts import PYDOC
+from destila.demo.stages import StageLog, train_from_cache
+from destila.draft.head import VOCAB_FILE, frequent_tokens, write_ranking
+from destila.draft.measure import measure_draft, propose_every_step
+from destila.draft.prompts import PYDOC, pydoc_prompts
+from destila.draft.size import choose_layers, draft_costs
+from destila.draft.spec import DraftEvalSpec
+from destila.draft.table import print_draft_report
+from destila.generation import GenerateSpec, SamplingSpec, generate
+from destila.generation.prompts import load_prompts
+from destila.io import write_atomic
+from destila.io.json_lines import json_lines, read_json_lines
 from destila.losses.divergences import divergence_names
+from destila.models import load_causal_lm, load_tokenizer
 from destila.ranges import check_finite_at_least, check_int_at_least, check_optional_int_at_least
+from destila.student.spec import StudentInitSpec
 
 _MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
                 "tokenizer*", "special_tokens_map.json", "chat_template.jinja", "vocab.json", "merges.txt")
@@ -101,8 +114,6 @@ class DraftRecipe:
     """The stages of :mod:`destila.draft.recipe`; :meth:`run` returns the measurement's report."""
 
     def __init__(self, teacher: str, out: str | Path, settings: DraftSettings | None = None, console=None):
-        from destila.demo.stages import StageLog
-
         self.teacher, self.out = teacher, Path(out)
         self.settings = settings or DraftSettings()
         self.work = self.out / "work"
@@ -112,8 +123,7 @@ class DraftRecipe:
     def prompts(self) -> tuple[list, list]:
         """``(training prompts, every held-out prompt)``: pydoc's split by topic, or every --holdout-every-th of a
         file; the measurement answers the first ``--eval-prompts`` held-out ones."""
-        from destila.draft.prompts import pydoc_prompts
-        from destila.generation.prompts import load_prompts
+        # destila.recipes imports the cache package (pyarrow): only when the prompts are read
         from destila.recipes.on_policy_data import split_prompts
 
         s = self.settings
@@ -129,8 +139,6 @@ class DraftRecipe:
         return train, held
 
     def run(self) -> dict:
-        from destila.draft.head import VOCAB_FILE
-
         s, log = self.settings, self.log
         train, held = self.prompts()  # bad prompts are refused before any stage writes
         self.write_held_out(held)
@@ -150,8 +158,6 @@ class DraftRecipe:
     # -- stages ---------------------------------------------------------------------
 
     def _teacher_ids(self):
-        from destila.models import load_causal_lm, load_tokenizer
-
         tokenizer = load_tokenizer(self.teacher)
         model = load_causal_lm(self.teacher)
         text = "The for statement is used to iterate over the elements of a sequence such as a list. " * 4
@@ -160,16 +166,11 @@ class DraftRecipe:
     def write_held_out(self, held: list) -> None:
         """Every held-out prompt to ``DRAFT/work/held_out.jsonl`` (``prompt`` or ``messages`` rows): never trained
         on, so ``destila eval TEACHER --draft DRAFT --prompts`` can measure the draft again on more of them."""
-        from destila.io import write_atomic
-        from destila.io.json_lines import json_lines
-
         rows = [{"prompt": p.text} if p.messages is None else {"messages": p.conversation()} for p in held]
         self.work.mkdir(parents=True, exist_ok=True)
         write_atomic(self.work / HELD_OUT_FILE, json_lines(rows, ensure_ascii=False))
 
     def size(self) -> dict:
-        from destila.draft.size import choose_layers, draft_costs
-
         s = self.settings
         teacher, ids = self._teacher_ids()
         total = teacher.config.num_hidden_layers
@@ -192,8 +193,6 @@ class DraftRecipe:
         return {"layers": layers, "chosen_by": f"cost ratio ≤ {s.cost_ratio}", **costs}
 
     def answers(self, train: list) -> dict:
-        from destila.generation import GenerateSpec, SamplingSpec, generate
-
         s = self.settings
         self.work.mkdir(parents=True, exist_ok=True)
         path = self.work / "answers.jsonl"
@@ -203,8 +202,8 @@ class DraftRecipe:
         return {"path": str(path), "answers": report.prompts}
 
     def cache(self, answers: str) -> dict:
+        # the cache package and destila.recipes import pyarrow: only when this stage runs
         from destila.cache import build_cache, inspect_cache
-        from destila.data import DataSpec
         from destila.recipes.on_policy_data import write_pairs
 
         s = self.settings
@@ -218,8 +217,8 @@ class DraftRecipe:
                 "trained_positions": summary["trained_positions"]}
 
     def init(self, layers: int) -> dict:
+        # destila.student.init imports the cache package (pyarrow): only when this stage runs
         from destila.student import init_student
-        from destila.student.spec import StudentInitSpec
 
         path = self.work / "init"
         if not (path / "config.json").exists():  # else written by a run killed before it recorded the stage
@@ -227,8 +226,6 @@ class DraftRecipe:
         return {"path": str(path)}
 
     def train(self, student: str, cache: dict) -> dict:
-        from destila.demo.stages import train_from_cache
-
         s = self.settings
         per_sequence = cache["trained_positions"] / cache["sequences"]
         steps = s.steps_for(per_sequence) if s.minutes is None else 10 ** 6
@@ -240,10 +237,6 @@ class DraftRecipe:
         return result
 
     def ranking(self, answers: str) -> dict:
-        from destila.draft.head import frequent_tokens, write_ranking
-        from destila.io.json_lines import read_json_lines
-        from destila.models import load_tokenizer
-
         tokenizer = load_tokenizer(self.teacher)
         texts = [record["messages"][-1]["content"] for record in read_json_lines(Path(answers))]
         ranking = frequent_tokens([tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts],
@@ -254,11 +247,8 @@ class DraftRecipe:
     def publish(self, trained: str, ranking: Path) -> None:
         """The trained draft's model files (and its token ranking) copied to ``DRAFT/``, each by atomic rename; its
         generation config says how many tokens to propose per step, as measured."""
+        # transformers takes seconds to import: only when the draft is published
         from transformers import GenerationConfig
-
-        from destila.draft.measure import propose_every_step
-        from destila.draft.spec import DraftEvalSpec
-        from destila.io import write_atomic
 
         for pattern in _MODEL_FILES:
             for source in sorted(Path(trained).glob(pattern)):
@@ -272,10 +262,6 @@ class DraftRecipe:
         write_atomic(self.out / "generation_config.json", config.to_json_string())
 
     def measure(self, held: list) -> dict:
-        from destila.draft.measure import measure_draft
-        from destila.draft.spec import DraftEvalSpec
-        from destila.draft.table import print_draft_report
-
         s = self.settings
         items = [p.messages if p.messages is not None else p.text for p in held]
         spec = DraftEvalSpec(self.teacher, str(self.out), items, max_new_tokens=s.eval_new_tokens,

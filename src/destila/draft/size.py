@@ -25,6 +25,8 @@ from __future__ import annotations
 import statistics
 import time
 
+from destila.student.cut import cut_student
+
 _ROUNDS = 5
 
 
@@ -32,10 +34,10 @@ def draft_costs(teacher, ids, candidates: list[int], ranking: list[int] | None, 
     """``{"teacher_ms", "fixed_ms", "per_layer_ms", "drafts": [{"layers", "ms", "fitted_ms", "ratio"}]}`` for drafts
     cut with each of ``candidates`` layers (a head narrowed to ``ranking[:vocab]`` when both are given); ``ids
     [1, T]`` is the context they decode after. ``ratio`` is the fitted cost over the teacher's."""
+    # these import torch: only when the draft sizes are measured
     from destila.draft.head import narrow_head
     from destila.draft.measure import forward_seconds
     from destila.generation.small_matmul import small_matmul
-    from destila.student.cut import cut_student
 
     drafts = {}
     for layers in candidates:

@@ -11,6 +11,7 @@ def _cell(value, digits: int = 2) -> str:
 
 def render_draft_table(report: dict):
     """A rich table of ``report["ways"]`` (see :func:`destila.draft.measure.measure_draft`)."""
+    # rich: only when a table is printed
     from rich.table import Table
 
     settings = report["settings"]

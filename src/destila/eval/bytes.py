@@ -44,6 +44,7 @@ def bits_per_byte(nll_nats: float, byte_count: int) -> float | None:
 @lru_cache(maxsize=1)
 def _byte_alphabet() -> frozenset[str]:
     """The byte-level alphabet (GPT-2's): the 256 printable characters that each stand for one byte."""
+    # tokenizers: only when a byte-level alphabet is needed
     from tokenizers.pre_tokenizers import ByteLevel
 
     return frozenset(ByteLevel.alphabet())

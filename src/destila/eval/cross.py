@@ -21,7 +21,10 @@ Naive equivalent of bits per byte for one text scored whole:
 
 from __future__ import annotations
 
+from destila.cache.reader import TopKCache
 from destila.constants import IGNORE_INDEX
+from destila.crosstok.dataset import CrossTokenizerCache
+from destila.crosstok.training import differs, refuse_without_spans
 from destila.data.collate import shift_labels
 
 ONE_TO_ONE = 1  # destila.crosstok.dataset's align_kind code
@@ -41,13 +44,8 @@ def held_out_source(source, model_path: str, tokenizer, cache_path):
     """``source`` (a cache) as the model reads it: the cache itself when the model's tokenizer is the cache's,
     else the cache in the model's tokens (a spans cache is needed; one without is refused with the line that
     rebuilds it)."""
-    from destila.crosstok.training import differs, refuse_without_spans
-
     if not differs(source, tokenizer):
         return source
-    from destila.cache.reader import TopKCache
-    from destila.crosstok.dataset import CrossTokenizerCache
-
     if not isinstance(source, TopKCache):
         raise ValueError(f"eval: {model_path} has another tokenizer than the cache {cache_path}; a model with "
                          "another tokenizer is evaluated on a cache folder built with --spans, not an export")

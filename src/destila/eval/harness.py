@@ -28,6 +28,7 @@ from pathlib import Path
 from destila.eval.task_answers import check_answers
 from destila.eval.task_loading import check_choice_lengths, load_local_tasks
 from destila.eval.tasks import BUILT_IN_TASKS
+from destila.io.user_files import yaml_fault
 from destila.models import load_causal_lm, load_tokenizer
 from destila.models.hub import hub_offline_reason
 
@@ -90,6 +91,7 @@ def require_harness() -> None:
 def _import_harness():
     """The harness modules (heavy: about 6 s; imported only when tasks are run)."""
     try:
+        # optional extra (eval), about 6 s to import: only when tasks are run
         import lm_eval
         from lm_eval.models.huggingface import HFLM
         from lm_eval.tasks import TaskManager
@@ -136,9 +138,8 @@ def check_task_yaml(path: Path) -> list[str]:
     harness imports and runs ``module.py`` beside the YAML: a task folder is code), a ``!!python/...``
     tag is refused by the safe loader, as the harness's own loader refuses it.
     """
+    # pyyaml: only when a task folder is checked
     import yaml
-
-    from destila.io.user_files import yaml_fault
 
     runs: dict[Path, str] = {}
 

@@ -106,6 +106,7 @@ class PeakMeter:
     """
 
     def __init__(self, device: str):
+        # heavy: torch
         import torch
 
         self.cuda = device.startswith("cuda")
@@ -120,6 +121,7 @@ class PeakMeter:
     def restart_peak(self) -> None:
         """Forget the peak so far: from now on the peak counts from current usage up."""
         if self.cuda:
+            # heavy: torch
             import torch
 
             torch.cuda.synchronize()
@@ -128,6 +130,7 @@ class PeakMeter:
             Path("/proc/self/clear_refs").write_text("5")  # Linux: VmHWM := current RSS
 
     def peak(self) -> int:
+        # heavy: torch
         import torch
 
         if self.cuda:
@@ -146,6 +149,7 @@ def active_meter() -> PeakMeter | None:
 
 def _warm_up(device: str) -> None:
     """One small GEMM and elementwise op so thread pools, BLAS and the CUDA context exist before the baseline."""
+    # heavy: torch
     import torch
 
     x = torch.randn(256, 256, device=device)
@@ -153,6 +157,7 @@ def _warm_up(device: str) -> None:
 
 
 def _is_oom(err: BaseException) -> bool:
+    # heavy: torch
     import torch
 
     if isinstance(err, (MemoryError, torch.OutOfMemoryError)):
@@ -161,10 +166,12 @@ def _is_oom(err: BaseException) -> bool:
 
 
 def _child(spec: dict) -> dict:
+    # resource is Unix-only: only the worker process caps its memory with it
     import resource
 
     module_name, _, func_name = spec["target"].partition(":")
     worker = getattr(importlib.import_module(module_name), func_name)
+    # heavy: torch
     import torch
 
     if spec.get("threads"):

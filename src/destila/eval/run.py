@@ -11,6 +11,8 @@ so its peak memory is its own.
 from __future__ import annotations
 
 import dataclasses
+import tempfile
+from pathlib import Path
 
 from destila.cache import CorruptShardError
 from destila.cache.checks.rows import target_value_fault
@@ -216,9 +218,6 @@ def evaluate_models(spec: EvalSpec, *, isolated: bool = True, timeout: float | N
 
     ``progress``: show a progress bar per model (its stage, batches scored, elapsed time) on the terminal.
     """
-    import tempfile
-    from pathlib import Path
-
     results = []
     shipped = dataclasses.asdict(spec)  # what a worker process rebuilds its spec from
     show = progress and isolated

@@ -72,6 +72,7 @@ def _notes(results: list[dict]) -> str | None:
 
 def render_table(results: list[dict], title: str = "destila eval"):
     """A ``rich`` table: metrics as rows, models as columns, ratios to the first model."""
+    # rich: only when a table is printed
     from rich.table import Table
 
     table = Table(title=title, caption=_notes(results))

@@ -47,6 +47,7 @@ def _name(result: dict) -> str:
 
 def render_task_table(results: list[dict], title: str = "task accuracy (lm-evaluation-harness)"):
     """A ``rich`` table: task metrics as rows, models as columns."""
+    # rich: only when a table is printed
     from rich.table import Table
 
     table = Table(title=title)

@@ -84,6 +84,7 @@ def _load_file(path: Path, prompt_field: str, messages_field: str) -> list[Promp
     if suffix not in _ROW_FORMATS:
         raise ValueError(f"prompts: unknown format {suffix or '(no suffix)'} for {path}; "
                          "expected .txt (one prompt per line), .jsonl, .json or .parquet")
+    # datasets is heavy: only for prompts in a file of rows
     import datasets
 
     from destila.data.sources import quiet_datasets, unreadable  # heavy: destila.data imports torch; the spec stays light

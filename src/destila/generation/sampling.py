@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 
 import torch
-from transformers import LogitsProcessor, TemperatureLogitsWarper, TopPLogitsWarper
+from transformers import GenerationConfig, LogitsProcessor, TemperatureLogitsWarper, TopPLogitsWarper
 
 
 def stream_seed(seed: int, prompt_index: int, sample: int) -> int:
@@ -78,8 +78,6 @@ def answer_batch(model, tokenizer, prompts, indices: list[int], spec, use_templa
     Prompts are left-padded into one ``[R, L]`` batch (``R`` = prompts ×
     samples); the answer is decoded up to its end-of-sequence token.
     """
-    from transformers import GenerationConfig
-
     n = spec.num_return_sequences
     texts = [render(p, tokenizer, use_template) for p in prompts]
     # The chat template already wrote any special tokens; raw text is read as the cache packs it (none added).

@@ -163,6 +163,7 @@ def config_values(path: Path):
         except json.JSONDecodeError as err:
             raise ValueError(f"--config {path}, line {err.lineno}, column {err.colno}: not valid JSON ({err.msg}); "
                              "fix the file") from None
+    # pyyaml: only when a YAML options file is read
     import yaml
 
     try:
@@ -175,6 +176,7 @@ def config_values(path: Path):
 def config_key_lines(path: Path) -> dict[str, int]:
     """``{key: line}`` (from 1) of the top-level keys of a YAML or JSON options file, from YAML's node marks (JSON
     is read the same way); ``{}`` for a file that is not a mapping or does not compose."""
+    # pyyaml: only when an options file is read
     import yaml
 
     try:

@@ -133,6 +133,7 @@ def _kernels():
 
 
 def _launch_shape(vocab: int) -> tuple[int, int]:
+    # optional extra (triton), slow to import: only when a Triton kernel is launched
     import triton
 
     block = min(_MAX_BLOCK, triton.next_power_of_2(max(vocab, 16)))

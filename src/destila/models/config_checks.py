@@ -71,6 +71,7 @@ def config_error_message(err: BaseException, where: str) -> str | None:
 
 def mismatch_message(source: str, config) -> str:
     """One line naming a stored tensor whose shape differs from what ``config`` builds (the first in name order)."""
+    # transformers takes seconds to import: only when a checkpoint does not match its config
     import torch
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM

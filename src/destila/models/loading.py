@@ -15,6 +15,7 @@ import functools
 
 import hashlib
 import importlib.util
+import inspect
 import json
 import os
 import shutil
@@ -142,6 +143,7 @@ def _remove_staging_leftovers(target: Path) -> None:
 
 def _load_gguf(folder: Path, filename: str):
     """Load a GGUF checkpoint as a plain (unquantized, saveable) float32 model."""
+    # transformers takes seconds to import: only when a model loads
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
@@ -217,6 +219,7 @@ def hub_unreachable() -> str | None:
     looked up in the local cache at once instead of through a minute of
     retries, and a model not in the cache fails in seconds.
     """
+    # huggingface_hub: only when a hub id is about to be looked up
     import huggingface_hub.constants
 
     reason = hub_offline_reason()
@@ -257,6 +260,7 @@ def _adapted(folder: str, base: str, **options):
     Naive equivalent: ``PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), folder).merge_and_unload()``.
     """
     try:
+        # optional extra (peft): only for a LoRA adapter folder
         from peft import PeftModel
     except ImportError as err:
         raise ValueError(f"model: {folder} is a LoRA adapter, and reading one needs the package peft; install it "
@@ -276,6 +280,7 @@ def _adapted(folder: str, base: str, **options):
 
 def load_tokenizer(spec: str, gguf_file: str | None = None):
     """The tokenizer of a model given as in :func:`resolve_source` (an adapter folder without one: its base's)."""
+    # transformers takes seconds to import: only when a tokenizer loads
     from transformers import AutoTokenizer
 
     source, gguf = resolve_source(spec, gguf_file)
@@ -320,6 +325,7 @@ def load_causal_lm(spec: str, *, gguf_file: str | None = None, device: str = "cp
     ``tp_plan="auto"``. ``device`` is then ignored. ``device="auto"`` means CUDA when present.
     A PEFT adapter folder (a LoRA student) loads as its base model with the adapter merged.
     """
+    # transformers takes seconds to import: only when a model loads
     from transformers import AutoModelForCausalLM
 
     apply_quiet_bars()
@@ -377,6 +383,7 @@ def load_config(spec: str, gguf_file: str | None = None):
 
 def _checked_config(source: str):
     """The model's config, refused in one line when transformers cannot build it or it counts nothing."""
+    # transformers takes seconds to import: only when a model's config is read
     from transformers import AutoConfig
 
     where = Path(source) / "config.json" if Path(source).is_dir() else source
@@ -415,8 +422,7 @@ def final_hidden_states(model, input_ids, **kwargs):
     see an ordinary forward and synchronise gradients; a forward hook on the
     decoder captures its output.
     """
-    import inspect
-
+    # heavy: torch
     import torch
 
     inner = getattr(model, "module", model)  # DDP and friends keep the model in .module
@@ -489,6 +495,7 @@ def weight_fingerprint(model, sample: int = 4096) -> str:
     seconds to minutes; the first and last ``sample`` values of every tensor,
     plus its float64 sum, tell checkpoints apart in practice.
     """
+    # heavy: torch
     import torch
 
     pieces = {}

@@ -54,6 +54,7 @@ def resolve_device(device: str) -> str:
     """``"auto"`` becomes ``"cuda"`` when a CUDA device is present, else ``"cpu"``; anything else is kept."""
     if device != "auto":
         return device
+    # heavy: torch, only for device "auto"
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -89,6 +90,7 @@ def load_options(device_map: str | None, max_memory: str | None, offload_folder:
     """Keyword arguments for ``from_pretrained``: a device map, transformers' tensor-parallel plan over all
     ``torchrun`` processes, or nothing (the caller moves the model to ``device``)."""
     if tensor_parallel:
+        # transformers takes seconds to import: only for tensor parallelism
         from transformers import DistributedConfig
 
         if device_map or max_memory or offload_folder:
@@ -150,6 +152,7 @@ def whole(tensor):
 
 def input_device(model):
     """The device the model's input ids must be on (its embedding's compute device)."""
+    # heavy: torch
     import torch
 
     embeddings = model.get_input_embeddings()

@@ -112,6 +112,7 @@ class OnPolicySettings(StageSettings):
 
 def _release() -> None:
     """Free the stage's model before the next stage loads another: one model set resident at a time."""
+    # heavy: torch
     import torch
 
     gc.collect()
@@ -187,6 +188,7 @@ class OnPolicyRecipe:
         return TargetSpec(top_k=self.settings.top_k)
 
     def device(self) -> str:
+        # heavy: torch
         import torch
 
         if self.settings.device == "auto":

@@ -26,6 +26,7 @@ def cells(row: dict) -> list[str]:
 
 
 def table(rows: list[dict], title: str):
+    # rich: only when a table is printed
     from rich.table import Table
 
     out = Table(title=title)

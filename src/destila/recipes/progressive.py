@@ -48,6 +48,7 @@ class ProgressiveRecipe(Recipe):
                 **asdict(self.settings)}
 
     def _check_depth(self, teacher_path: str) -> None:
+        # transformers takes seconds to import: only when the recipe runs
         from transformers import AutoConfig
 
         layers = AutoConfig.from_pretrained(teacher_path).num_hidden_layers

@@ -37,6 +37,7 @@ class SelfRecipe(Recipe):
         return {"model": self.model, "data": self.data, "init": self.start, **asdict(self.settings)}
 
     def _init(self, model: str) -> dict:
+        # transformers takes seconds to import: only when the recipe runs
         from transformers import AutoConfig
 
         if self.start == "copy":  # all layers "cut": an exact copy

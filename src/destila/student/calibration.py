@@ -9,6 +9,7 @@ rows, so the figure is not flattered by the choice.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -161,7 +162,5 @@ def nll_of_logits(logits: torch.Tensor, batch: Calibration) -> torch.Tensor:
 
 def perplexity(model, calibration: Calibration) -> float:
     """exp(mean next-token NLL) of ``model`` on ``calibration``."""
-    import math
-
     total, count = next_token_nll(model, calibration)
     return math.exp(total / max(count, 1))

@@ -47,6 +47,7 @@ def cut_student(teacher, layers: int | None = None, indices: list[int] | None = 
     from its ``ModuleList`` and fix ``num_hidden_layers`` (and any per-layer
     config lists such as ``layer_types``) to match.
     """
+    # transformers takes seconds to import: only when a student is cut
     from transformers import AutoModelForCausalLM
 
     config = teacher.config

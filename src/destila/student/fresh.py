@@ -35,6 +35,7 @@ def fresh_student(teacher, overrides: dict, seed: int = 0, tokenizer=None):
     """A randomly initialised model of the teacher's architecture with ``overrides`` applied to its config.
 
     ``tokenizer``: a student tokenizer with another vocabulary; the model's vocabulary is its size."""
+    # transformers takes seconds to import (torch with it): only when a fresh student is built
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -189,6 +189,7 @@ def prune_width(model, calibration: Calibration, **targets) -> tuple[torch.nn.Mo
     key/value); the kept channel and neuron indices are implied by the
     weights and not stored.
     """
+    # transformers takes seconds to import: only when a student is pruned
     from transformers import AutoModelForCausalLM
 
     config = model.config

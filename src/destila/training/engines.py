@@ -19,6 +19,7 @@ import os
 
 def accelerator_available() -> bool:
     """True when torch sees any accelerator (CUDA, XPU, MPS, ...)."""
+    # heavy: torch (this module's own imports are the standard library's)
     import torch
 
     accelerator = getattr(torch, "accelerator", None)
@@ -78,6 +79,7 @@ def enable_cpu_fsdp(trainer) -> None:
     plugin the Trainer built from ``fsdp_config``. Any other mismatch is
     refused rather than run as something else.
     """
+    # accelerate: only for FSDP on CPU
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
     args = trainer.args
@@ -108,6 +110,7 @@ def describe_engine(trainer, model) -> dict:
     ``{"engine": "single" | "ddp" | "fsdp1" | "fsdp2" | "deepspeed", "world_size": W,
     "backend": "gloo" | "nccl" | ..., "global_batch": per-device batch × accumulation × W}``.
     """
+    # heavy: torch.distributed
     import torch.distributed as dist
 
     state = trainer.accelerator.state
@@ -121,6 +124,7 @@ def describe_engine(trainer, model) -> dict:
     else:
         engine = "single"
     if engine == "fsdp2":
+        # torch's FSDP module: only under FSDP2
         from torch.distributed.fsdp import FSDPModule
 
         if not isinstance(model, FSDPModule):

@@ -18,6 +18,8 @@ anything: the checkpoints already written stay as they were.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from transformers import TrainerCallback
 
@@ -30,8 +32,6 @@ class NonFiniteTraining(ValueError):
 
 
 def _advice(step: int, args) -> str:
-    from pathlib import Path
-
     saved = sorted(int(p.name.split("-")[1]) for p in Path(args.output_dir).glob("checkpoint-*")
                    if p.name.split("-")[1].isdigit())
     kept = f"checkpoint-{saved[-1]} is as it was" if saved else "no checkpoint was written before it"

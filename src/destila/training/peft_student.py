@@ -20,6 +20,7 @@ Naive equivalent::
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,8 +33,7 @@ def plain_loading_note(merged: bool) -> str | None:
     """A line for an adapter folder that ``AutoModelForCausalLM.from_pretrained(OUT)`` cannot read with the
     installed peft, else None: transformers 5 reads adapters through ``peft.utils.transformers_weight_conversion``,
     which peft 0.19 added (and raises ``ModuleNotFoundError`` without it)."""
-    import importlib.util
-
+    # optional extra (peft), seconds to import: only after a LoRA run
     import peft
 
     if importlib.util.find_spec("peft.utils.transformers_weight_conversion") is not None:
@@ -119,6 +119,7 @@ def base_reference(student) -> str | None:
 def with_adapters(model, options: LoraArguments, base: str | None = None):
     """``model`` wrapped as a PEFT model whose only trainable weights are the LoRA adapters; ``base`` (see
     :func:`base_reference`) is recorded as the adapter's base model."""
+    # optional extra (peft), seconds to import: only for a LoRA student
     from peft import LoraConfig, get_peft_model
 
     check_targets(model, options.targets())
@@ -165,6 +166,7 @@ def merge_adapter(adapter_dir: str | Path, base: str | Path, out: str | Path | N
     the same after any engine (DDP, FSDP) and never alters the saved adapter.
     The tokenizer of ``adapter_dir`` is copied alongside. Returns the folder.
     """
+    # optional extra (peft), seconds to import: only when adapters are merged
     from peft import PeftModel
     from transformers import AutoTokenizer
 

@@ -181,6 +181,7 @@ class _Targets:
 def _offline_targets(spec: TrainSpec, model, source) -> _Targets:
     """The opened cache checked against the student (its vocabulary, tokenizer, temperature and context), or
     read in the student's tokens when its tokenizer is another."""
+    # heavy: transformers
     from transformers import AutoTokenizer
 
     args = spec.args
@@ -207,6 +208,7 @@ def _offline_targets(spec: TrainSpec, model, source) -> _Targets:
 
 def _online_targets(spec: TrainSpec, model) -> _Targets:
     """The online teacher and its packed data, checked against the student."""
+    # heavy: accelerate, only when training online
     from accelerate import PartialState
 
     teacher = load_causal_lm(spec.teacher, gguf_file=spec.teacher_gguf_file, **(spec.teacher_placement or {}))

@@ -23,6 +23,7 @@ from destila.cache.kinds import kind_of
 from destila.io import write_atomic
 from destila.io.markdown import table_lines
 from destila.io.shareable import is_local_path, shareable_name
+from destila.models import hub_unreachable
 from destila.student.init import RECORD as STUDENT_RECORD  # what `destila student init` writes beside a student
 
 CARD = "README.md"
@@ -36,8 +37,6 @@ def check_push(args, asked: bool = False) -> None:
     push called for by name (``trainer.push_to_hub()``), whatever ``args.push_to_hub`` says."""
     if not (asked or getattr(args, "push_to_hub", False)):
         return
-    from destila.models import hub_unreachable
-
     reason = hub_unreachable()
     if reason is not None:
         raise ValueError(f"push_to_hub: the Hugging Face Hub cannot be reached ({reason}); train without "
@@ -89,6 +88,7 @@ def _data_names(trainer) -> tuple[list[str], str]:
 
 def _eval_results(trainer, dataset: str) -> list:
     """The last evaluation's figures as ``huggingface_hub.EvalResult`` entries (the card's ``model-index``)."""
+    # huggingface_hub's card classes: only when a model card is written
     from huggingface_hub import EvalResult
 
     split = (f"{trainer.args.eval_fraction:g} of the training sequences, held out" if trainer.args.eval_fraction
@@ -187,6 +187,7 @@ def _held_out(trainer) -> list[str]:
 def model_card(trainer, model_name: str | None = None, merged: bool = False) -> str:
     """The card's text (YAML metadata, then markdown) for the student ``trainer`` trained (``merged``: for the
     copy with a LoRA student's adapters merged into its base)."""
+    # huggingface_hub's card classes: only when a model card is written
     from huggingface_hub import ModelCardData
 
     model = trainer.accelerator.unwrap_model(trainer.model)

@@ -53,6 +53,7 @@ def student_model(model, args, kwargs: dict) -> tuple[object, dict]:
     if peft_config is not None:
         if _is_peft(model):
             raise ValueError("peft_config: the model already has adapters; pass the base model, or drop peft_config")
+        # optional extra (peft), seconds to import: only with a peft_config
         from peft import get_peft_model
 
         targets = getattr(peft_config, "target_modules", None) or ()

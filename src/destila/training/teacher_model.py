@@ -18,6 +18,7 @@ import os
 def loaded_teacher(teacher_model):
     """``teacher_model`` loaded when it names a model; anything else as given."""
     if isinstance(teacher_model, (str, os.PathLike)):
+        # destila.models imports torch: only when the teacher is given by name
         from destila.models import load_causal_lm
 
         return load_causal_lm(str(teacher_model))

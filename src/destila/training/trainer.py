@@ -16,13 +16,16 @@ micro-batch 4 × accumulation 1 give the same gradient.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from pathlib import Path
 
 import torch
 from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from transformers.trainer_pt_utils import nested_concat
+from transformers.trainer_utils import (PREFIX_CHECKPOINT_DIR, EvalPrediction, PredictionOutput, get_last_checkpoint,
+                                        speed_metrics)
 
 from destila.cache.dataset import StreamedCache, is_cache_dataset, open_cache
 from destila.cache.settings_match import settings_problems
@@ -89,8 +92,7 @@ def _with_data(kwargs: dict, cache, data_spec, model, args, has_teacher: bool, t
     """Trainer keyword arguments with the cache as training set, raw datasets tokenised, the held-out
     split of ``args.eval_fraction`` taken and the default collator. ``trl_data`` (``{option: (TRL key, value)}``,
     a TRL config's ``max_length`` and friends) tokenises raw datasets, and must equal a cache's settings."""
-    import functools
-
+    # heavy: datasets, only for raw datasets (transformers' Trainer loads it when installed)
     import datasets
 
     kwargs, trl_data = dict(kwargs), trl_data or {}
@@ -486,8 +488,6 @@ class DistillationTrainer(Trainer):
         (``test_loss``, ``test_kl``, ``test_ce``, ``test_ppl``, ``test_top1_agreement``, the timing keys, and
         ``compute_metrics``' results). Naive equivalent: ``evaluate(test_dataset, metric_key_prefix="test")``
         beside ``model(input_ids).logits`` of each batch."""
-        from transformers.trainer_utils import PredictionOutput
-
         with_logits = not self.args.prediction_loss_only
         metrics, predictions, label_ids = self._score(self.get_test_dataloader(test_dataset), metric_key_prefix,
                                                       with_logits)
@@ -499,9 +499,6 @@ class DistillationTrainer(Trainer):
         """``(metrics, logits, labels)`` of one pass over the ``batches_of`` loader: the objective and the
         yardstick under ``prefix``, the timing keys, ``compute_metrics``' results; the logits and Hugging Face
         labels of every batch (gathered over processes, concatenated, padded with -100) when ``with_logits``."""
-        from transformers.trainer_pt_utils import nested_concat
-        from transformers.trainer_utils import EvalPrediction, speed_metrics
-
         start, batches, samples = time.time(), 0, 0
         # The wrapped model: under FSDP the unwrapped one holds only shards.
         model = self.model_wrapped if self.model_wrapped is not None else self.model

@@ -35,6 +35,7 @@ import importlib
 import importlib.util
 import sys
 import typing
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 
@@ -79,8 +80,6 @@ _TORCH_AT_LEAST = "is_torch_greater_or_equal_than_"
 
 
 def _torch_gate(name: str):
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         installed = tuple(int(part) for part in version("torch").split("+")[0].split(".")[:2])
     except (PackageNotFoundError, ValueError):
@@ -269,8 +268,6 @@ def training_argument_names() -> list[str]:
     try:
         return [name for name, _, f in training_arguments_fields()[0] if f.init]
     except SourceUnreadable:
-        import dataclasses
-
         from transformers import TrainingArguments  # heavy: transformers
 
         return [f.name for f in dataclasses.fields(TrainingArguments) if f.init]

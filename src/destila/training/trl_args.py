@@ -33,14 +33,14 @@ import dataclasses
 
 from transformers import TrainingArguments
 
+from destila.training.arguments import DistillationArguments
+from destila.training.trl_defaults import trl_defaults
+from destila.training.trl_keys import MAPPED, map_trl_keys
+
 
 def as_distillation_arguments(args):
     """``args`` as :class:`~destila.training.DistillationArguments` (see the module docstring); one of those is
     returned as is."""
-    from destila.training.arguments import DistillationArguments
-    from destila.training.trl_defaults import trl_defaults
-    from destila.training.trl_keys import map_trl_keys
-
     if isinstance(args, DistillationArguments) or args is None:
         return args
     if not isinstance(args, TrainingArguments):
@@ -71,9 +71,6 @@ def trl_data_options(args) -> dict:
     """``{destila data option: (TRL key, value)}``: the data keys of a TRL config (``max_length`` as ``seq_len``,
     ``packing``, ...) that are not at TRL's default, for the trainer to tokenise raw datasets with, or to compare
     with a cache's settings."""
-    from destila.training.arguments import DistillationArguments
-    from destila.training.trl_keys import MAPPED
-
     if isinstance(args, DistillationArguments) or not isinstance(args, TrainingArguments):
         return {}
     names = {f.name for f in dataclasses.fields(DistillationArguments)}

@@ -36,6 +36,9 @@ from __future__ import annotations
 import dataclasses
 import shutil
 
+from destila.io import publish_folder
+from destila.io.temporaries import create_staging_dir
+
 
 class DatasetMixture:
     """TRL's ``datasets:`` section, checked as TRL's ``DatasetMixtureConfig`` builds it; ``str()`` names its
@@ -68,10 +71,9 @@ class DatasetMixture:
         named by its content fingerprint: saved once, found again by every run of the same mixture."""
         from trl import get_dataset  # heavy: trl (optional)
 
+        # destila.data imports torch; this module serves `destila train`'s light parser
         from destila.data.sources import quiet_datasets
         from destila.data.store import store_root
-        from destila.io import publish_folder
-        from destila.io.temporaries import create_staging_dir
 
         try:
             with quiet_datasets():

@@ -30,6 +30,8 @@ Naive equivalent::
 
 from __future__ import annotations
 
+import difflib
+
 from destila.io.markdown import table_lines
 from destila.training.trl_datasets import DatasetMixture, held_out_fraction
 from destila.training.trl_distillation import DISTILLATION_MEANINGS, DISTILLATION_REFUSED, is_distillation_config
@@ -287,8 +289,6 @@ def map_trl_keys(values: dict, known, *, in_full: bool | None = None) -> tuple[d
 
 def did_you_mean(name: str, known) -> str:
     """``"; did you mean learning_rate?"`` for the nearest of ``known`` and TRL's keys, or ``""``."""
-    import difflib
-
     near = difflib.get_close_matches(name, sorted({*known, *TRL_ONLY, *SHARED}), n=1, cutoff=0.6)
     return f" (did you mean {near[0]}?)" if near else ""
 

@@ -56,6 +56,7 @@ def is_export(path) -> bool:
 
 def verify_export(path: str | Path) -> VerifyReport:
     """Check the export at ``path`` (see the module docstring); never raises for damage, reports it."""
+    # pyarrow.parquet loads on top of pyarrow: only when an export is verified
     import pyarrow.parquet as pq
 
     path = Path(path).expanduser()

@@ -82,7 +82,7 @@ def card_faults(path: Path, record: dict) -> list[str]:
 
     if not (path / README).is_file():
         return [f"{README}: missing; a loaded dataset would not know its record: export the cache again"]
-    import yaml
+    import yaml  # loaded by huggingface_hub's DatasetCard above: only its error type is needed
 
     try:
         data = DatasetCard.load(path / README).data.to_dict()
@@ -116,6 +116,7 @@ def _card_data_files(data: dict) -> list:
 
 def footer_fault(file: Path, entry: dict, record: dict) -> str | None:
     """The file's Parquet footer: the record's row count for it and the columns of the record's kind."""
+    # heavy: pyarrow's Parquet reader, only for an export's files
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -137,6 +138,7 @@ def rows_fault(file: Path, first: int) -> tuple[str | None, int]:
     """``(fault, trained positions)`` of the file's small columns, read without the targets: ``sequence_index``
     is ``first, first + 1, ...``, and ``position_ids`` with ``loss_mask`` are documents as the cache writes them
     (:mod:`~.documents`)."""
+    # heavy: pyarrow's Parquet reader, only for an export's files
     import numpy as np
     import pyarrow.parquet as pq
 

@@ -89,6 +89,7 @@ def _from_planes(buffer: bytes, offset: int, count: int, width: int) -> tuple[np
 
 
 def _compress(payload: bytes, level: int) -> bytes:
+    # zstandard: only for the compact encoding's blocks
     import zstandard
 
     # The frame checksum (4 bytes) makes a damaged block fail to decode, even where no SHA-256 is checked.
@@ -96,6 +97,7 @@ def _compress(payload: bytes, level: int) -> bytes:
 
 
 def _decompress(block: bytes) -> bytes:
+    # zstandard: only for the compact encoding's blocks
     import zstandard
 
     try:

@@ -13,6 +13,7 @@ import re
 import warnings
 from typing import Callable
 
+from destila.data.stdlib import stdlib_texts
 from destila.eval.tasks.pydoc_cloze import held_out_topics
 
 _DEFINITIONS = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
@@ -26,8 +27,6 @@ def stdlib_held_out_prose() -> list[str]:
     docstring (code examples) stay indented after :func:`ast.get_docstring`'s dedent, so the task's prose
     runs leave them out as they leave out pydoc's.
     """
-    from destila.data.stdlib import stdlib_texts
-
     documents = []
     for source in stdlib_texts("test"):
         try:
