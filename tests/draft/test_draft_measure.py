@@ -5,6 +5,7 @@ teacher by `destila student init`, as a user would make one.
 """
 
 import json
+import time
 
 import pytest
 import torch
@@ -63,6 +64,14 @@ def test_the_cli_reports_three_ways_and_greedy_text_identical_to_the_teacher(tea
     assert "speculative decoding: 3 prompts" in printed
     assert "the draft proposes 1 per teacher forward, prompt lookup 1; timed products (" in " ".join(printed.split())
     assert "verdict: " in printed  # what to use, after the table
+    for row in ways.values():  # the forward's time split, and its cost in plain steps, account for the speed
+        split = row["teacher_ms_per_forward"] + row["draft_ms_per_forward"] + row["other_ms_per_forward"]
+        assert split == pytest.approx(1000 * row["seconds"] / row["teacher_forwards"], rel=1e-3, abs=0.01)
+        assert row["teacher_ms_per_forward"] > 0 and row["other_ms_per_forward"] >= 0
+        assert (row["draft_ms_per_forward"] > 0) == (row["way"] == "draft")
+        assert row["speedup"] == pytest.approx(row["tokens_per_forward"] / row["forward_cost"], rel=2e-3)
+    assert alone["forward_cost"] == 1
+    assert "ms per teacher forward" in " ".join(printed.split())
     settings = report["settings"]
     assert settings["teacher_forward_ms"] > 0 and settings["teacher_forward_2_ms"] > 0
     assert isinstance(settings["one_token_forward_fair"], bool)
@@ -119,6 +128,29 @@ def test_an_assisted_answer_that_differs_is_an_error_and_the_command_fails(teach
     printed = capsys.readouterr().out
     assert code == 1
     assert "draft: greedy answers to prompts [0, 1, 2] differ from the teacher's own" in printed
+
+
+def test_a_slow_draft_step_is_timed_as_the_drafts_and_not_the_loops(teacher, cut_draft, prompts, monkeypatch):
+    load_draft, pause = measure_module.load_draft, 0.01
+
+    def slow_draft(spec, teacher_model, tokenizer):
+        draft = load_draft(spec, teacher_model, tokenizer)
+        forward = draft.forward
+
+        def slow_forward(*args, **kwargs):
+            time.sleep(pause)
+            return forward(*args, **kwargs)
+
+        draft.forward = slow_forward
+        return draft
+
+    monkeypatch.setattr(measure_module, "load_draft", slow_draft)
+    spec = DraftEvalSpec(str(teacher), str(cut_draft), str(prompts), max_new_tokens=8, ways=("teacher", "draft"))
+    draft = _ways(measure_draft(spec, progress=False))["draft"]
+    steps_per_forward = draft["draft_forwards"] / draft["teacher_forwards"]
+    assert draft["draft_ms_per_forward"] >= 1000 * pause * steps_per_forward
+    # The pause is the draft's, not generate's own loop nor the teacher's (each far under it for these tiny models).
+    assert draft["other_ms_per_forward"] < 1000 * pause and draft["teacher_ms_per_forward"] < 1000 * pause
 
 
 def test_sampling_is_seeded_and_reports_no_identity(teacher, cut_draft, prompts):

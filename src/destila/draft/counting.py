@@ -16,10 +16,15 @@ which holds for every candidate generator (a draft model, prompt lookup, a
 draft on another tokenizer whose proposals arrive as teacher tokens) and
 for the teacher alone (proposed = accepted = 0). Hooks see only what
 ``forward`` is given, so nothing of transformers' private API is touched.
+
+The same hooks time the teacher's and the draft's forwards, so a call's
+seconds split into three parts: the teacher's forwards, the draft's, and
+the rest (``generate``'s own loop: choosing, comparing, cropping caches).
 """
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -31,6 +36,8 @@ class Counts:
     prompt_tokens: int
     widths: list[int] = field(default_factory=list)
     draft_forwards: int = 0
+    teacher_seconds: float = 0.0
+    draft_seconds: float = 0.0
 
     @property
     def teacher_forwards(self) -> int:
@@ -55,21 +62,32 @@ def _width(args, kwargs) -> int:
 
 @contextmanager
 def counting(teacher, prompt_tokens: int, draft=None):
-    """Count the teacher's forwards (and their widths) and the draft's forwards while the block runs.
+    """Count the teacher's forwards (and their widths) and the draft's forwards while the block runs, and time both.
 
     Yields a :class:`Counts`; the hooks are removed on exit, also on an error.
     """
     counts = Counts(prompt_tokens)
+    started = {"teacher": 0.0, "draft": 0.0}
 
     def on_teacher(_module, args, kwargs):
         counts.widths.append(_width(args, kwargs))
+        started["teacher"] = time.perf_counter()
 
     def on_draft(_module, _args, _kwargs):
         counts.draft_forwards += 1
+        started["draft"] = time.perf_counter()
 
-    handles = [teacher.register_forward_pre_hook(on_teacher, with_kwargs=True)]
+    def teacher_done(_module, _args, _output):
+        counts.teacher_seconds += time.perf_counter() - started["teacher"]
+
+    def draft_done(_module, _args, _output):
+        counts.draft_seconds += time.perf_counter() - started["draft"]
+
+    handles = [teacher.register_forward_pre_hook(on_teacher, with_kwargs=True),
+               teacher.register_forward_hook(teacher_done)]
     if draft is not None:
-        handles.append(draft.register_forward_pre_hook(on_draft, with_kwargs=True))
+        handles += [draft.register_forward_pre_hook(on_draft, with_kwargs=True),
+                    draft.register_forward_hook(draft_done)]
     try:
         yield counts
     finally:

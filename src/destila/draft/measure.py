@@ -17,7 +17,11 @@ two ways, timed once per shape, for every way alike.
 
 Per way: new tokens per second, acceptance (proposed tokens the teacher
 kept), new tokens per teacher forward, and for greedy decoding how many
-answers are token for token the teacher's own. Greedy speculative decoding
+answers are token for token the teacher's own. Each teacher forward's time
+is split into the teacher's forward, the draft's forwards and the rest
+(``generate``'s own loop), and its whole cost is given in plain decoding
+steps (``forward_cost``), so that speedup = tokens per forward / forward
+cost: a draft pays when its tokens per forward exceed that cost. Greedy speculative decoding
 must reproduce the teacher's text exactly; an answer that differs is
 reported as an error, never averaged into the speed. Naive equivalent of one
 way on one prompt::
@@ -107,9 +111,13 @@ def forward_seconds(model, ids, repeats: int = 8, width: int = 1) -> float:
     return statistics.median(times)
 
 
+def _seconds(answers: list[dict]) -> float:
+    return sum(a["seconds"] for a in answers)
+
+
 def _summary(way: str, answers: list[dict], reference: list[dict] | None) -> dict:
     tokens = sum(len(a["tokens"]) for a in answers)
-    seconds = sum(a["seconds"] for a in answers)
+    seconds = _seconds(answers)
     forwards = sum(a["counts"].teacher_forwards for a in answers)
     proposed = sum(a["counts"].proposed for a in answers)
     accepted = sum(a["counts"].accepted(len(a["tokens"])) for a in answers)
@@ -119,6 +127,12 @@ def _summary(way: str, answers: list[dict], reference: list[dict] | None) -> dic
            "proposed": proposed, "accepted": accepted,
            "acceptance": round(accepted / proposed, 4) if proposed else None,
            "draft_forwards": sum(a["counts"].draft_forwards for a in answers)}
+    if forwards:  # where each teacher forward's time went: the teacher, the draft, generate's own loop
+        teacher_seconds = sum(a["counts"].teacher_seconds for a in answers)
+        draft_seconds = sum(a["counts"].draft_seconds for a in answers)
+        row.update(teacher_ms_per_forward=round(1000 * teacher_seconds / forwards, 3),
+                   draft_ms_per_forward=round(1000 * draft_seconds / forwards, 3),
+                   other_ms_per_forward=round(1000 * (seconds - teacher_seconds - draft_seconds) / forwards, 3))
     if reference is not None:
         differing = [i for i, (a, r) in enumerate(zip(answers, reference)) if a["tokens"] != r["tokens"]]
         row.update(identical=len(answers) - len(differing), differing_prompts=differing)
@@ -168,8 +182,12 @@ def measure_draft(spec: DraftEvalSpec, *, progress: bool = True, teacher: tuple 
     reference = answers["teacher"] if spec.greedy else None
     rows = [_summary(way, answers[way], reference) for way in ways]
     base = rows[0]["tokens_per_second"]
+    step = _seconds(answers[ways[0]]) / rows[0]["new_tokens"] if rows[0]["new_tokens"] else None  # plain, per token
     for row in rows:
         row["speedup"] = round(row["tokens_per_second"] / base, 4) if base and row["tokens_per_second"] else None
+        # One teacher forward with its proposals, in plain decoding steps: speedup = tokens per forward / this.
+        row["forward_cost"] = round(_seconds(answers[row["way"]]) / row["teacher_forwards"] / step, 4) \
+            if step and row["teacher_forwards"] else None
     settings = {**_settings(spec, len(prompts), use_template, forward, forward_two, rows[0]),
                 "matmul_ways": products.summary(),
                 "matmul_choices": products.listing(), "matmul_wrapped_layers": products.wrapped_layers}

@@ -19,13 +19,15 @@ def render_draft_table(report: dict):
     table = Table(title=f"speculative decoding: {settings['prompts']} prompts, ≤{settings['max_new_tokens']} new "
                         f"tokens, {'greedy' if greedy else 'sampling T=' + str(settings['temperature'])}, "
                         f"{settings['threads']} threads")
-    for header in ("way", "new tok/s", "speedup", "acceptance", "tokens/forward",
+    # Two-line headers keep the seven columns whole in an 80-column terminal.
+    for header in ("way", "new\ntok/s", "speedup", "acceptance", "tokens/\nforward", "forward\ncost",
                    "identical" if greedy else "seed"):
         table.add_column(header, justify="left" if header == "way" else "right")
     for row in report["ways"]:
         last = f"{row['identical']}/{settings['prompts']}" if greedy else str(settings["seed"])
         table.add_row(_NAMES[row["way"]], _cell(row["tokens_per_second"]), _cell(row["speedup"]) + "×",
-                      _cell(row["acceptance"], 3), _cell(row["tokens_per_forward"]), last)
+                      _cell(row["acceptance"], 3), _cell(row["tokens_per_forward"]), _cell(row.get("forward_cost")),
+                      last)
     table.caption = _what_ran(settings)
     return table
 
@@ -41,6 +43,20 @@ def _what_ran(settings: dict) -> str:
     wrapped = settings.get("matmul_wrapped_layers")
     kept = f"; {wrapped} linear layers already wrapped by another library kept their own" if wrapped else ""
     return f"{proposals}, prompt lookup {settings['prompt_lookup_tokens']}; {products}{kept}"
+
+
+def time_split(report: dict) -> str | None:
+    """Where each way's teacher forward went, in ms: the teacher's forward, the draft's steps, the rest
+    (``generate``'s own loop); None for reports written before forwards were timed."""
+    parts = []
+    for row in report["ways"]:
+        if row.get("teacher_ms_per_forward") is None:
+            return None
+        draft = f" + draft {row['draft_ms_per_forward']:.1f}" if row["way"] == "draft" else ""
+        parts.append(f"{_NAMES[row['way']]}: teacher {row['teacher_ms_per_forward']:.1f}{draft} + rest "
+                     f"{row['other_ms_per_forward']:.1f}")
+    return ("ms per teacher forward (forward cost = this over plain decoding's ms per token; speedup = tokens/forward "
+            "over forward cost): " + "; ".join(parts))
 
 
 def baseline_note(settings: dict) -> str | None:
@@ -75,8 +91,9 @@ def verdict(report: dict) -> str | None:
 
 
 def print_draft_report(console, report: dict) -> None:
-    """The table, then the baseline's note if any, then the verdict (what ``eval --draft`` and the recipe show)."""
+    """The table, then where each forward's time went, the baseline's note if any, then the verdict (what
+    ``eval --draft`` and the recipe show)."""
     console.print(render_draft_table(report))
-    for line in (baseline_note(report["settings"]), verdict(report)):
+    for line in (time_split(report), baseline_note(report["settings"]), verdict(report)):
         if line:
             console.print(line, highlight=False)
