@@ -27,6 +27,26 @@ def test_the_verdict_names_the_fastest_way(draft, lookup, expected):
     assert line.startswith("verdict: ") and expected in line
 
 
+def test_a_losing_verdict_says_what_acceptance_the_draft_would_need_at_its_cost():
+    # One proposal per forward: speedup = (1 + acceptance) / cost, so beating prompt lookup's 1.13× at a cost of
+    # 1.27 plain steps takes 1.13 × 1.27 − 1 = 43.5% (the long-run draft on 2 Intel Xeon cores kept 42%).
+    report = _report(1.12, 1.13)
+    report["settings"] = {"draft_tokens": 1}
+    report["ways"][1].update(forward_cost=1.27, acceptance=0.421)
+    line = verdict(report)
+    assert "to beat prompt lookup at this forward cost (1.27 plain steps) the draft's proposals would have to be " \
+           "kept more than 44% of the time (here 42%)" in line
+    report["ways"][2]["speedup"] = 0.9
+    report["ways"][1].update(speedup=0.95, forward_cost=1.3, acceptance=0.2)
+    assert "to beat the teacher alone at this forward cost (1.30 plain steps)" in verdict(report)
+    assert "more than 30% of the time (here 20%)" in verdict(report)
+    # Several proposals per forward: tokens per forward is not one acceptance, so no figure is given.
+    report["settings"]["draft_tokens"] = 2
+    assert "would have to be kept" not in verdict(report)
+    del report["settings"]  # a report from before forwards were timed
+    assert "would have to be kept" not in verdict(report)
+
+
 def test_no_verdict_without_a_draft():
     assert verdict({"ways": [{"way": "teacher", "speedup": 1.0}, {"way": "prompt_lookup", "speedup": 1.2}]}) is None
 

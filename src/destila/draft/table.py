@@ -82,12 +82,26 @@ def verdict(report: dict) -> str | None:
         return None
     if lookup is not None and lookup > max(draft, 1):
         return (f"verdict: prompt lookup, which needs no draft, made the teacher {lookup:.2f}× faster here, the draft "
-                f"{draft:.2f}×: use prompt lookup (`generate(prompt_lookup_num_tokens=1)`)")
+                f"{draft:.2f}×: use prompt lookup (`generate(prompt_lookup_num_tokens=1)`)"
+                + _needed(report, lookup, "prompt lookup"))
     if draft <= 1:
         return (f"verdict: the draft made the teacher no faster here ({draft:.2f}×): train it longer (--tokens) or "
-                "measure where a teacher forward costs more against a draft step (a larger teacher, a GPU)")
+                "measure where a teacher forward costs more against a draft step (a larger teacher, a GPU)"
+                + _needed(report, 1.0, "the teacher alone"))
     ahead = f", ahead of prompt lookup ({lookup:.2f}×)" if lookup is not None else ""
     return f"verdict: the draft made the teacher {draft:.2f}× faster here{ahead}"
+
+
+def _needed(report: dict, speedup: float, what: str) -> str:
+    """With one proposal per forward, tokens per forward = 1 + acceptance, and speedup = tokens per forward / forward
+    cost: so ``speedup`` needs an acceptance of ``speedup × cost − 1`` at the cost measured. "" when the draft
+    proposed another number of tokens per forward (the relation is not one acceptance then) or the cost is unknown."""
+    row = next(row for row in report["ways"] if row["way"] == "draft")
+    cost, acceptance = row.get("forward_cost"), row.get("acceptance")
+    if report.get("settings", {}).get("draft_tokens") != 1 or cost is None or acceptance is None:
+        return ""
+    return (f"; to beat {what} at this forward cost ({cost:.2f} plain steps) the draft's proposals would have to be "
+            f"kept more than {speedup * cost - 1:.0%} of the time (here {acceptance:.0%})")
 
 
 def print_draft_report(console, report: dict) -> None:
