@@ -131,7 +131,7 @@ def test_an_assisted_answer_that_differs_is_an_error_and_the_command_fails(teach
 
 
 def test_a_slow_draft_step_is_timed_as_the_drafts_and_not_the_loops(teacher, cut_draft, prompts, monkeypatch):
-    load_draft, pause = measure_module.load_draft, 0.01
+    load_draft, pause = measure_module.load_draft, 0.05
 
     def slow_draft(spec, teacher_model, tokenizer):
         draft = load_draft(spec, teacher_model, tokenizer)

@@ -21,10 +21,10 @@ answers are token for token the teacher's own. Each teacher forward's time
 is split into the teacher's forward, the draft's forwards and the rest
 (``generate``'s own loop), and its whole cost is given in plain decoding
 steps (``forward_cost``), so that speedup = tokens per forward / forward
-cost: a draft pays when its tokens per forward exceed that cost. Greedy speculative decoding
-must reproduce the teacher's text exactly; an answer that differs is
-reported as an error, never averaged into the speed. Naive equivalent of one
-way on one prompt::
+cost: a draft pays when its tokens per forward exceed that cost. Greedy
+speculative decoding must reproduce the teacher's text exactly; an answer
+that differs is reported as an error, never averaged into the speed.
+Naive equivalent of one way on one prompt::
 
     start = time.perf_counter()
     out = teacher.generate(ids, assistant_model=draft, do_sample=False, max_new_tokens=N)
