@@ -177,13 +177,18 @@ def measure_interleaved(args) -> None:
 
 
 def memory_one(args) -> dict:
-    """One configuration, in this (fresh) process: peak RSS of loading the teacher and one pass, minus RSS before."""
+    """One configuration, in this (fresh) process: peak RSS of loading the teacher and one pass, minus RSS before.
+    A cache it writes goes to a temporary folder, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="destila-memory-") as workdir:
+        return _memory_in(args, Path(workdir))
+
+
+def _memory_in(args, workdir: Path) -> dict:
     import torch
 
     from destila.cache import build_cache
 
     max_tokens = args.batches * args.batch_size * args.seq_len
-    workdir = Path(tempfile.mkdtemp(prefix="destila-memory-"))
     gc.collect()
     baseline = _status_mib("VmRSS")
     _reset_peak()

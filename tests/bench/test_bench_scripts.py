@@ -97,11 +97,15 @@ def test_cache_measure_pass_interleaved_gives_both_rates(tiny_llama_dir, capsys)
     assert all(positive(record[key]) for key in ("bare_tokens_per_s", "cache_tokens_per_s", "throughput_ratio"))
 
 
-def test_cache_measure_memory_measures_each_mode_in_its_own_process(tiny_llama_dir, tmp_path, capsys):
+def test_cache_measure_memory_measures_each_mode_in_its_own_process(tiny_llama_dir, tmp_path, capsys, monkeypatch):
     from benchmarks.cache_measure import main
 
+    scratch = tmp_path / "tmp"  # the measuring processes' temporary folder: their caches must not outlive them
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
     out = tmp_path / "memory.jsonl"
     main(["memory", "--teacher", str(tiny_llama_dir), "--seq-lens", "32", "--json", str(out)])
+    assert not [p.name for p in scratch.iterdir() if p.name.startswith("destila-memory-")]
     records = jsonl(out)
     assert records == printed_records(capsys.readouterr().out)
     assert [r["mode"] for r in records] == ["cache", "bare"]
