@@ -40,6 +40,11 @@ def test_a_losing_verdict_says_what_acceptance_the_draft_would_need_at_its_cost(
     report["ways"][1].update(speedup=0.95, forward_cost=1.3, acceptance=0.2)
     assert "to beat the teacher alone at this forward cost (1.30 plain steps)" in verdict(report)
     assert "more than 30% of the time (here 20%)" in verdict(report)
+    # Figures that round to the same whole percent get a decimal, so the line never reads "30% (here 30%)" (TVD's
+    # sampled draft: 1.0062 × 1.2834 − 1 = 29.1% needed, 28.5% kept).
+    report["ways"][2]["speedup"] = 1.0062
+    report["ways"][1].update(speedup=0.9967, forward_cost=1.2834, acceptance=0.2851)
+    assert "kept more than 29.1% of the time (here 28.5%)" in verdict(report)
     # Several proposals per forward: tokens per forward is not one acceptance, so no figure is given.
     report["settings"]["draft_tokens"] = 2
     assert "would have to be kept" not in verdict(report)

@@ -100,8 +100,10 @@ def _needed(report: dict, speedup: float, what: str) -> str:
     cost, acceptance = row.get("forward_cost"), row.get("acceptance")
     if report.get("settings", {}).get("draft_tokens") != 1 or cost is None or acceptance is None:
         return ""
+    needed = speedup * cost - 1
+    digits = next((d for d in (0, 1) if f"{needed:.{d}%}" != f"{acceptance:.{d}%}"), 2)  # never "30% (here 30%)"
     return (f"; to beat {what} at this forward cost ({cost:.2f} plain steps) the draft's proposals would have to be "
-            f"kept more than {speedup * cost - 1:.0%} of the time (here {acceptance:.0%})")
+            f"kept more than {needed:.{digits}%} of the time (here {acceptance:.{digits}%})")
 
 
 def print_draft_report(console, report: dict) -> None:
