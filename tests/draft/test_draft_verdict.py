@@ -27,28 +27,34 @@ def test_the_verdict_names_the_fastest_way(draft, lookup, expected):
     assert line.startswith("verdict: ") and expected in line
 
 
+def _losing(draft, lookup, cost, proposed, forwards, accepted, draft_tokens=1):
+    report = _report(draft, lookup)
+    report["settings"] = {"draft_tokens": draft_tokens}
+    report["ways"][1].update(forward_cost=cost, proposed=proposed, teacher_forwards=forwards,
+                             acceptance=round(accepted / proposed, 4))
+    return verdict(report)
+
+
 def test_a_losing_verdict_says_what_acceptance_the_draft_would_need_at_its_cost():
-    # One proposal per forward: speedup = (1 + acceptance) / cost, so beating prompt lookup's 1.13× at a cost of
-    # 1.27 plain steps takes 1.13 × 1.27 − 1 = 43.5% (the long-run draft on 2 Intel Xeon cores kept 42%).
-    report = _report(1.12, 1.13)
-    report["settings"] = {"draft_tokens": 1}
-    report["ways"][1].update(forward_cost=1.27, acceptance=0.421)
-    line = verdict(report)
+    # One proposal per forward: speedup = (1 + acceptance × proposals per forward) / cost. The long-run draft on 2
+    # Intel Xeon cores (1,424 proposals in 1,448 forwards, 600 kept, cost 1.2666) against prompt lookup's 1.1311×:
+    # (1.1311 × 1.2666 − 1) × 1448 / 1424 = 44.0% needed.
+    line = _losing(1.1167, 1.1311, 1.2666, 1424, 1448, 600)
     assert "to beat prompt lookup at this forward cost (1.27 plain steps) the draft's proposals would have to be " \
            "kept more than 44% of the time (here 42%)" in line
-    report["ways"][2]["speedup"] = 0.9
-    report["ways"][1].update(speedup=0.95, forward_cost=1.3, acceptance=0.2)
-    assert "to beat the teacher alone at this forward cost (1.30 plain steps)" in verdict(report)
-    assert "more than 30% of the time (here 20%)" in verdict(report)
-    # Figures that round to the same whole percent get a decimal, so the line never reads "30% (here 30%)" (TVD's
-    # sampled draft: 1.0062 × 1.2834 − 1 = 29.1% needed, 28.5% kept).
-    report["ways"][2]["speedup"] = 1.0062
-    report["ways"][1].update(speedup=0.9967, forward_cost=1.2834, acceptance=0.2851)
-    assert "kept more than 29.1% of the time (here 28.5%)" in verdict(report)
+    line = _losing(0.95, 0.9, 1.3, 100, 100, 20)
+    assert "to beat the teacher alone at this forward cost (1.30 plain steps)" in line
+    assert "more than 30% of the time (here 20%)" in line
+    # Forwards without a proposal count: a reverse-KL draft, sampling, kept 30.2% of 1,711 proposals in 1,741
+    # forwards at a cost of 1.2934 and lost to prompt lookup's 1.0059× (1.0023×); taking every forward as proposing
+    # would say 30.1% was needed, less than it kept; 30.6% is.
+    assert "kept more than 31% of the time (here 30%)" in _losing(1.0023, 1.0059, 1.2934, 1711, 1741, 516)
+    # Figures that round to the same whole percent get a decimal: never "29% (here 29%)".
+    assert "kept more than 29.3% of the time (here 29.1%)" in _losing(1.0, 1.01, 1.28, 1000, 1000, 291)
     # Several proposals per forward: tokens per forward is not one acceptance, so no figure is given.
-    report["settings"]["draft_tokens"] = 2
-    assert "would have to be kept" not in verdict(report)
-    del report["settings"]  # a report from before forwards were timed
+    assert "would have to be kept" not in _losing(1.0, 1.13, 1.4, 2000, 1000, 600, draft_tokens=2)
+    report = _report(1.12, 1.13)  # a report from before forwards were timed
+    report["ways"][1].update(proposed=1000, teacher_forwards=1000, acceptance=0.42)
     assert "would have to be kept" not in verdict(report)
 
 

@@ -93,14 +93,17 @@ def verdict(report: dict) -> str | None:
 
 
 def _needed(report: dict, speedup: float, what: str) -> str:
-    """With one proposal per forward, tokens per forward = 1 + acceptance, and speedup = tokens per forward / forward
-    cost: so ``speedup`` needs an acceptance of ``speedup × cost − 1`` at the cost measured. "" when the draft
-    proposed another number of tokens per forward (the relation is not one acceptance then) or the cost is unknown."""
+    """With one proposal per forward, tokens per forward = 1 + acceptance × proposals per forward (just under 1: a
+    forward whose answer is already at its length has none), and speedup = tokens per forward / forward cost: so
+    ``speedup`` needs an acceptance of ``(speedup × cost − 1) / proposals per forward`` at the cost measured. ""
+    when the draft proposed another number of tokens per forward (the relation is not one acceptance then) or the
+    cost or counts are unknown."""
     row = next(row for row in report["ways"] if row["way"] == "draft")
     cost, acceptance = row.get("forward_cost"), row.get("acceptance")
-    if report.get("settings", {}).get("draft_tokens") != 1 or cost is None or acceptance is None:
+    proposed, forwards = row.get("proposed"), row.get("teacher_forwards")
+    if report.get("settings", {}).get("draft_tokens") != 1 or None in (cost, acceptance, proposed) or not forwards:
         return ""
-    needed = speedup * cost - 1
+    needed = (speedup * cost - 1) * forwards / proposed
     digits = next((d for d in (0, 1) if f"{needed:.{d}%}" != f"{acceptance:.{d}%}"), 2)  # never "30% (here 30%)"
     return (f"; to beat {what} at this forward cost ({cost:.2f} plain steps) the draft's proposals would have to be "
             f"kept more than {needed:.{digits}%} of the time (here {acceptance:.{digits}%})")
