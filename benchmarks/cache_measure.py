@@ -184,6 +184,7 @@ def memory_one(args) -> dict:
 
 
 def _memory_in(args, workdir: Path) -> dict:
+    """``memory_one``'s measurement, a cache written under ``workdir``."""
     import torch
 
     from destila.cache import build_cache
