@@ -94,7 +94,7 @@ def verdict(report: dict) -> str | None:
 
 def _needed(report: dict, speedup: float, what: str) -> str:
     """With one proposal per forward, tokens per forward = 1 + acceptance × proposals per forward (just under 1: a
-    forward whose answer is already at its length has none), and speedup = tokens per forward / forward cost: so
+    forward with one token of the answer's length left has none), and speedup = tokens per forward / forward cost: so
     ``speedup`` needs an acceptance of ``(speedup × cost − 1) / proposals per forward`` at the cost measured. ""
     when the draft proposed another number of tokens per forward (the relation is not one acceptance then) or the
     cost or counts are unknown."""
