@@ -5,6 +5,7 @@ teacher by `destila student init`, as a user would make one.
 """
 
 import json
+import logging
 import time
 
 import pytest
@@ -128,6 +129,45 @@ def test_an_assisted_answer_that_differs_is_an_error_and_the_command_fails(teach
     printed = capsys.readouterr().out
     assert code == 1
     assert "draft: greedy answers to prompts [0, 1, 2] differ from the teacher's own" in printed
+
+
+INNER_WARNING = "Passing `generation_config` together with generation-related"
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def test_transformers_warning_about_its_own_inner_generate_call_is_not_shown_and_nothing_else_is_hidden(
+        teacher, cut_draft, prompts):
+    from transformers.utils import logging as transformers_logging
+
+    logger, records = logging.getLogger("transformers.generation.utils"), _Records()
+    logger.addHandler(records)
+    try:
+        transformers_logging.warning_once.cache_clear()  # it warns once per process: make this test's call the first
+        measure_draft(DraftEvalSpec(str(teacher), str(cut_draft), str(prompts), max_new_tokens=6), progress=False)
+        inside = list(records.messages)
+        # The same assisted call outside the measurement: transformers does warn, so the check above can fail.
+        from destila.models import load_causal_lm
+
+        model, draft = load_causal_lm(str(teacher)), load_causal_lm(str(cut_draft))
+        transformers_logging.warning_once.cache_clear()
+        model.generate(input_ids=torch.tensor([[5, 6, 7]]), attention_mask=torch.ones(1, 3, dtype=torch.long),
+                       assistant_model=draft, do_sample=False, max_new_tokens=4)
+        logger.warning("another message of the generation logger")
+    finally:
+        logger.removeHandler(records)
+        transformers_logging.warning_once.cache_clear()
+    assert not any(m.startswith(INNER_WARNING) for m in inside), inside
+    outside = records.messages[len(inside):]
+    assert any(m.startswith(INNER_WARNING) for m in outside), outside
+    assert "another message of the generation logger" in outside
 
 
 def test_a_slow_draft_step_is_timed_as_the_drafts_and_not_the_loops(teacher, cut_draft, prompts, monkeypatch):

@@ -37,8 +37,10 @@ should cost about that per token, and the report says so when it does not
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
+from contextlib import contextmanager
 
 import torch
 
@@ -55,6 +57,9 @@ _BASELINE_SLACK = 1.5
 # A forward of 1 new token costing more than this times one of 2 is not at its fastest: one row can always be taken
 # as two (the timed products' weight-major way pads it), so a slower one-row forward means a mistimed choice.
 _WIDTH_SLACK = 1.1
+# transformers' assisted generation calls the draft's own generate with a generation config and max/min_new_tokens
+# together, and then warns that passing both is deprecated: its own inner call, which no flag of ours can change.
+_INNER_GENERATE_WARNING = "Passing `generation_config` together with generation-related"
 
 
 def _generation_config(spec: DraftEvalSpec, stop: list[int], pad: int):
@@ -90,6 +95,24 @@ def _answer(teacher, ids, config, options: dict, draft, seed: int | None) -> dic
                                **options)
         seconds = time.perf_counter() - start
     return {"tokens": out[0, ids.shape[1]:].tolist(), "seconds": seconds, "counts": counts}
+
+
+class _DropInnerGenerateWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_INNER_GENERATE_WARNING)
+
+
+@contextmanager
+def _quiet_inner_generate():
+    """Within the block, transformers' deprecation warning about its assisted loop's own inner ``generate`` call is
+    dropped (every other message of its generation logger passes)."""
+    logger = logging.getLogger("transformers.generation.utils")
+    drop = _DropInnerGenerateWarning()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 @torch.no_grad()
@@ -165,7 +188,8 @@ def measure_draft(spec: DraftEvalSpec, *, progress: bool = True, teacher: tuple 
         propose_every_step(draft.generation_config, spec.draft_tokens)
     models = (teacher,) if draft is None else (teacher, draft)
     fixed = "torch" if spec.matmul == "torch" else None
-    with small_matmul(*models, way=fixed, linear=linear if fixed is None else None) as products:
+    with small_matmul(*models, way=fixed, linear=linear if fixed is None else None) as products, \
+            _quiet_inner_generate():
         for way in ways:  # first calls pay one-time costs (allocator, kernels, timing the products) for every way
             _answer(teacher, encoded[0], _way_config(config, way, spec, min(4, spec.max_new_tokens)), options[way],
                     draft, None)
