@@ -106,3 +106,35 @@ def test_fewer_training_prompts_are_taken_evenly_from_the_whole_list(tmp_path):
     # The last training prompts are taken as well as the first: 80 left, the 60 kept reach the end of the list.
     assert numbers[0] == 0 and numbers[-1] >= 95
     assert [p.text for p in held] == [f"question number {i}" for i in range(4, 100, 5)]
+
+
+def test_sampled_answers_join_the_greedy_ones_in_the_cache_the_draft_trains_on(teacher, prompts, tmp_path):
+    from destila.cache import inspect_cache
+    from destila.io.json_lines import read_json_lines
+
+    out = tmp_path / "draft"
+    assert run(["recipe", "draft", str(teacher), "-o", str(out), "--prompts", str(prompts), "--layers", "1",
+                "--sampled-answers", "2", "--sample-temperature", "0.7", *SMALL]) == 0
+    stages = json.loads((out / "stages.json").read_text())
+    assert stages["answers"]["answers"] == 8 and stages["answers"]["sampled"] == 16
+    work = out / "work"
+    greedy, sampled = list(read_json_lines(work / "answers.jsonl")), list(read_json_lines(work / "sampled.jsonl"))
+    assert len(greedy) == 8 and len(sampled) == 16
+    assert json.loads((work / "sampled.jsonl.generate.json").read_text())["temperature"] == 0.7
+    # The cache's teacher pass read every answer: its pairs are the greedy ones, then the sampled ones.
+    pairs = [row["completion"] for row in read_json_lines(work / "pairs.jsonl")]
+    assert pairs == [r["messages"][-1]["content"] for r in greedy + sampled]
+    manifest = json.loads((work / "cache" / "manifest.json").read_text())
+    assert manifest["data_source"] == str(work / "pairs.jsonl")
+    assert inspect_cache(work / "cache")["trained_positions"] > 0
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--sampled-answers", "-1"], "sampled_answers: expected an integer ≥ 0"),
+    (["--sample-temperature", "0"], "sample_temperature: expected a finite number > 0, found 0.0"),
+])
+def test_bad_sampled_answer_settings_are_refused_in_one_line(teacher, prompts, tmp_path, argv, expected, capsys):
+    assert run(["recipe", "draft", str(teacher), "-o", str(tmp_path / "d"), "--prompts", str(prompts), *argv,
+                *SMALL]) != 0
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err, err
