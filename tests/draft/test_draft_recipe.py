@@ -138,3 +138,18 @@ def test_bad_sampled_answer_settings_are_refused_in_one_line(teacher, prompts, t
                 *SMALL]) != 0
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err, err
+
+
+def test_a_rerun_asking_for_other_sampled_answers_is_refused_and_nothing_is_rewritten(teacher, prompts, tmp_path,
+                                                                                      capsys):
+    out = tmp_path / "draft"
+    assert run(["recipe", "draft", str(teacher), "-o", str(out), "--prompts", str(prompts), "--layers", "1",
+                *SMALL]) == 0
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    capsys.readouterr()
+    assert run(["recipe", "draft", str(teacher), "-o", str(out), "--prompts", str(prompts), "--layers", "1",
+                "--sampled-answers", "2", *SMALL]) != 0
+    err = capsys.readouterr().err
+    assert "its answers were written with --sampled-answers 0, this run asks for --sampled-answers 2 " \
+           "--sample-temperature 0.7" in err and "Traceback" not in err, err
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before

@@ -148,6 +148,7 @@ class DraftRecipe:
     def run(self) -> dict:
         s, log = self.settings, self.log
         train, held = self.prompts()  # bad prompts are refused before any stage writes
+        self.check_answers_agree()
         self.write_held_out(held)
         held = held[: s.eval_prompts]
         size = log.run("size", "draft size: cost per token against the teacher's", self.size)
@@ -209,14 +210,28 @@ class DraftRecipe:
         sampling = SamplingSpec(max_new_tokens=s.answer_tokens, temperature=0.0)
         items = [p.messages if p.messages is not None else p.text for p in train]
         report = generate(GenerateSpec(self.teacher, items, path, sampling, batch_size=s.generate_batch_size))
-        result = {"path": str(path), "answers": report.prompts}
+        result = {"path": str(path), "answers": report.prompts, "sampled_answers": s.sampled_answers}
         if s.sampled_answers:
             sampled = self.work / "sampled.jsonl"
             sampling = SamplingSpec(max_new_tokens=s.answer_tokens, temperature=s.sample_temperature,
                                     num_return_sequences=s.sampled_answers)
             done = generate(GenerateSpec(self.teacher, items, sampled, sampling, batch_size=s.generate_batch_size))
-            result.update(sampled_path=str(sampled), sampled=done.prompts * s.sampled_answers)
+            result.update(sampled_path=str(sampled), sampled=done.prompts * s.sampled_answers,
+                          sample_temperature=s.sample_temperature)
         return result
+
+    def check_answers_agree(self) -> None:
+        """Refuse a rerun whose ``--sampled-answers`` differ from those of the answers it would skip to."""
+        s, done = self.settings, self.log.state().get("answers")
+        if done is None:
+            return
+        before = (done.get("sampled_answers", 0), done.get("sample_temperature"))
+        now = (s.sampled_answers, s.sample_temperature if s.sampled_answers else None)
+        if before != now:
+            def said(count, temperature):
+                return f"--sampled-answers {count}" + (f" --sample-temperature {temperature}" if count else "")
+            raise ValueError(f"{self.log.path}: its answers were written with {said(*before)}, this run asks for "
+                             f"{said(*now)}; rerun with the first, or write the draft to a new -o folder")
 
     def cache(self, answers: dict) -> dict:
         # the cache package and destila.recipes import pyarrow: only when this stage runs
