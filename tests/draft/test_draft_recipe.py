@@ -140,16 +140,35 @@ def test_bad_sampled_answer_settings_are_refused_in_one_line(teacher, prompts, t
     assert expected in err and "Traceback" not in err, err
 
 
-def test_a_rerun_asking_for_other_sampled_answers_is_refused_and_nothing_is_rewritten(teacher, prompts, tmp_path,
-                                                                                      capsys):
+@pytest.mark.parametrize("other, expected", [
+    (["--sampled-answers", "2"], "sampled_answers: 0 before, 2 now"),
+    (["--tokens", "192"], "tokens: 96 before, 192 now"),
+    (["--divergence", "tvd"], "divergence: 'forward_kl' before, 'tvd' now"),
+])
+def test_a_rerun_with_other_settings_is_refused_naming_them_and_nothing_is_rewritten(teacher, prompts, tmp_path,
+                                                                                   other, expected, capsys):
     out = tmp_path / "draft"
-    assert run(["recipe", "draft", str(teacher), "-o", str(out), "--prompts", str(prompts), "--layers", "1",
-                *SMALL]) == 0
+    argv = ["recipe", "draft", str(teacher), "-o", str(out), "--prompts", str(prompts), "--layers", "1"]
+    assert run([*argv, *SMALL]) == 0
     before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
     capsys.readouterr()
-    assert run(["recipe", "draft", str(teacher), "-o", str(out), "--prompts", str(prompts), "--layers", "1",
-                "--sampled-answers", "2", *SMALL]) != 0
+    assert run([*argv, *SMALL, *other]) != 0  # the later flag wins
     err = capsys.readouterr().err
-    assert "its answers were written with --sampled-answers 0, this run asks for --sampled-answers 2 " \
-           "--sample-temperature 0.7" in err and "Traceback" not in err, err
+    assert f"holds a draft run with other settings ({expected}); run the same command to resume it" in err, err
+    assert "Traceback" not in err
     assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
+    # Batch sizes only size the teacher's calls: a rerun with others resumes (here: every stage done before).
+    assert run([*argv, *SMALL, "--generate-batch-size", "2", "--cache-batch-size", "3"]) == 0
+    assert capsys.readouterr().out.count("done before") == 7
+
+
+def test_a_folder_whose_settings_were_not_recorded_is_refused(teacher, prompts, tmp_path, capsys):
+    out = tmp_path / "draft"
+    argv = ["recipe", "draft", str(teacher), "-o", str(out), "--prompts", str(prompts), "--layers", "1", *SMALL]
+    out.mkdir()
+    (out / "stages.json").write_text(json.dumps({"size": {"layers": 1, "seconds": 0.1}}))
+    assert run(argv) != 0
+    err = capsys.readouterr().err
+    assert "holds a draft run whose settings were not recorded (an earlier destila wrote it); choose another -o" \
+        in err and "Traceback" not in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["stages.json"]

@@ -55,6 +55,10 @@ def test_progressive_recipe_end_to_end_and_resume(tiny_llama_dir, tmp_path, caps
     capsys.readouterr()
     assert run_cli(argv) == 0
     assert capsys.readouterr().out.count("done before") == 9
+    # Other settings would be skipped past: refused, naming them, before anything is written.
+    assert run_cli([*argv, "--max-steps", "5"]) == 2
+    assert "holds a progressive distillation run with other settings (max_steps: 3 before, 5 now)" \
+        in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -70,3 +74,13 @@ def test_self_recipe(tiny_llama_dir, tmp_path, init):
         assert student["kl_to_teacher"] < 0.05
     else:
         assert student["kl_to_teacher"] > 0.5
+
+
+def test_a_folder_with_stages_but_no_recorded_settings_is_refused(tiny_llama_dir, tmp_path, capsys):
+    out = tmp_path / "self"
+    out.mkdir()
+    (out / "stages.json").write_text(json.dumps({"model": {"path": str(tiny_llama_dir), "seconds": 0.1}}))
+    assert run_cli(["recipe", "self", str(tiny_llama_dir), "pydoc", "-o", str(out), *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert f"out: {out} holds a self-distillation run whose settings were not recorded" in err
+    assert "Traceback" not in err and sorted(p.name for p in out.iterdir()) == ["stages.json"]

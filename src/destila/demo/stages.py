@@ -5,7 +5,8 @@ records its result in ``OUT/stages.json`` when it finishes (the file is
 replaced atomically, so a stage is recorded whole or not at all); running
 again skips recorded stages, and the interrupted one resumes by itself
 because its own steps are resumable (the cache build, training from the last
-complete checkpoint).
+complete checkpoint). A recipe that records its settings (:meth:`StageLog.hold_one_run`)
+refuses to resume with other ones: a skipped stage would silently keep the old.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ import time
 from pathlib import Path
 
 from destila.io import write_atomic
+
+RECORD = "recipe.json"
+"""``OUT/recipe.json``: the settings of the run a folder holds."""
+BATCH_SIZES = ("generate_batch_size", "cache_batch_size")
+"""Settings that size a call's batches, not what it writes: free to differ when a run resumes."""
 
 
 class StageLog:
@@ -30,6 +36,27 @@ class StageLog:
 
     def state(self) -> dict:
         return json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def hold_one_run(self, settings: dict, what: str, speed_only: tuple[str, ...] = ()) -> None:
+        """The folder holds one run: the first writes ``settings`` to ``OUT/recipe.json``; a rerun whose settings
+        differ is refused, naming each difference, before anything is written. ``speed_only``: settings that size
+        the batches of a teacher or generation call, free to differ (a resume after running out of memory lowers
+        them).
+        A folder with finished stages and no record (written by an earlier destila) is refused too."""
+        record = self.out / RECORD
+        if not record.exists():
+            if self.path.exists():
+                raise ValueError(f"out: {self.out} holds {what} whose settings were not recorded (an earlier "
+                                 f"destila wrote it); choose another -o")
+            self.out.mkdir(parents=True, exist_ok=True)
+            write_atomic(record, json.dumps(settings, indent=2))
+            return
+        old = json.loads(record.read_text())
+        differences = [f"{k}: {old.get(k)!r} before, {v!r} now" for k, v in settings.items()
+                       if old.get(k) != v and k not in speed_only]
+        if differences:
+            raise ValueError(f"out: {self.out} holds {what} with other settings ({'; '.join(differences)}); run "
+                             f"the same command to resume it, or choose another -o")
 
     def run(self, name: str, title: str, work) -> dict:
         """``work()`` unless stage ``name`` finished before; its result (a dict) gains ``seconds``."""

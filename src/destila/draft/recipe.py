@@ -1,7 +1,9 @@
 """`destila recipe draft TEACHER -o DRAFT`: a distilled draft that makes the teacher faster with the same text.
 
 Stages, each recorded in ``DRAFT/stages.json`` and skipped when rerun (every
-stage's own files are resumable too):
+stage's own files are resumable too). A folder holds one run: its settings
+go to ``DRAFT/recipe.json``, and a rerun with other ones is refused, naming
+each (a skipped stage would keep the old ones); batch sizes may differ.
 
 1. **size**: the cost of one decoding step of drafts cut with 1…8 of the
    teacher's layers, against the teacher's, measured here
@@ -39,7 +41,7 @@ from pathlib import Path
 
 from destila.data import DataSpec
 from destila.demo.settings import StageSettings
-from destila.demo.stages import StageLog, train_from_cache
+from destila.demo.stages import BATCH_SIZES, StageLog, train_from_cache
 from destila.draft.head import VOCAB_FILE, frequent_tokens, write_ranking
 from destila.draft.measure import measure_draft, propose_every_step
 from destila.draft.prompts import PYDOC, pydoc_prompts
@@ -148,7 +150,7 @@ class DraftRecipe:
     def run(self) -> dict:
         s, log = self.settings, self.log
         train, held = self.prompts()  # bad prompts are refused before any stage writes
-        self.check_answers_agree()
+        self.log.hold_one_run(self.describe(), "a draft run", speed_only=BATCH_SIZES)
         self.write_held_out(held)
         held = held[: s.eval_prompts]
         size = log.run("size", "draft size: cost per token against the teacher's", self.size)
@@ -219,19 +221,6 @@ class DraftRecipe:
             result.update(sampled_path=str(sampled), sampled=done.prompts * s.sampled_answers,
                           sample_temperature=s.sample_temperature)
         return result
-
-    def check_answers_agree(self) -> None:
-        """Refuse a rerun whose ``--sampled-answers`` differ from those of the answers it would skip to."""
-        s, done = self.settings, self.log.state().get("answers")
-        if done is None:
-            return
-        before = (done.get("sampled_answers", 0), done.get("sample_temperature"))
-        now = (s.sampled_answers, s.sample_temperature if s.sampled_answers else None)
-        if before != now:
-            def said(count, temperature):
-                return f"--sampled-answers {count}" + (f" --sample-temperature {temperature}" if count else "")
-            raise ValueError(f"{self.log.path}: its answers were written with {said(*before)}, this run asks for "
-                             f"{said(*now)}; rerun with the first, or write the draft to a new -o folder")
 
     def cache(self, answers: dict) -> dict:
         # the cache package and destila.recipes import pyarrow: only when this stage runs

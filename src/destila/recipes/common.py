@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from destila.demo.settings import CachedStageSettings
-from destila.demo.stages import StageLog, train_from_cache
+from destila.demo.stages import BATCH_SIZES, StageLog, train_from_cache
 from destila.models import resolve_source
 from destila.ranges import check_int_at_least
 from destila.student.spec import StudentInitSpec
@@ -49,6 +49,10 @@ class Recipe:
         self.console = self.log.console
 
     # -- building blocks ------------------------------------------------------------
+
+    def hold_one_run(self) -> None:
+        """Refuse a rerun whose settings differ from those in ``OUT/recipe.json`` (a skipped stage keeps the old)."""
+        self.log.hold_one_run(self.describe(), f"a {self.title} run", speed_only=BATCH_SIZES)
 
     def documents(self) -> tuple[list[str], list[str]]:
         """The training and held-out documents (read once). Recipes ask for them before their first stage, so

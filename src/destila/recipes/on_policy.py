@@ -51,12 +51,11 @@ from destila.targets.spec import TargetSpec
 from destila.recipes.on_policy_data import (MixedCache, answer_tokens, check_mixable, round_window, split_prompts,
                                             write_pairs)
 from destila.demo.settings import StageSettings
-from destila.demo.stages import StageLog, train_from_cache
+from destila.demo.stages import BATCH_SIZES, StageLog, train_from_cache
 
 # Loss fields the recipe does not take: the data path writes the ignore label, and the round caches are
 # built at temperature 1 (a cache's temperature is fixed when it is built).
 LOSS_FIELDS_LEFT_OUT = ("ignore_index", "temperature")
-RECORD = "recipe.json"
 WARMUP_STEPS = 5
 
 
@@ -144,19 +143,6 @@ class OnPolicyRecipe:
         return {"teacher": str(self.teacher), "student": str(self.student),
                 "prompts": self.prompts if isinstance(self.prompts, str) else f"{len(self.prompts)} prompts",
                 **asdict(self.settings), "loss": loss}
-
-    def _agree_with_record(self) -> None:
-        """A folder holds one run: resuming with other settings is refused, naming the differences."""
-        record, path = self.describe(), self.out / RECORD
-        if path.exists():
-            old = json.loads(path.read_text())
-            differences = [f"{k}: {old.get(k)!r} before, {v!r} now" for k, v in record.items() if old.get(k) != v]
-            if differences:
-                raise ValueError(f"out: {self.out} holds an on-policy run with other settings "
-                                 f"({'; '.join(differences)}); run the same command to resume it, or choose another -o")
-            return
-        self.out.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(record, indent=2))
 
     def _check_models(self) -> None:
 
@@ -285,7 +271,7 @@ class OnPolicyRecipe:
         prompts = load_prompts(self.prompts)
         train, held = split_prompts(prompts, s.holdout_every)
         self._check_models()
-        self._agree_with_record()
+        self.log.hold_one_run(self.describe(), "an on-policy run", speed_only=BATCH_SIZES)
         teacher, student = resolve_source(self.teacher)[0], resolve_source(self.student)[0]
         rounds = [{"round": 0, **self._held_out_metrics("round0", "round 0", student, teacher, held)}]
         for r in range(1, s.rounds + 1):

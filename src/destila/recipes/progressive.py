@@ -59,6 +59,7 @@ class ProgressiveRecipe(Recipe):
     def run(self) -> dict:
         log = self.log
         self.documents()  # bad data is refused before the first stage writes anything
+        self.hold_one_run()
         teacher = log.run("teacher", "teacher", lambda: self.resolve(self.teacher))["path"]
         self._check_depth(teacher)
         held = log.run("heldout-cache", "held-out cache of the teacher (for evaluation)",

@@ -47,6 +47,7 @@ class SelfRecipe(Recipe):
     def run(self) -> dict:
         log = self.log
         self.documents()  # bad data is refused before the first stage writes anything
+        self.hold_one_run()
         model = log.run("model", "model", lambda: self.resolve(self.model))["path"]
         held = log.run("heldout-cache", "held-out cache of the model (for evaluation)",
                        lambda: self.cache(model, "cache-heldout", held_out=True))
