@@ -39,10 +39,9 @@ class StageLog:
 
     def hold_one_run(self, settings: dict, what: str, speed_only: tuple[str, ...] = ()) -> None:
         """The folder holds one run: the first writes ``settings`` to ``OUT/recipe.json``; a rerun whose settings
-        differ is refused, naming each difference, before anything is written. ``speed_only``: settings that size
-        the batches of a teacher or generation call, free to differ (a resume after running out of memory lowers
-        them).
-        A folder with finished stages and no record (written by an earlier destila) is refused too."""
+        differ is refused, naming each difference, before anything is written, and so is a folder with finished
+        stages and no record (an earlier destila wrote it). ``speed_only``: settings that size the batches of a
+        teacher or generation call, free to differ (a resume after running out of memory lowers them)."""
         record = self.out / RECORD
         if not record.exists():
             if self.path.exists():
