@@ -42,7 +42,7 @@ from destila.eval.run import evaluate_model
 from destila.eval.spec import EvalSpec
 from destila.generation import GenerateSpec, SamplingSpec, generate
 from destila.generation.prompts import load_prompts
-from destila.io import write_atomic, write_report_file
+from destila.io import write_report_file
 from destila.losses.options import LossOptions
 from destila.models import load_tokenizer, resolve_source, tokenizer_fingerprint
 from destila.ranges import check_int_at_least, check_optional_int_at_least
