@@ -212,14 +212,13 @@ class DraftRecipe:
         sampling = SamplingSpec(max_new_tokens=s.answer_tokens, temperature=0.0)
         items = [p.messages if p.messages is not None else p.text for p in train]
         report = generate(GenerateSpec(self.teacher, items, path, sampling, batch_size=s.generate_batch_size))
-        result = {"path": str(path), "answers": report.prompts, "sampled_answers": s.sampled_answers}
+        result = {"path": str(path), "answers": report.prompts}
         if s.sampled_answers:
             sampled = self.work / "sampled.jsonl"
             sampling = SamplingSpec(max_new_tokens=s.answer_tokens, temperature=s.sample_temperature,
                                     num_return_sequences=s.sampled_answers)
             done = generate(GenerateSpec(self.teacher, items, sampled, sampling, batch_size=s.generate_batch_size))
-            result.update(sampled_path=str(sampled), sampled=done.prompts * s.sampled_answers,
-                          sample_temperature=s.sample_temperature)
+            result.update(sampled_path=str(sampled), sampled=done.prompts * s.sampled_answers)
         return result
 
     def cache(self, answers: dict) -> dict:
