@@ -1,5 +1,6 @@
 """The demo: its time budget, its report's verdict, its plots' layout, and the pipeline end to end on a tiny teacher."""
 
+import dataclasses
 import functools
 import json
 import re
@@ -380,6 +381,13 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path, monkeypat
     console = Console(record=True, width=200)  # one line per stage: the student's description is long
     Demo(tmp_path, settings, texts=pydoc_texts(12), console=console).run()
     assert console.export_text().count("done before") == 8
+    # A rerun with another setting would skip every stage and keep the old results: refused, nothing rewritten.
+    recorded = {name: (tmp_path / name).read_bytes() for name in ("stages.json", "recipe.json", "report.json")}
+    changed = dataclasses.replace(settings, learning_rate=1e-3, seeds=2)
+    with pytest.raises(ValueError, match=r"holds a demo run with other settings \(learning_rate: 0.0005 before, "
+                                         r"0.001 now; seeds: 1 before, 2 now\); run the same command to resume"):
+        Demo(tmp_path, changed, texts=pydoc_texts(12), console=console).run()
+    assert {name: (tmp_path / name).read_bytes() for name in recorded} == recorded
 
 
 def test_layer_lists_on_the_command_line():
@@ -434,6 +442,14 @@ def test_a_layer_the_teacher_lacks_is_refused_before_the_teacher_pass(tiny_llama
     with pytest.raises(ValueError, match="between 0 and 3 \\(the teacher has 4 layers\\), found \\[0, 9\\]"):
         Demo(tmp_path, settings, texts=pydoc_texts(12), console=Console(record=True)).run()
     assert not (tmp_path / "cache-heldout").exists()
+    # No stage finished, so the same folder takes the corrected command (it stops at the budget, past the layers).
+    from destila.demo import DemoWontFit
+
+    with pytest.raises(DemoWontFit):
+        corrected = dataclasses.replace(settings, student_layers=[0, 3], student_width={}, minutes=0.01)
+        Demo(tmp_path, corrected, texts=pydoc_texts(12), console=Console(record=True)).run()
+    assert json.loads((tmp_path / "recipe.json").read_text())["student_layers"] == [0, 3]
+    assert list(json.loads((tmp_path / "stages.json").read_text())) == ["teacher", "heldout", "student"]
 
 
 def test_too_little_time_is_refused_before_the_training_cache_and_force_says_so_first(tiny_llama_dir, tmp_path,
@@ -451,7 +467,10 @@ def test_too_little_time_is_refused_before_the_training_cache_and_force_says_so_
         Demo(tmp_path / "refused", DemoSettings(minutes=0.01, **common), texts=pydoc_texts(12),
              console=Console(record=True)).run()
     assert not (tmp_path / "refused" / "cache").exists()  # refused before the training cache
-    Demo(tmp_path / "forced", DemoSettings(minutes=0.01, force=True, **common), texts=pydoc_texts(12),
-         console=Console(record=True)).run()
-    markdown = (tmp_path / "forced" / "report.md").read_text()
+    # The refusal's advice, taken in the same folder: another budget, or --force, resumes the run.
+    console = Console(record=True, width=200)
+    Demo(tmp_path / "refused", DemoSettings(minutes=0.02, force=True, **common), texts=pydoc_texts(12),
+         console=console).run()
+    assert console.export_text().count("done before") == 3  # the teacher, its held-out pass, the student
+    markdown = (tmp_path / "refused" / "report.md").read_text()
     assert markdown.split("\n\n")[1].startswith("**Below the minimum: these results come from fewer than 20")

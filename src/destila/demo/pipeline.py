@@ -20,7 +20,9 @@ seconds per step, re-sized every step).
 
 Every stage records itself in ``OUT/stages.json`` when it finishes; running
 the demo again skips finished stages and resumes an interrupted one (the
-cache build and training resume where they stopped).
+cache build and training resume where they stopped). The settings are kept
+in ``OUT/recipe.json``: a rerun with other ones is refused, except for
+``MAY_DIFFER_ON_RESUME``.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from destila.demo.budget import (StepBudget, measure_step_seconds, native_bf16, 
 from destila.demo.report import write_demo_report
 from destila.demo.samples import continuations
 from destila.demo.settings import DEMO_PROMPTS, TRAININGS, DemoSettings
-from destila.demo.stages import StageLog, train_from_cache
+from destila.demo.stages import BATCH_SIZES, StageLog, train_from_cache
 from destila.eval import EvalSpec, evaluate_models, render_table, task_scores
 from destila.eval.harness import require_harness
 from destila.models import EMBEDDED, INIT_INCOMPLETE, embedded_teacher_dir, load_tokenizer
@@ -68,6 +70,11 @@ STEP_OVERHEAD = 1.15
 # steps, and theirs can run a few percent slower (a clean-clone run measured 4.5 s a step against 4.3 s
 # for the first), so without this slack they would stop short of its steps and the comparison be unequal.
 LEAD_SHARE = 0.9
+
+# Settings a resumed demo may change: its time budget (a refused plan tells the user to rerun with more
+# --minutes; a resumed run gets the minutes it is given), --force, and the teacher's batch size. Every other
+# setting shapes what a stage wrote, so a rerun that changes one is refused instead of silently keeping the old.
+MAY_DIFFER_ON_RESUME = ("minutes", "force", *BATCH_SIZES)
 
 # The harness's batch size for the task: its questions are short, and bigger batches pay the per-batch
 # overhead less often.
@@ -127,8 +134,11 @@ class Demo:
     # -- stages ---------------------------------------------------------------------
 
     def teacher(self) -> dict:
+        """The teacher's folder, and the student's layers and widths checked against it: a wrong --layers must
+        not cost the teacher pass, and is refused before this stage is recorded (a rerun may correct it)."""
         s = self.settings
         path = str(embedded_teacher_dir()) if s.teacher == EMBEDDED else s.teacher
+        self._check_layers(path)
         return {"path": path}
 
     def _check_layers(self, teacher: str) -> None:
@@ -294,9 +304,8 @@ class Demo:
 
     def run(self) -> dict:
         s = self.settings
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.log.hold_one_run(asdict(s), "a demo run", may_differ=MAY_DIFFER_ON_RESUME, out_flag="--out")
         teacher = self._stage("teacher", "teacher (converted once, then reused)", self.teacher)["path"]
-        self._check_layers(teacher)  # before the teacher pass: a wrong --layers must not cost minutes
         heldout = self._stage("heldout", "teacher pass over the held-out documents (measures the teacher's speed)",
                               lambda: self.heldout(teacher))
         student = self._stage("student", f"student: {self.describe_student()}",

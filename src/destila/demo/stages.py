@@ -5,8 +5,8 @@ records its result in ``OUT/stages.json`` when it finishes (the file is
 replaced atomically, so a stage is recorded whole or not at all); running
 again skips recorded stages, and the interrupted one resumes by itself
 because its own steps are resumable (the cache build, training from the last
-complete checkpoint). A recipe that records its settings (:meth:`StageLog.hold_one_run`)
-refuses to resume with other ones: a skipped stage would silently keep the old.
+complete checkpoint). A run that records its settings (:meth:`StageLog.hold_one_run`: the demo and
+the recipes) refuses to resume with other ones: a skipped stage would silently keep the old.
 """
 
 from __future__ import annotations
@@ -37,25 +37,30 @@ class StageLog:
     def state(self) -> dict:
         return json.loads(self.path.read_text()) if self.path.exists() else {}
 
-    def hold_one_run(self, settings: dict, what: str, speed_only: tuple[str, ...] = ()) -> None:
-        """The folder holds one run: the first writes ``settings`` to ``OUT/recipe.json``; a rerun whose settings
-        differ is refused, naming each difference, before anything is written, and so is a folder with finished
-        stages and no record (an earlier destila wrote it). ``speed_only``: settings that size the batches of a
-        teacher or generation call, free to differ (a resume after running out of memory lowers them)."""
+    def hold_one_run(self, settings: dict, what: str, may_differ: tuple[str, ...] = (), out_flag: str = "-o") -> None:
+        """The folder holds one run. Until a stage finishes, ``settings`` (re)write ``OUT/recipe.json``: a run
+        refused or failed before then may be rerun corrected (a stage cut off part-way refuses other settings
+        itself, through its own record: a cache's manifest, ``generate``'s sidecar). Once one has finished, a rerun
+        whose settings differ is refused, naming each difference, before anything is written, and so is a folder
+        with finished stages and no record (an earlier destila wrote it). ``may_differ``: settings that change how
+        a call runs, not what it writes (the batch sizes of a teacher or generation call, which a resume after
+        running out of memory lowers; the demo's time budget, which a resume after its refusal raises). ``out_flag``:
+        the command's output-folder flag, named in the refusals."""
+        settings = json.loads(json.dumps(settings))  # compared as read back: tuples become lists
         record = self.out / RECORD
-        if not record.exists():
-            if self.path.exists():
+        if self.state():
+            if not record.exists():
                 raise ValueError(f"out: {self.out} holds {what} whose settings were not recorded (an earlier "
-                                 f"destila wrote it); choose another -o")
-            self.out.mkdir(parents=True, exist_ok=True)
-            write_atomic(record, json.dumps(settings, indent=2))
+                                 f"destila wrote it); choose another {out_flag}")
+            old = json.loads(record.read_text())
+            differences = [f"{k}: {old.get(k)!r} before, {v!r} now" for k, v in settings.items()
+                           if old.get(k) != v and k not in may_differ]
+            if differences:
+                raise ValueError(f"out: {self.out} holds {what} with other settings ({'; '.join(differences)}); "
+                                 f"run the same command to resume it, or choose another {out_flag}")
             return
-        old = json.loads(record.read_text())
-        differences = [f"{k}: {old.get(k)!r} before, {v!r} now" for k, v in settings.items()
-                       if old.get(k) != v and k not in speed_only]
-        if differences:
-            raise ValueError(f"out: {self.out} holds {what} with other settings ({'; '.join(differences)}); run "
-                             f"the same command to resume it, or choose another -o")
+        self.out.mkdir(parents=True, exist_ok=True)
+        write_atomic(record, json.dumps(settings, indent=2))
 
     def run(self, name: str, title: str, work) -> dict:
         """``work()`` unless stage ``name`` finished before; its result (a dict) gains ``seconds``."""

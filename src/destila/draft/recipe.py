@@ -150,7 +150,7 @@ class DraftRecipe:
     def run(self) -> dict:
         s, log = self.settings, self.log
         train, held = self.prompts()  # bad prompts are refused before any stage writes
-        self.log.hold_one_run(self.describe(), "a draft run", speed_only=BATCH_SIZES)
+        self.log.hold_one_run(self.describe(), "a draft run", may_differ=BATCH_SIZES)
         self.write_held_out(held)
         held = held[: s.eval_prompts]
         size = log.run("size", "draft size: cost per token against the teacher's", self.size)

@@ -52,7 +52,7 @@ class Recipe:
 
     def hold_one_run(self) -> None:
         """Refuse a rerun whose settings differ from those in ``OUT/recipe.json`` (a skipped stage keeps the old)."""
-        self.log.hold_one_run(self.describe(), f"a {self.title} run", speed_only=BATCH_SIZES)
+        self.log.hold_one_run(self.describe(), f"a {self.title} run", may_differ=BATCH_SIZES)
 
     def documents(self) -> tuple[list[str], list[str]]:
         """The training and held-out documents (read once). Recipes ask for them before their first stage, so

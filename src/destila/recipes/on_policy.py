@@ -271,7 +271,7 @@ class OnPolicyRecipe:
         prompts = load_prompts(self.prompts)
         train, held = split_prompts(prompts, s.holdout_every)
         self._check_models()
-        self.log.hold_one_run(self.describe(), "an on-policy run", speed_only=BATCH_SIZES)
+        self.log.hold_one_run(self.describe(), "an on-policy run", may_differ=BATCH_SIZES)
         teacher, student = resolve_source(self.teacher)[0], resolve_source(self.student)[0]
         rounds = [{"round": 0, **self._held_out_metrics("round0", "round 0", student, teacher, held)}]
         for r in range(1, s.rounds + 1):
