@@ -385,7 +385,8 @@ def test_demo_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path, monkeypat
     recorded = {name: (tmp_path / name).read_bytes() for name in ("stages.json", "recipe.json", "report.json")}
     changed = dataclasses.replace(settings, learning_rate=1e-3, seeds=2)
     with pytest.raises(ValueError, match=r"holds a demo run with other settings \(learning_rate: 0.0005 before, "
-                                         r"0.001 now; seeds: 1 before, 2 now\); run the same command to resume"):
+                                         r"0.001 now; seeds: 1 before, 2 now\); run the same command to resume it, "
+                                         r"or choose another --out"):
         Demo(tmp_path, changed, texts=pydoc_texts(12), console=console).run()
     assert {name: (tmp_path / name).read_bytes() for name in recorded} == recorded
 
@@ -445,8 +446,8 @@ def test_a_layer_the_teacher_lacks_is_refused_before_the_teacher_pass(tiny_llama
     # No stage finished, so the same folder takes the corrected command (it stops at the budget, past the layers).
     from destila.demo import DemoWontFit
 
+    corrected = dataclasses.replace(settings, student_layers=[0, 3], student_width={}, minutes=0.01)
     with pytest.raises(DemoWontFit):
-        corrected = dataclasses.replace(settings, student_layers=[0, 3], student_width={}, minutes=0.01)
         Demo(tmp_path, corrected, texts=pydoc_texts(12), console=Console(record=True)).run()
     assert json.loads((tmp_path / "recipe.json").read_text())["student_layers"] == [0, 3]
     assert list(json.loads((tmp_path / "stages.json").read_text())) == ["teacher", "heldout", "student"]
