@@ -18,6 +18,12 @@ point). Naive equivalent for one draft and one answer::
 
 ``WORK`` is ``draft_models.py train``'s folder; one JSON line per draft, appended as it is read (a rerun
 skips the drafts done). The teacher's answers are kept in ``WORK/held_answers.json``.
+
+Any other drafts, a training run's checkpoints say, are read the same way on the first ``--prompts`` prompts of
+a prompts file (a recipe's ``DRAFT/work/held_out.jsonl``), each line naming its draft and, from the folder's
+``trainer_state.json``, the optimizer step it was saved at::
+
+    python benchmarks/draft_agreement.py --held-out held48.jsonl --drafts RUN/checkpoint-500 RUN --out FILE
 """
 
 from __future__ import annotations
@@ -37,23 +43,32 @@ from destila.io.markdown import table_lines  # noqa: E402
 
 
 def held_answers(work: Path, teacher, tokenizer, prompts: int, new_tokens: int) -> list[dict]:
-    """The teacher's greedy answers to the first ``prompts`` held-out prompts: ``[{"ids", "start"}]`` (prompt and
-    answer ids, and where the answer starts), read from ``WORK/held_answers.json`` when it holds these."""
-    import torch
-
-    from destila.draft.measure import encode_prompts
+    """The teacher's greedy answers to the first ``prompts`` held-out prompts (:func:`teacher_answers`), read
+    from ``WORK/held_answers.json`` when it holds these."""
     from destila.draft.prompts import pydoc_prompts
     from destila.generation.prompts import load_prompts
-    from destila.generation.sampling import stop_ids
     from destila.io import write_atomic
-    from destila.io.progress import progress_bar
 
     path = work / "held_answers.json"
     if path.is_file():
         saved = json.loads(path.read_text())
         if saved["prompts"] == prompts and saved["new_tokens"] == new_tokens:
             return saved["answers"]
-    encoded, _ = encode_prompts(tokenizer, load_prompts(pydoc_prompts()[1][:prompts]))
+    answers = teacher_answers(load_prompts(pydoc_prompts()[1][:prompts]), teacher, tokenizer, new_tokens)
+    write_atomic(path, json.dumps({"prompts": prompts, "new_tokens": new_tokens, "answers": answers}))
+    return answers
+
+
+def teacher_answers(prompts: list, teacher, tokenizer, new_tokens: int) -> list[dict]:
+    """The teacher's greedy answer to each prompt (at most ``new_tokens``): ``[{"ids", "start"}]`` (prompt and
+    answer ids, and where the answer starts)."""
+    import torch
+
+    from destila.draft.measure import encode_prompts
+    from destila.generation.sampling import stop_ids
+    from destila.io.progress import progress_bar
+
+    encoded, _ = encode_prompts(tokenizer, prompts)
     stop = stop_ids(teacher, tokenizer)
     answers = []
     with torch.no_grad(), progress_bar(total=len(encoded), unit="answer", desc="held-out answers") as bar:
@@ -62,7 +77,6 @@ def held_answers(work: Path, teacher, tokenizer, prompts: int, new_tokens: int) 
                                    max_new_tokens=new_tokens, eos_token_id=stop, pad_token_id=stop[0])
             answers.append({"ids": out[0].tolist(), "start": ids.shape[1]})
             bar.update(1)
-    write_atomic(path, json.dumps({"prompts": prompts, "new_tokens": new_tokens, "answers": answers}))
     return answers
 
 
@@ -112,6 +126,40 @@ def run(work: Path, out: Path, sizes: list[int], seeds: list[int], prompts: int,
         print(json.dumps(record))
 
 
+def run_drafts(drafts: list[Path], held_out: Path, out: Path, prompts: int, new_tokens: int,
+               teacher_name: str = TEACHER) -> None:
+    """Each folder of ``drafts`` against the teacher's answers to the first ``prompts`` prompts of ``held_out``,
+    one line each (a rerun skips the folders done); ``step`` is the optimizer step of the folder's
+    ``trainer_state.json``, or None without one."""
+    from destila.draft.loading import load_teacher
+    from destila.draft.spec import DraftEvalSpec
+    from destila.generation.prompts import load_prompts
+    from destila.models import check_source, load_causal_lm
+
+    for folder in drafts:  # a typo refused before the teacher answers anything
+        check_source(str(folder))
+    done = {r["draft"] for r in read_json_lines(out)} if out.exists() else set()
+    teacher, tokenizer = load_teacher(DraftEvalSpec(teacher_name, None, ["-"], ways=("teacher",)))
+    answers = teacher_answers(load_prompts(held_out)[:prompts], teacher, tokenizer, new_tokens)
+    teacher_probs = answer_probabilities(teacher, answers)
+    for folder in drafts:
+        if str(folder) in done:
+            continue
+        state = folder / "trainer_state.json"
+        step = json.loads(state.read_text())["global_step"] if state.is_file() else None
+        record = {"draft": str(folder), "step": step, "prompts": len(answers),
+                  **agreement(teacher_probs, answer_probabilities(load_causal_lm(str(folder)), answers), answers)}
+        append_json_line(out, record)
+        print(json.dumps(record))
+
+
+def drafts_table(records: list[dict]) -> str:
+    """One row per draft read by :func:`run_drafts`, in the order read."""
+    return "\n".join(table_lines(["draft", "step", "greedy: top-1 agreement", "sampling: Σ min(p, q)"],
+                                  [[r["draft"], "–" if r["step"] is None else f"{r['step']:,}", f"{r['greedy']:.3f}",
+                                    f"{r['sampling']:.3f}"] for r in records]))
+
+
 def table(records: list[dict]) -> str:
     """Mean over seeds per (layers, row) of the two estimates; ± half the seeds' spread."""
     groups: dict = {}
@@ -129,10 +177,17 @@ def table(records: list[dict]) -> str:
                                   "sampling: Σ min(p, q)"], lines))
 
 
+BENCHMARK_OUT = Path("benchmarks/results/draft_agreement.jsonl")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("work", type=Path, nargs="?", help="draft_models.py train's folder (not with --table)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/draft_agreement.jsonl"))
+    parser.add_argument("--drafts", type=Path, nargs="+", help="any draft folders instead of WORK's (with "
+                        "--held-out)")
+    parser.add_argument("--held-out", type=Path, help="the prompts file --drafts are read on")
+    parser.add_argument("--out", type=Path, help=f"the JSON lines to append to (default {BENCHMARK_OUT} for WORK's "
+                        "drafts; expected with --drafts, whose lines that table does not read)")
     parser.add_argument("--sizes", default="2,4")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--prompts", type=int, default=48, help="held-out prompts the teacher answers")
@@ -146,12 +201,18 @@ def main(argv=None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.table:
-        print(table(read_json_lines(args.out)))
+        records = read_json_lines(args.out or BENCHMARK_OUT)
+        print(drafts_table(records) if records and "draft" in records[0] else table(records))
+        return
+    if args.drafts:
+        if args.work is not None or args.held_out is None or args.out is None:
+            parser.error("--drafts: expected --held-out FILE (the prompts to answer), --out FILE and no WORK folder")
+        run_drafts(args.drafts, args.held_out, args.out, args.prompts, args.new_tokens, args.teacher)
         return
     if args.work is None:
         parser.error("expected WORK, the folder `draft_models.py train` wrote")
-    run(args.work, args.out, [int(x) for x in args.sizes.split(",")], [int(x) for x in args.seeds.split(",")],
-        args.prompts, args.new_tokens, args.teacher)
+    run(args.work, args.out or BENCHMARK_OUT, [int(x) for x in args.sizes.split(",")],
+        [int(x) for x in args.seeds.split(",")], args.prompts, args.new_tokens, args.teacher)
 
 
 if __name__ == "__main__":

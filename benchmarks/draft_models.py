@@ -98,7 +98,7 @@ def train(work: Path, sizes: list[int], seeds: list[int], tokens: int, teacher: 
     log = recipe.log
     train_prompts, _ = recipe.prompts()
     answers = log.run("answers", "the teacher's answers", lambda: recipe.answers(train_prompts))
-    caches = {"answers": log.run("cache", "cache of the answers", lambda: recipe.cache(answers["path"]))}
+    caches = {"answers": log.run("cache", "cache of the answers", lambda: recipe.cache(answers))}
 
     def pydoc_cache() -> dict:
         folder = work / "pydoc-cache"

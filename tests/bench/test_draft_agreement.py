@@ -29,3 +29,43 @@ def test_the_table_gives_each_draft_its_mean_over_seeds():
     lines = table(records).splitlines()
     assert lines[2] == "| 2 | cut | 1 | 0.010 | 0.020 |"
     assert lines[3] == "| 2 | kd-answers-16x | 2 | 0.360 ± 0.010 | 0.400 ± 0.000 |"
+
+
+def test_any_drafts_on_a_prompts_file_each_with_its_step(tmp_path, tiny_tokenizer, capsys):
+    from conftest import save_tiny_model
+
+    from benchmarks.draft_agreement import main
+    from destila.io.json_lines import read_json_lines
+
+    teacher = save_tiny_model(tmp_path / "teacher", tiny_tokenizer, layers=2, hidden=32)
+    checkpoint = save_tiny_model(tmp_path / "run" / "checkpoint-5", tiny_tokenizer, layers=1, hidden=32)
+    (checkpoint / "trainer_state.json").write_text('{"global_step": 5}')
+    held = tmp_path / "held.txt"
+    held.write_text("one prompt\nanother prompt\na third\n")
+    out = tmp_path / "agreement.jsonl"
+    argv = ["--teacher", str(teacher), "--held-out", str(held), "--prompts", "2", "--new-tokens", "4",
+            "--out", str(out), "--drafts", str(checkpoint), str(teacher)]
+    main(argv)
+    records = read_json_lines(out)
+    assert [(r["draft"], r["step"], r["prompts"]) for r in records] == [(str(checkpoint), 5, 2), (str(teacher), None, 2)]
+    # The teacher as its own draft agrees at every position, as the exact estimate must.
+    assert records[1]["greedy"] == 1.0 and records[1]["sampling"] == pytest.approx(1.0, abs=1e-4)
+    assert 0 <= records[0]["greedy"] <= 1 and 0 < records[0]["sampling"] <= 1
+    main(argv)  # a rerun reads no draft again
+    assert len(read_json_lines(out)) == 2
+    capsys.readouterr()
+    main(["--table", "--out", str(out)])
+    assert "| step |" in capsys.readouterr().out
+
+
+def test_drafts_without_a_prompts_file_or_with_a_missing_folder_are_refused(tmp_path, capsys):
+    from benchmarks.draft_agreement import main
+
+    with pytest.raises(SystemExit):
+        main(["--drafts", str(tmp_path), "--held-out", str(tmp_path / "held.txt")])  # no --out
+    assert "expected --held-out FILE (the prompts to answer), --out FILE" in capsys.readouterr().err
+    (tmp_path / "held.txt").write_text("a prompt\n")
+    with pytest.raises(Exception, match="no-such-draft"):
+        main(["--drafts", str(tmp_path / "no-such-draft"), "--held-out", str(tmp_path / "held.txt"),
+              "--out", str(tmp_path / "a.jsonl")])
+    assert not (tmp_path / "a.jsonl").exists()
