@@ -154,10 +154,17 @@ def run_drafts(drafts: list[Path], held_out: Path, out: Path, prompts: int, new_
 
 
 def drafts_table(records: list[dict]) -> str:
-    """One row per draft read by :func:`run_drafts`, in the order read."""
-    return "\n".join(table_lines(["draft", "step", "greedy: top-1 agreement", "sampling: Σ min(p, q)"],
-                                  [[r["draft"], "–" if r["step"] is None else f"{r['step']:,}", f"{r['greedy']:.3f}",
-                                    f"{r['sampling']:.3f}"] for r in records]))
+    """The lines of :func:`run_drafts` by step: one column per run (a checkpoint's run is its parent folder), each
+    cell ``greedy / sampling``; ``–`` where a run has no draft at that step."""
+    runs: dict = {}
+    for r in records:
+        path = Path(r["draft"])
+        run = path.parent.name if path.name.startswith("checkpoint-") else path.name
+        runs.setdefault(run, {})[r["step"]] = f"{r['greedy']:.3f} / {r['sampling']:.3f}"
+    steps = sorted({step for cells in runs.values() for step in cells}, key=lambda step: (step is None, step or 0))
+    return "\n".join(table_lines(["step", *runs], [["–" if step is None else f"{step:,}",
+                                                     *(cells.get(step, "–") for cells in runs.values())]
+                                                    for step in steps]))
 
 
 def table(records: list[dict]) -> str:

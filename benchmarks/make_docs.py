@@ -543,6 +543,24 @@ def draft_agreement(records: list[dict]) -> str:
                 "python benchmarks/draft_agreement.py WORK --out benchmarks/results/draft_agreement.jsonl"))
 
 
+@table("draft-agreement-by-step", "draft_recipe/xeon_agreement_by_step.jsonl", doc="docs/draft.md")
+def draft_agreement_by_step(records: list[dict]) -> str:
+    """`benchmarks/draft_agreement.py --drafts`: the long runs' checkpoints, agreement by optimizer step."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.draft_agreement import drafts_table
+
+    first = records[0]
+    return (drafts_table(records) + f"\n\nEach cell: greedy top-1 agreement / Σ min(p, q) at temperature 1, over "
+            f"{first['positions']:,} answer positions of the teacher's greedy answers to {first['prompts']} held-out "
+            "prompts (at most 48 tokens); each draft's whole head. kd-long: KD on greedy and sampled answers, "
+            "checkpoints 500 to 1,500 and 1,893 those of the 1,893-step runs it went on from; ce-more: "
+            "cross-entropy on the same answers, 1,893 steps.\n\n" + command_block(
+                "python benchmarks/draft_agreement.py --held-out held48.jsonl --out "
+                "benchmarks/results/draft_recipe/xeon_agreement_by_step.jsonl \\\n"
+                "    --drafts kd-long-s1/checkpoint-500 kd-long-s1/checkpoint-1000 kd-long-s1/checkpoint-3786"))
+
+
 @table("demo", "demo/report.json", doc="README.md")
 def demo(report: dict) -> str:
     """`destila demo`: teacher, distilled and cross-entropy-only students on held-out documents."""

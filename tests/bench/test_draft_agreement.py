@@ -1,5 +1,7 @@
 """The draft benchmark's agreement estimate: exact on cases whose answer is known."""
 
+import re
+
 import pytest
 import torch
 
@@ -55,7 +57,9 @@ def test_any_drafts_on_a_prompts_file_each_with_its_step(tmp_path, tiny_tokenize
     assert len(read_json_lines(out)) == 2
     capsys.readouterr()
     main(["--table", "--out", str(out)])
-    assert "| step |" in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "| step | run | teacher |" and re.fullmatch(r"\| 5 \| [01]\.\d{3} / [01]\.\d{3} \| – \|", lines[2])
+    assert lines[3].startswith("| – | – | 1.000 / 1.000 |") and len(lines) == 4
 
 
 def test_drafts_without_a_prompts_file_or_with_a_missing_folder_are_refused(tmp_path, capsys):
