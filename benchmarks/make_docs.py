@@ -528,15 +528,20 @@ def draft_models(records: list[dict], costs: dict) -> str:
                 "python benchmarks/draft_models.py measure WORK --out benchmarks/results/draft_models.jsonl"))
 
 
+def _draft_agreement():
+    """``benchmarks/draft_agreement.py`` as a module: its tables are rendered by its own functions."""
+    if str(ROOT) not in sys.path:  # run as a script, only benchmarks/ itself is on the path
+        sys.path.insert(0, str(ROOT))
+    import benchmarks.draft_agreement
+
+    return benchmarks.draft_agreement
+
+
 @table("draft-agreement", "draft_agreement.jsonl", doc="docs/draft.md")
 def draft_agreement(records: list[dict]) -> str:
     """`benchmarks/draft_agreement.py`: each draft's acceptance estimated on more prompts, without timing."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.draft_agreement import table as agreement_table
-
     first = records[0]
-    return (agreement_table(records) + f"\n\n{first['prompts']} held-out prompts, {first['positions']:,} answer "
+    return (_draft_agreement().table(records) + f"\n\n{first['prompts']} held-out prompts, {first['positions']:,} answer "
             "positions (the teacher's greedy answers, at most 48 tokens); each draft's whole head. greedy: how "
             "often the draft's top token is the teacher's; sampling: Σ min(p, q) at temperature 1, the probability "
             "that speculative sampling keeps a proposal.\n\n" + command_block(
@@ -546,12 +551,8 @@ def draft_agreement(records: list[dict]) -> str:
 @table("draft-agreement-by-step", "draft_recipe/xeon_agreement_by_step.jsonl", doc="docs/draft.md")
 def draft_agreement_by_step(records: list[dict]) -> str:
     """`benchmarks/draft_agreement.py --drafts`: the long runs' checkpoints, agreement by optimizer step."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.draft_agreement import drafts_table
-
     first = records[0]
-    return (drafts_table(records) + f"\n\nEach cell: greedy top-1 agreement / Σ min(p, q) at temperature 1, over "
+    return (_draft_agreement().drafts_table(records) + f"\n\nEach cell: greedy top-1 agreement / Σ min(p, q) at temperature 1, over "
             f"{first['positions']:,} answer positions of the teacher's greedy answers to {first['prompts']} held-out "
             "prompts (at most 48 tokens); each draft's whole head. kd-long: KD on greedy and sampled answers, "
             "checkpoints 500 to 1,500 and 1,893 those of the 1,893-step runs it went on from; ce-more: "
