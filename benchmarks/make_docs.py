@@ -541,10 +541,10 @@ def _draft_agreement():
 def draft_agreement(records: list[dict]) -> str:
     """`benchmarks/draft_agreement.py`: each draft's acceptance estimated on more prompts, without timing."""
     first = records[0]
-    return (_draft_agreement().table(records) + f"\n\n{first['prompts']} held-out prompts, {first['positions']:,} answer "
-            "positions (the teacher's greedy answers, at most 48 tokens); each draft's whole head. greedy: how "
-            "often the draft's top token is the teacher's; sampling: Σ min(p, q) at temperature 1, the probability "
-            "that speculative sampling keeps a proposal.\n\n" + command_block(
+    return (_draft_agreement().table(records) + f"\n\n{first['prompts']} held-out prompts, "
+            f"{first['positions']:,} answer positions (the teacher's greedy answers, at most 48 tokens); each "
+            "draft's whole head. greedy: how often the draft's top token is the teacher's; sampling: Σ min(p, q) "
+            "at temperature 1, the probability that speculative sampling keeps a proposal.\n\n" + command_block(
                 "python benchmarks/draft_agreement.py WORK --out benchmarks/results/draft_agreement.jsonl"))
 
 
@@ -552,11 +552,11 @@ def draft_agreement(records: list[dict]) -> str:
 def draft_agreement_by_step(records: list[dict]) -> str:
     """`benchmarks/draft_agreement.py --drafts`: the long runs' checkpoints, agreement by optimizer step."""
     first = records[0]
-    return (_draft_agreement().drafts_table(records) + f"\n\nEach cell: greedy top-1 agreement / Σ min(p, q) at temperature 1, over "
-            f"{first['positions']:,} answer positions of the teacher's greedy answers to {first['prompts']} held-out "
-            "prompts (at most 48 tokens); each draft's whole head. kd-long: KD on greedy and sampled answers, "
-            "checkpoints 500 to 1,500 and 1,893 those of the 1,893-step runs it went on from; ce-more: "
-            "cross-entropy on the same answers, 1,893 steps.\n\n" + command_block(
+    return (_draft_agreement().drafts_table(records) + "\n\nEach cell: greedy top-1 agreement / Σ min(p, q) at "
+            f"temperature 1, over {first['positions']:,} answer positions of the teacher's greedy answers to "
+            f"{first['prompts']} held-out prompts (at most 48 tokens); each draft's whole head. kd-long: KD on "
+            "greedy and sampled answers, checkpoints 500 to 1,500 and 1,893 those of the 1,893-step runs it went "
+            "on from; ce-more: cross-entropy on the same answers, 1,893 steps.\n\n" + command_block(
                 "python benchmarks/draft_agreement.py --held-out held48.jsonl --out "
                 "benchmarks/results/draft_recipe/xeon_agreement_by_step.jsonl \\\n"
                 "    --drafts kd-long-s1/checkpoint-500 kd-long-s1/checkpoint-1000 kd-long-s1/checkpoint-3786"))

@@ -49,7 +49,8 @@ def test_any_drafts_on_a_prompts_file_each_with_its_step(tmp_path, tiny_tokenize
             "--out", str(out), "--drafts", str(checkpoint), str(teacher)]
     main(argv)
     records = read_json_lines(out)
-    assert [(r["draft"], r["step"], r["prompts"]) for r in records] == [(str(checkpoint), 5, 2), (str(teacher), None, 2)]
+    assert [(r["draft"], r["step"], r["prompts"]) for r in records] == [(str(checkpoint), 5, 2),
+                                                                          (str(teacher), None, 2)]
     # The teacher as its own draft agrees at every position, as the exact estimate must.
     assert records[1]["greedy"] == 1.0 and records[1]["sampling"] == pytest.approx(1.0, abs=1e-4)
     assert 0 <= records[0]["greedy"] <= 1 and 0 < records[0]["sampling"] <= 1
@@ -58,7 +59,8 @@ def test_any_drafts_on_a_prompts_file_each_with_its_step(tmp_path, tiny_tokenize
     capsys.readouterr()
     main(["--table", "--out", str(out)])
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "| step | run | teacher |" and re.fullmatch(r"\| 5 \| [01]\.\d{3} / [01]\.\d{3} \| – \|", lines[2])
+    assert lines[0] == "| step | run | teacher |"
+    assert re.fullmatch(r"\| 5 \| [01]\.\d{3} / [01]\.\d{3} \| – \|", lines[2])
     assert lines[3].startswith("| – | – | 1.000 / 1.000 |") and len(lines) == 4
 
 
