@@ -139,12 +139,13 @@ def run_drafts(drafts: list[Path], held_out: Path, out: Path, prompts: int, new_
     for folder in drafts:  # a typo refused before the teacher answers anything
         check_source(str(folder))
     done = {r["draft"] for r in read_json_lines(out)} if out.exists() else set()
+    todo = [folder for folder in drafts if str(folder) not in done]
+    if not todo:  # the teacher's answers are not written again for nothing
+        return
     teacher, tokenizer = load_teacher(DraftEvalSpec(teacher_name, None, ["-"], ways=("teacher",)))
     answers = teacher_answers(load_prompts(held_out)[:prompts], teacher, tokenizer, new_tokens)
     teacher_probs = answer_probabilities(teacher, answers)
-    for folder in drafts:
-        if str(folder) in done:
-            continue
+    for folder in todo:
         state = folder / "trainer_state.json"
         step = json.loads(state.read_text())["global_step"] if state.is_file() else None
         record = {"draft": str(folder), "step": step, "prompts": len(answers),

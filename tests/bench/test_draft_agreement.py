@@ -33,9 +33,10 @@ def test_the_table_gives_each_draft_its_mean_over_seeds():
     assert lines[3] == "| 2 | kd-answers-16x | 2 | 0.360 ± 0.010 | 0.400 ± 0.000 |"
 
 
-def test_any_drafts_on_a_prompts_file_each_with_its_step(tmp_path, tiny_tokenizer, capsys):
+def test_any_drafts_on_a_prompts_file_each_with_its_step(tmp_path, tiny_tokenizer, capsys, monkeypatch):
     from conftest import save_tiny_model
 
+    from benchmarks import draft_agreement
     from benchmarks.draft_agreement import main
     from destila.io.json_lines import read_json_lines
 
@@ -54,7 +55,9 @@ def test_any_drafts_on_a_prompts_file_each_with_its_step(tmp_path, tiny_tokenize
     # The teacher as its own draft agrees at every position, as the exact estimate must.
     assert records[1]["greedy"] == 1.0 and records[1]["sampling"] == pytest.approx(1.0, abs=1e-4)
     assert 0 <= records[0]["greedy"] <= 1 and 0 < records[0]["sampling"] <= 1
-    main(argv)  # a rerun reads no draft again
+    # A rerun reads no draft again, nor has the teacher answer again.
+    monkeypatch.setattr(draft_agreement, "teacher_answers", lambda *args: pytest.fail("the teacher answered again"))
+    main(argv)
     assert len(read_json_lines(out)) == 2
     capsys.readouterr()
     main(["--table", "--out", str(out)])
