@@ -556,7 +556,7 @@ def draft_agreement_by_step(records: list[dict]) -> str:
             f"temperature 1, over {first['positions']:,} answer positions of the teacher's greedy answers to "
             f"{first['prompts']} held-out prompts (at most 48 tokens); each draft's whole head. kd-long: KD on "
             "greedy and sampled answers, checkpoints 500 to 1,500 and 1,893 those of the 1,893-step runs it went "
-            "on from; ce-more: cross-entropy on the same answers, 1,893 steps.\n\n" + command_block(
+            "on from; ce-long: cross-entropy on the same answers, trained the same way.\n\n" + command_block(
                 "python benchmarks/draft_agreement.py --held-out held48.jsonl --out "
                 "benchmarks/results/draft_recipe/xeon_agreement_by_step.jsonl \\\n"
                 "    --drafts kd-long-s1/checkpoint-500 kd-long-s1/checkpoint-1000 kd-long-s1/checkpoint-3786"))
